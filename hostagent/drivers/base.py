@@ -1,0 +1,125 @@
+"""Interfaces of the hypervisor drivers the hostagent loads with stevedore.
+
+Every ``ensure_*`` is idempotent: when the thing already exists as asked
+and belongs to the same owner it succeeds without redoing anything and
+returns ``False`` (nothing changed); when it had to create or fix it, it
+returns ``True``. Every ``remove_*`` is idempotent too: removing what is
+not there returns ``False``. An existing thing that belongs to somebody
+else (no owner mark, or another owner's) is never adopted, changed or
+removed: ``ensure_*`` raises :class:`tenks.exceptions.ResourceConflict`.
+
+``owner`` is the mark a cluster puts on what it creates, a short string
+such as ``tenks:mycluster``.
+"""
+
+import abc
+
+
+class VirtDriver(abc.ABC):
+    """Storage pools, volumes and domains of one hypervisor."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    @abc.abstractmethod
+    def facts(self):
+        """Return facts about the hypervisor as a JSON-able dict.
+
+        Keys: ``libvirt_version`` (str), ``cpus`` (int), ``memory_mb``
+        (int). Raises HypervisorUnavailable when libvirt cannot be
+        reached, naming the URI.
+        """
+
+    @abc.abstractmethod
+    def ensure_pool(self, name, path, owner):
+        """A directory storage pool ``name`` at ``path``, active."""
+
+    @abc.abstractmethod
+    def remove_pool(self, name, path, owner):
+        """Destroy and undefine the pool and remove its directory."""
+
+    @abc.abstractmethod
+    def ensure_volume(self, pool, name, capacity, fmt):
+        """A volume of ``capacity`` bytes and format ``fmt`` in ``pool``."""
+
+    @abc.abstractmethod
+    def remove_volume(self, pool, name):
+        """Delete the volume."""
+
+    @abc.abstractmethod
+    def ensure_domain(self, domain, owner):
+        """A defined (not started) domain as described by ``domain``.
+
+        ``domain`` keys: name, uuid, vcpus, memory_mb, domain_type
+        ('qemu' or 'kvm'), disks ([{pool, volume, format}]), nics
+        ([{mac, tap}]). The serial console is logged to
+        ``<console_log_dir>/<name>-console.log`` (tenks.conf).
+        """
+
+    @abc.abstractmethod
+    def remove_domain(self, name, owner):
+        """Stop the domain if it runs, undefine it, delete its log."""
+
+    @abc.abstractmethod
+    def domain_state(self, name):
+        """Return 'running', 'shut off', ... or None when undefined."""
+
+
+class NetworkDriver(abc.ABC):
+    """Bridges that stand for physical networks, and the ports on them."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    @abc.abstractmethod
+    def ensure_bridge(self, name, owner):
+        """A bridge ``name``, up. Returns (changed, {'mac': bridge MAC})."""
+
+    @abc.abstractmethod
+    def remove_bridge(self, name, owner):
+        """Delete the bridge."""
+
+    @abc.abstractmethod
+    def ensure_uplink(self, bridge, source, veth_names, owner):
+        """Connect ``bridge`` to the existing interface ``source``.
+
+        ``source`` a bridge: a veth pair ``veth_names`` (bridge end,
+        source end) links the two. ``source`` any other interface: it is
+        enslaved to ``bridge`` directly. Raises InterfaceNotFound when
+        ``source`` does not exist.
+        """
+
+    @abc.abstractmethod
+    def remove_uplink(self, bridge, source, veth_names, owner):
+        """Undo ensure_uplink: delete the veth pair or release source."""
+
+    @abc.abstractmethod
+    def ensure_port(self, bridge, name, owner):
+        """A persistent tap ``name`` in ``bridge`` for a node's NIC."""
+
+    @abc.abstractmethod
+    def remove_port(self, name, owner):
+        """Delete the tap."""
+
+
+class BmcDriver(abc.ABC):
+    """Emulated BMCs in front of domains."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    @abc.abstractmethod
+    def ensure_bmc(self, domain, address, port, username, password):
+        """A running BMC for ``domain`` listening on ``address:port``.
+
+        Returns only once the BMC answers on its port. Raises
+        PortInUse when something else holds the port.
+        """
+
+    @abc.abstractmethod
+    def remove_bmc(self, domain):
+        """Stop and delete the BMC; stop the daemon once it serves none."""
+
+    @abc.abstractmethod
+    def list_bmcs(self):
+        """Return [{'domain', 'address', 'port', 'status'}]."""

@@ -1,0 +1,109 @@
+"""Service configuration (oslo.config).
+
+The options are registered on a ConfigOpts object by :func:`register`,
+never at import time, so tests and embedded runs can use a private
+``cfg.ConfigOpts()``. ``list_opts`` feeds oslo-config-generator.
+"""
+
+import os
+import socket
+
+from oslo_config import cfg
+
+STATE_DIR_ENV = 'TENKS_STATE_DIR'
+
+
+def default_state_dir():
+    if os.environ.get(STATE_DIR_ENV):
+        return os.environ[STATE_DIR_ENV]
+    if os.geteuid() == 0:
+        return '/var/lib/tenks'
+    base = os.environ.get('XDG_STATE_HOME',
+                          os.path.expanduser('~/.local/state'))
+    return os.path.join(base, 'tenks')
+
+
+default_opts = [
+    cfg.StrOpt('state_dir',
+               default=default_state_dir(),
+               sample_default='/var/lib/tenks',
+               help='Directory for the state database, the flow '
+                    'persistence and the daemons Tenks starts. Created '
+                    'with mode 0700: it holds BMC passwords. Also set by '
+                    'the %s environment variable.' % STATE_DIR_ENV),
+]
+
+conductor_opts = [
+    cfg.StrOpt('host',
+               default=socket.gethostname(),
+               sample_default='<hostname>',
+               help='Name of this conductor on the bus; hostagents send '
+                    'their results to it.'),
+    cfg.IntOpt('agent_timeout',
+               default=120, min=1,
+               help='Seconds a flow task waits for a hostagent to report '
+                    'the result of one request.'),
+    cfg.IntOpt('workers',
+               default=16, min=1,
+               help='Tasks of one flow that run at the same time.'),
+    cfg.StrOpt('database_connection',
+               help='SQLAlchemy URL of the state database. Default: a '
+                    'SQLite file in state_dir.'),
+]
+
+hostagent_opts = [
+    cfg.StrOpt('host',
+               default=socket.gethostname(),
+               sample_default='<hostname>',
+               help='Name of this hypervisor: the server the conductor '
+                    'addresses casts to.'),
+    cfg.StrOpt('libvirt_uri',
+               default='qemu:///system',
+               help='libvirt connection URI of this hypervisor.'),
+    cfg.StrOpt('virt_driver', default='libvirt',
+               help='Virtualisation driver (tenks.virt_drivers entry '
+                    'point).'),
+    cfg.StrOpt('network_driver', default='linuxbridge',
+               help='Network driver (tenks.network_drivers entry point).'),
+    cfg.StrOpt('bmc_driver', default='virtualbmc',
+               help='IPMI BMC driver (tenks.bmc_drivers entry point).'),
+    cfg.StrOpt('pool_dir',
+               default='/var/lib/libvirt/tenks_pool',
+               help='Parent directory of the clusters\' storage pools.'),
+    cfg.StrOpt('console_log_dir',
+               help='Directory for the nodes\' serial console logs. '
+                    'Default: logs/console in state_dir.'),
+    cfg.PortOpt('vbmcd_control_port',
+                default=50895,
+                help='Loopback TCP port of the control channel of the '
+                     'virtualbmc daemon Tenks runs (not 50891, so a '
+                     'vbmcd of the host\'s own is left alone).'),
+    cfg.IntOpt('workers',
+               default=32, min=1,
+               help='Requests the hostagent serves at the same time.'),
+]
+
+
+def register(conf):
+    conf.register_opts(default_opts)
+    conf.register_opts(conductor_opts, group='conductor')
+    conf.register_opts(hostagent_opts, group='hostagent')
+    return conf
+
+
+def new_conf():
+    """A private ConfigOpts with every Tenks option registered."""
+    return register(cfg.ConfigOpts())
+
+
+def list_opts():
+    return [
+        ('DEFAULT', default_opts),
+        ('conductor', conductor_opts),
+        ('hostagent', hostagent_opts),
+    ]
+
+
+def console_log_dir(conf):
+    return (conf.hostagent.console_log_dir
+            or os.path.join(conf.state_dir, 'logs', 'console'))

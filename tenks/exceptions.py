@@ -1,0 +1,113 @@
+"""Errors Tenks raises on purpose.
+
+Every class here may travel over the bus: the hostagent reports it back
+to the conductor by class name and message, and the conductor raises the
+same type again (see :func:`from_report`). Messages say what failed and
+where, in words an operator can act on.
+"""
+
+
+class TenksError(Exception):
+    """Base class; ``msg_fmt`` is filled from the keyword arguments."""
+
+    msg_fmt = 'An unknown error occurred'
+
+    def __init__(self, message=None, **kwargs):
+        self.kwargs = kwargs
+        if message is None:
+            message = self.msg_fmt % kwargs
+        super().__init__(message)
+
+
+class SpecError(TenksError):
+    """A cluster spec is malformed; nothing was created."""
+
+    msg_fmt = '%(source)s: %(problems)s'
+
+    def __init__(self, source, problems):
+        self.source = source
+        self.problems = list(problems)
+        message = '%s: invalid cluster spec:\n  %s' % (
+            source, '\n  '.join(self.problems))
+        super().__init__(message)
+
+
+class ConfigError(TenksError):
+    msg_fmt = 'Invalid configuration: %(reason)s'
+
+
+class ClusterNotFound(TenksError):
+    msg_fmt = 'No cluster named %(name)s is deployed'
+
+
+class ClusterBusy(TenksError):
+    msg_fmt = ('Cluster %(name)s is locked by another operation; '
+               'try again when it has finished')
+
+
+class SpecChanged(TenksError):
+    msg_fmt = ('Cluster %(name)s is deployed with a different spec '
+               '(%(fields)s differ); tear it down first to change it')
+
+
+class NoValidHost(TenksError):
+    msg_fmt = 'No hypervisor can host %(what)s: %(reason)s'
+
+
+class PortRangeExhausted(NoValidHost):
+    msg_fmt = ('IPMI port range %(start)d-%(end)d on %(host)s is exhausted: '
+               '%(needed)d port(s) needed, %(free)d free')
+
+
+class OperationFailed(TenksError):
+    msg_fmt = '%(operation)s of cluster %(cluster)s failed: %(reason)s'
+
+
+class AgentTimeout(TenksError):
+    msg_fmt = ('Hostagent on %(host)s did not answer %(method)s within '
+               '%(timeout)s s')
+
+
+# Errors raised on a hypervisor by the hostagent and its drivers.
+
+class HostAgentError(TenksError):
+    """Raised on a hypervisor; ``host`` names it once reported back."""
+
+
+class HypervisorUnavailable(HostAgentError):
+    msg_fmt = 'Cannot reach libvirt at %(uri)s: %(reason)s'
+
+
+class ResourceConflict(HostAgentError):
+    msg_fmt = ('%(kind)s %(name)s already exists and is not owned by '
+               '%(owner)s: %(reason)s')
+
+
+class InterfaceNotFound(HostAgentError):
+    msg_fmt = ('Interface %(name)s does not exist (it is mapped to physical '
+               'network %(physnet)s)')
+
+
+class PortInUse(HostAgentError):
+    msg_fmt = 'Port %(port)d on %(address)s is in use by another process'
+
+
+class DriverError(HostAgentError):
+    msg_fmt = '%(driver)s failed to %(action)s: %(reason)s'
+
+
+def to_report(exc):
+    """Describe ``exc`` for the bus: its type name and message."""
+    name = type(exc).__name__
+    if not isinstance(exc, TenksError):
+        return {'type': 'HostAgentError',
+                'message': '%s: %s' % (name, exc)}
+    return {'type': name, 'message': str(exc)}
+
+
+def from_report(report, host):
+    """Rebuild the exception a hostagent on ``host`` reported."""
+    cls = globals().get(report.get('type'))
+    if not (isinstance(cls, type) and issubclass(cls, TenksError)):
+        cls = HostAgentError
+    return cls('%s (on %s)' % (report.get('message'), host))
