@@ -1,0 +1,398 @@
+"""Cluster specs: load, validate and normalise them.
+
+:data:`SCHEMA` describes the structure; the checks that need more than
+one field at a time follow it in :func:`_check_semantics`. Every problem
+is reported at once, each as ``<field path>: <what is wrong>``.
+"""
+
+import collections.abc
+import copy
+import difflib
+import ipaddress
+
+import jsonschema
+import yaml
+
+from tenks import exceptions
+from tenks import units
+
+TOP_LEVEL = '(top level)'
+
+
+def _pattern(regex, description, **extra):
+    # '\Z' rather than '$', which would accept a trailing newline.
+    return dict(type='string', pattern=regex + r'\Z',
+                description=description, **extra)
+
+
+_PHYSNET_LIST = {
+    'type': 'array',
+    'items': {'type': 'string', 'minLength': 1},
+    'uniqueItems': True,
+}
+
+_VOLUME = {
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['capacity'],
+    'properties': {
+        'capacity': {'type': ['integer', 'string'], 'format': 'capacity'},
+        'format': {'enum': ['qcow2', 'raw'], 'default': 'qcow2'},
+    },
+}
+
+_NODE_TYPE = {
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['memory_mb', 'vcpus'],
+    'properties': {
+        'memory_mb': {'type': 'integer', 'minimum': 64, 'maximum': 1048576},
+        'vcpus': {'type': 'integer', 'minimum': 1, 'maximum': 256},
+        'volumes': {'type': 'array', 'items': _VOLUME, 'default': []},
+        'physical_networks': dict(_PHYSNET_LIST, default=[]),
+    },
+}
+
+_SPEC = {
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['type', 'count'],
+    'properties': {
+        'type': {'type': 'string'},
+        'count': {'type': 'integer', 'minimum': 0},
+        'node_name_prefix': _pattern(
+            '^[a-z][a-z0-9-]{0,7}',
+            'a lowercase letter, then up to 7 lowercase letters, digits '
+            "or '-'", default='tk'),
+        'vol_name_prefix': _pattern(
+            '^[a-z][a-z0-9_-]{0,15}',
+            'a lowercase letter, then up to 15 lowercase letters, digits, '
+            "'_' or '-'", default='vol'),
+    },
+}
+
+_PORT = {'type': 'integer', 'minimum': 1, 'maximum': 65535}
+
+SCHEMA = {
+    '$schema': 'https://json-schema.org/draft/2020-12/schema',
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['cluster', 'node_types', 'specs'],
+    'properties': {
+        'cluster': _pattern(
+            '^[a-z0-9][a-z0-9-]{0,30}',
+            "1 to 31 lowercase letters, digits or '-', not starting "
+            "with '-'"),
+        'node_types': {
+            'type': 'object',
+            'minProperties': 1,
+            'propertyNames': _pattern(
+                '^[A-Za-z0-9_.-]+', "letters, digits, '_', '.' or '-'"),
+            'additionalProperties': _NODE_TYPE,
+        },
+        'specs': {'type': 'array', 'minItems': 1, 'items': _SPEC},
+        # Default: the keys of physnet_mappings (see _normalise).
+        'physical_networks': _PHYSNET_LIST,
+        'physnet_mappings': {
+            'type': 'object',
+            'propertyNames': {'type': 'string', 'minLength': 1,
+                              'description': 'a non-empty string'},
+            'additionalProperties': _pattern(
+                r'^[^/\s]{1,15}',
+                "an interface or bridge name: 1 to 15 characters, no '/' "
+                'or whitespace'),
+            'default': {},
+        },
+        'bridge_type': {
+            'enum': ['linuxbridge'],
+            'x-not-supported-yet': ['openvswitch'],
+            'default': 'linuxbridge',
+        },
+        'bridge_prefix': _pattern(
+            '^[a-z][a-z0-9]{0,11}',
+            'a lowercase letter, then up to 11 lowercase letters or digits',
+            default='brtenks'),
+        'ipmi_address': {'type': 'string', 'format': 'ip-address',
+                         'default': '127.0.0.1'},
+        'ipmi_port_range_start': dict(_PORT, default=6230),
+        'ipmi_port_range_end': dict(_PORT, default=6240),
+        'ipmi_username': {'type': 'string', 'minLength': 1,
+                          'default': 'admin'},
+        'ipmi_password': {'type': 'string', 'minLength': 1,
+                          'default': 'password'},
+        'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
+    },
+}
+
+_FORMATS = jsonschema.FormatChecker(formats=())
+
+
+@_FORMATS.checks('capacity', raises=ValueError)
+def _is_capacity(value):
+    # Values of the wrong type get a type error instead.
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        units.parse_capacity(value)
+    return True
+
+
+@_FORMATS.checks('ip-address', raises=ValueError)
+def _is_ip_address(value):
+    if isinstance(value, str):
+        ipaddress.ip_address(value)
+    return True
+
+
+def _is_int(value):
+    # Not bool, and not a float with nothing after the point either.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        'integer', lambda checker, instance: _is_int(instance)))
+_VALIDATOR = _Validator(SCHEMA, format_checker=_FORMATS)
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, but a key repeated in a mapping is an error."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == 'tag:yaml.org,2002:merge':
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, collections.abc.Hashable):
+                continue  # the base class reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, 'duplicate key %r' % (key,),
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load(path):
+    """Read the YAML spec at ``path``; return it validated and
+    normalised, or raise SpecError listing every problem.
+    """
+    try:
+        with open(path, encoding='utf-8') as f:
+            data = yaml.load(f, Loader=_Loader)
+    except OSError as exc:
+        raise exceptions.SpecError(
+            path, ['cannot read the file: %s' % (exc.strerror or exc)]
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise exceptions.SpecError(
+            path, ['cannot read the file: not UTF-8 text (%s)' % exc]
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise exceptions.SpecError(path, [_yaml_problem(exc)]) from exc
+    return validate(data, source=path)
+
+
+def _yaml_problem(exc):
+    mark = getattr(exc, 'problem_mark', None)
+    if mark is None:
+        return 'invalid YAML: %s' % exc
+    return 'invalid YAML at line %d, column %d: %s' % (
+        mark.line + 1, mark.column + 1, exc.problem or exc.context)
+
+
+def validate(data, source='<spec>'):
+    """Validate already parsed ``data``; return a normalised copy with
+    every default filled in and capacities in bytes, or raise SpecError
+    listing every problem.
+    """
+    errors = sorted(_VALIDATOR.iter_errors(data),
+                    key=lambda e: _position(data, e.absolute_path))
+    problems = [p for error in errors for p in _describe(error)]
+    if isinstance(data, dict):
+        spec = _normalise(data)
+        problems += _check_semantics(spec, 'physical_networks' in data)
+    if problems:
+        raise exceptions.SpecError(source, list(dict.fromkeys(problems)))
+    for node_type in spec['node_types'].values():
+        for volume in node_type['volumes']:
+            volume['capacity'] = units.parse_capacity(volume['capacity'])
+    return spec
+
+
+def _position(data, path):
+    """Where ``path`` lies in ``data``, for sorting in document order."""
+    position = []
+    for key in path:
+        position.append(list(data).index(key) if isinstance(data, dict)
+                        else key)
+        data = data[key]
+    return position
+
+
+def _path(keys):
+    text = ''
+    for key in keys:
+        if isinstance(key, int):
+            text += '[%d]' % key
+        else:
+            text += ('.%s' if text else '%s') % key
+    return text or TOP_LEVEL
+
+
+_TYPE_NAMES = {'integer': 'an integer', 'string': 'a string',
+               'object': 'a mapping', 'array': 'a list'}
+
+
+def _show(value):
+    if value is None:
+        return 'no value'
+    if isinstance(value, dict):
+        return 'a mapping'
+    if isinstance(value, list):
+        return 'a list'
+    return repr(value)
+
+
+def _describe(error):
+    """Turn a jsonschema error into problems in plain words."""
+    kind, value, schema = error.validator, error.instance, error.schema
+    where = _path(error.absolute_path)
+    if list(error.schema_path)[-2:-1] == ['propertyNames']:
+        return ['%s: invalid key %r: expected %s'
+                % (where, value, schema['description'])]
+    if kind == 'additionalProperties':
+        known = schema.get('properties', {})
+        return ['%s: unknown key %r%s' % (where, key, _suggest(key, known))
+                for key in value if key not in known]
+    if kind == 'required':
+        return ['%s: missing required key %r' % (where, key)
+                for key in error.validator_value if key not in value]
+    if kind == 'type':
+        expected = error.validator_value
+        if isinstance(expected, str):
+            expected = [expected]
+        problem = 'expected %s, got %s' % (
+            ' or '.join(_TYPE_NAMES[name] for name in expected),
+            _show(value))
+        if expected == ['string'] and isinstance(value, (int, float)):
+            problem += ' (put it in quotes)'
+    elif kind == 'enum':
+        if value in schema.get('x-not-supported-yet', ()):
+            problem = '%r is not supported yet (supported: %s)' % (
+                value, ', '.join(map(str, error.validator_value)))
+        else:
+            problem = '%s is not one of: %s' % (
+                _show(value), ', '.join(map(str, error.validator_value)))
+    elif kind == 'pattern':
+        problem = '%r is invalid: expected %s' % (
+            value, schema['description'])
+    elif kind in ('minLength', 'minItems', 'minProperties'):
+        problem = 'must not be empty'
+    elif kind == 'uniqueItems':
+        repeated = [item for i, item in enumerate(value)
+                    if item in value[:i]]
+        problem = 'listed more than once: %s' % ', '.join(
+            map(repr, repeated))
+    elif kind == 'format':
+        problem = str(error.cause)
+    else:
+        problem = error.message
+    return ['%s: %s' % (where, problem)]
+
+
+def _suggest(key, known):
+    close = difflib.get_close_matches(str(key), list(known), n=1)
+    return ' (did you mean %r?)' % close[0] if close else ''
+
+
+def _normalise(data):
+    """A copy of ``data`` with every default filled in."""
+    spec = copy.deepcopy(data)
+    _fill_defaults(spec, SCHEMA)
+    mappings = spec['physnet_mappings']
+    spec.setdefault('physical_networks',
+                    list(mappings) if isinstance(mappings, dict) else [])
+    return spec
+
+
+def _fill_defaults(instance, schema):
+    if isinstance(instance, dict):
+        properties = schema.get('properties', {})
+        for key, subschema in properties.items():
+            if key not in instance and 'default' in subschema:
+                instance[key] = copy.deepcopy(subschema['default'])
+        for key, value in instance.items():
+            subschema = properties.get(
+                key, schema.get('additionalProperties'))
+            if isinstance(subschema, dict):
+                _fill_defaults(value, subschema)
+    elif isinstance(instance, list) and 'items' in schema:
+        for item in instance:
+            _fill_defaults(item, schema['items'])
+
+
+def _check_semantics(spec, physnets_explicit):
+    """Problems the schema cannot see. ``spec`` may be invalid: skip
+    what has the wrong type, the schema reported it already.
+    """
+    problems = []
+    node_types = spec.get('node_types')
+    if not isinstance(node_types, dict):
+        node_types = None
+    specs = spec.get('specs')
+    specs = [s if isinstance(s, dict) else {}
+             for s in (specs if isinstance(specs, list) else [])]
+
+    for i, node_spec in enumerate(specs):
+        name = node_spec.get('type')
+        if node_types is not None and isinstance(name, str) and (
+                name not in node_types):
+            problems.append(
+                '%s: unknown node type %r (node_types declares: %s)'
+                % (_path(['specs', i, 'type']), name,
+                   ', '.join(map(str, node_types)) or 'none'))
+
+    declared = spec['physical_networks']
+    if isinstance(declared, list):
+        if physnets_explicit:
+            known = 'physical_networks declares: %s'
+        else:
+            known = 'physnet_mappings maps: %s'
+        known %= ', '.join(map(str, declared)) or 'none'
+        for type_name, node_type in (node_types or {}).items():
+            used = isinstance(node_type, dict) and node_type.get(
+                'physical_networks')
+            for i, physnet in enumerate(used or []):
+                if isinstance(physnet, str) and physnet not in declared:
+                    problems.append(
+                        '%s: undeclared physical network %r (%s)'
+                        % (_path(['node_types', type_name,
+                                  'physical_networks', i]),
+                           physnet, known))
+        mappings = spec['physnet_mappings']
+        if physnets_explicit and isinstance(mappings, dict):
+            for physnet in mappings:
+                if physnet not in declared:
+                    problems.append(
+                        '%s: physical network %r is not declared (%s)'
+                        % (_path(['physnet_mappings', physnet]), physnet,
+                           known))
+
+    start = spec['ipmi_port_range_start']
+    end = spec['ipmi_port_range_end']
+    if _is_int(start) and _is_int(end):
+        if end < start:
+            problems.append(
+                'ipmi_port_range_end: %d is less than '
+                'ipmi_port_range_start (%d)' % (end, start))
+        else:
+            total = sum(s['count'] for s in specs
+                        if _is_int(s.get('count'))
+                        and s['count'] > 0)
+            if total > end - start + 1:
+                problems.append(
+                    'specs: %d nodes in total, but the IPMI port range '
+                    '%d-%d has only %d ports (one per node)'
+                    % (total, start, end, end - start + 1))
+    return problems

@@ -1,0 +1,486 @@
+import copy
+import json
+
+import jsonschema
+import pytest
+import yaml
+
+from tenks import exceptions
+from tenks import spec
+
+GiB = 1024 ** 3
+
+
+def minimal():
+    return {
+        'cluster': 'quickstart',
+        'node_types': {'small': {'memory_mb': 256, 'vcpus': 1}},
+        'specs': [{'type': 'small', 'count': 2}],
+    }
+
+
+def write(tmp_path, data):
+    path = tmp_path / 'spec.yaml'
+    text = data if isinstance(data, str) else yaml.safe_dump(
+        data, sort_keys=False)
+    path.write_text(text)
+    return path
+
+
+def problems(tmp_path, data):
+    """Load ``data`` from a file; return the SpecError's problems."""
+    path = write(tmp_path, data)
+    with pytest.raises(exceptions.SpecError) as info:
+        spec.load(path)
+    assert info.value.source == path
+    assert str(path) in str(info.value)
+    for problem in info.value.problems:
+        assert problem in str(info.value)
+    return info.value.problems
+
+
+def change(**changes):
+    """The minimal spec, with a value set at each dotted path."""
+    data = minimal()
+    for dotted, value in changes.items():
+        *parents, last = [int(k) if k.isdigit() else k
+                          for k in dotted.split('__')]
+        target = data
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    return data
+
+
+def test_schema_is_valid_draft_2020_12():
+    jsonschema.Draft202012Validator.check_schema(spec.SCHEMA)
+
+
+def test_defaults_are_filled_in(tmp_path):
+    loaded = spec.load(write(tmp_path, minimal()))
+    assert loaded == {
+        'cluster': 'quickstart',
+        'node_types': {'small': {'memory_mb': 256, 'vcpus': 1,
+                                 'volumes': [], 'physical_networks': []}},
+        'specs': [{'type': 'small', 'count': 2, 'node_name_prefix': 'tk',
+                   'vol_name_prefix': 'vol'}],
+        'physical_networks': [],
+        'physnet_mappings': {},
+        'bridge_type': 'linuxbridge',
+        'bridge_prefix': 'brtenks',
+        'ipmi_address': '127.0.0.1',
+        'ipmi_port_range_start': 6230,
+        'ipmi_port_range_end': 6240,
+        'ipmi_username': 'admin',
+        'ipmi_password': 'password',
+        'libvirt_domain_type': 'qemu',
+    }
+
+
+FULL = """\
+cluster: quickstart
+node_types:
+  small:
+    memory_mb: 256
+    vcpus: 1
+    volumes:
+      - capacity: 1GiB
+      - capacity: 2 GB
+        format: raw
+      - capacity: 1048576
+    physical_networks: [physnet2, physnet1]
+specs:
+  - type: small
+    count: 2
+    node_name_prefix: tk
+    vol_name_prefix: vol
+  - type: small
+    count: 0
+    node_name_prefix: tk
+physical_networks: [physnet1, physnet2]
+physnet_mappings:
+  physnet1: eth1
+  physnet2: breth2
+bridge_type: linuxbridge
+bridge_prefix: br
+ipmi_address: "::1"
+ipmi_port_range_start: 7000
+ipmi_port_range_end: 7001
+ipmi_username: root
+ipmi_password: secret
+libvirt_domain_type: kvm
+"""
+
+
+def test_full_spec(tmp_path):
+    loaded = spec.load(write(tmp_path, FULL))
+    assert loaded['node_types']['small']['volumes'] == [
+        {'capacity': GiB, 'format': 'qcow2'},
+        {'capacity': 2 * 1000 ** 3, 'format': 'raw'},
+        {'capacity': 1048576, 'format': 'qcow2'},
+    ]
+    assert loaded['specs'][1] == {'type': 'small', 'count': 0,
+                                  'node_name_prefix': 'tk',
+                                  'vol_name_prefix': 'vol'}
+    assert loaded['physical_networks'] == ['physnet1', 'physnet2']
+    assert loaded['ipmi_address'] == '::1'
+    assert loaded['ipmi_port_range_end'] == 7001
+    assert loaded['libvirt_domain_type'] == 'kvm'
+
+
+def test_physical_networks_default_to_mapping_keys_in_order():
+    data = change(physnet_mappings={'b': 'eth2', 'a': 'eth1'})
+    data['node_types']['small']['physical_networks'] = ['a']
+    assert spec.validate(data)['physical_networks'] == ['b', 'a']
+
+
+def test_normalised_spec_is_json_and_validates_to_itself(tmp_path):
+    loaded = spec.load(write(tmp_path, FULL))
+    assert json.loads(json.dumps(loaded)) == loaded
+    again = spec.validate(copy.deepcopy(loaded))
+    assert again == loaded
+    mapped_only = spec.validate(change(physnet_mappings={'p': 'eth1'}))
+    assert spec.validate(mapped_only) == mapped_only
+
+
+def test_validate_does_not_change_its_input():
+    data = change(node_types__small__volumes=[{'capacity': '1GiB'}])
+    before = copy.deepcopy(data)
+    spec.validate(data)
+    assert data == before
+
+
+def test_validate_names_its_source():
+    with pytest.raises(exceptions.SpecError) as info:
+        spec.validate(change(specs__0__count=-1), source='rpc:deploy')
+    assert str(info.value).startswith('rpc:deploy: invalid cluster spec')
+    with pytest.raises(exceptions.SpecError) as info:
+        spec.validate(change(specs__0__count=-1))
+    assert info.value.source == '<spec>'
+
+
+def test_unknown_top_level_key(tmp_path):
+    data = change(ipmi_pasword='x', extra=1)
+    assert problems(tmp_path, data) == [
+        "(top level): unknown key 'ipmi_pasword' "
+        "(did you mean 'ipmi_password'?)",
+        "(top level): unknown key 'extra'",
+    ]
+
+
+def test_unknown_nested_keys(tmp_path):
+    data = minimal()
+    del data['node_types']['small']['memory_mb']
+    data['node_types']['small']['memroy_mb'] = 256
+    data['node_types']['small']['volumes'] = [{'capacity': 512, 'sise': 1}]
+    data['specs'][0]['ironic_config'] = {}
+    assert problems(tmp_path, data) == [
+        "node_types.small: unknown key 'memroy_mb' "
+        "(did you mean 'memory_mb'?)",
+        "node_types.small: missing required key 'memory_mb'",
+        "node_types.small.volumes[0]: unknown key 'sise'",
+        "specs[0]: unknown key 'ironic_config'",
+    ]
+
+
+@pytest.mark.parametrize('field, value, problem', [
+    ('specs__0__count', 'two',
+     "specs[0].count: expected an integer, got 'two'"),
+    ('specs__0__count', True, 'specs[0].count: expected an integer, got True'),
+    ('specs__0__count', 2.0, 'specs[0].count: expected an integer, got 2.0'),
+    ('specs__0__count', None,
+     'specs[0].count: expected an integer, got no value'),
+    ('specs', {'type': 'small'}, 'specs: expected a list, got a mapping'),
+    ('node_types', ['small'], 'node_types: expected a mapping, got a list'),
+    ('ipmi_password', 1234,
+     'ipmi_password: expected a string, got 1234 (put it in quotes)'),
+    ('node_types__small__volumes', [{'capacity': [1]}],
+     'node_types.small.volumes[0].capacity: expected an integer or a '
+     'string, got a list'),
+])
+def test_wrong_type(tmp_path, field, value, problem):
+    assert problems(tmp_path, change(**{field: value})) == [problem]
+
+
+def test_missing_required_keys(tmp_path):
+    data = minimal()
+    del data['cluster']
+    del data['specs'][0]['count']
+    assert problems(tmp_path, data) == [
+        "(top level): missing required key 'cluster'",
+        "specs[0]: missing required key 'count'",
+    ]
+
+
+def test_unknown_node_type(tmp_path):
+    data = minimal()
+    data['node_types']['big'] = {'memory_mb': 1024, 'vcpus': 2}
+    data['specs'].append({'type': 'huge', 'count': 1})
+    assert problems(tmp_path, data) == [
+        "specs[1].type: unknown node type 'huge' "
+        "(node_types declares: small, big)",
+    ]
+
+
+def test_negative_count(tmp_path):
+    assert problems(tmp_path, change(specs__0__count=-1)) == [
+        'specs[0].count: -1 is less than the minimum of 0',
+    ]
+
+
+def test_count_zero_and_shared_prefixes_are_fine():
+    data = minimal()
+    data['specs'].append({'type': 'small', 'count': 0})
+    assert spec.validate(data)['specs'][1]['count'] == 0
+
+
+@pytest.mark.parametrize('value, message', [
+    (32, '32 is less than the minimum of 64'),
+    (2 ** 21, '2097152 is greater than the maximum of 1048576'),
+    (256.5, 'expected an integer, got 256.5'),
+    ('256', "expected an integer, got '256'"),
+])
+def test_bad_memory(tmp_path, value, message):
+    data = change(node_types__small__memory_mb=value)
+    assert problems(tmp_path, data) == [
+        'node_types.small.memory_mb: ' + message]
+
+
+def test_bad_vcpus(tmp_path):
+    assert problems(tmp_path, change(node_types__small__vcpus=0)) == [
+        'node_types.small.vcpus: 0 is less than the minimum of 1']
+
+
+@pytest.mark.parametrize('capacity, message', [
+    ('2G', "'2G' is ambiguous: write 2GB or 2GiB"),
+    ('2gib', "'2gib' has an unknown unit 'gib': use one of B, KB, KiB, "
+             'MB, MiB, GB, GiB, TB, TiB (case matters)'),
+    ('1000B', "'1000B' (1000 bytes) is not a multiple of the 512-byte disk "
+              'sector and is not rounded: use e.g. 512 or 1024 bytes'),
+    (0, '0 must be greater than 0'),
+    ('0GiB', "'0GiB' must be greater than 0"),
+    (-1024, '-1024 must be greater than 0'),
+    ('0.1KiB', "'0.1KiB' is 102.4 bytes, not a whole number of bytes"),
+])
+def test_bad_capacity(tmp_path, capacity, message):
+    data = change(node_types__small__volumes=[{'capacity': 512},
+                                              {'capacity': capacity}])
+    assert problems(tmp_path, data) == [
+        'node_types.small.volumes[1].capacity: ' + message]
+
+
+def test_bad_volume_format(tmp_path):
+    data = change(node_types__small__volumes=[{'capacity': 512,
+                                               'format': 'vmdk'}])
+    assert problems(tmp_path, data) == [
+        "node_types.small.volumes[0].format: 'vmdk' is not one of: "
+        'qcow2, raw']
+
+
+def test_undeclared_physnet(tmp_path):
+    data = change(physical_networks=['physnet1'],
+                  node_types__small__physical_networks=['physnet1', 'pn2'])
+    assert problems(tmp_path, data) == [
+        "node_types.small.physical_networks[1]: undeclared physical "
+        "network 'pn2' (physical_networks declares: physnet1)"]
+
+
+def test_physnet_not_in_mappings(tmp_path):
+    data = change(physnet_mappings={'physnet1': 'eth1'},
+                  node_types__small__physical_networks=['pn2'])
+    assert problems(tmp_path, data) == [
+        "node_types.small.physical_networks[0]: undeclared physical "
+        "network 'pn2' (physnet_mappings maps: physnet1)"]
+
+
+def test_physnet_with_nothing_declared(tmp_path):
+    data = change(node_types__small__physical_networks=['pn'])
+    assert problems(tmp_path, data) == [
+        "node_types.small.physical_networks[0]: undeclared physical "
+        "network 'pn' (physnet_mappings maps: none)"]
+
+
+def test_mapping_of_undeclared_physnet(tmp_path):
+    data = change(physical_networks=['physnet1'],
+                  physnet_mappings={'physnet1': 'eth1', 'pn2': 'eth2'})
+    assert problems(tmp_path, data) == [
+        "physnet_mappings.pn2: physical network 'pn2' is not declared "
+        "(physical_networks declares: physnet1)"]
+
+
+def test_declared_physnet_need_not_be_mapped():
+    data = change(physical_networks=['physnet1', 'physnet2'],
+                  physnet_mappings={'physnet1': 'eth1'})
+    assert spec.validate(data)['physnet_mappings'] == {'physnet1': 'eth1'}
+
+
+def test_duplicate_physnets(tmp_path):
+    data = change(physical_networks=['a', 'b', 'a', 'b', 'a'],
+                  node_types__small__physical_networks=['a', 'a'])
+    assert problems(tmp_path, data) == [
+        "node_types.small.physical_networks: listed more than once: 'a'",
+        "physical_networks: listed more than once: 'a', 'b', 'a'",
+    ]
+
+
+@pytest.mark.parametrize('name, interface', [
+    ('physnet1', 'eth/1'),
+    ('physnet1', 'eth 1'),
+    ('physnet1', 'a-very-long-name'),
+    ('physnet1', ''),
+])
+def test_bad_interface_name(tmp_path, name, interface):
+    data = change(physnet_mappings={name: interface})
+    assert problems(tmp_path, data) == [
+        'physnet_mappings.physnet1: %r is invalid: expected an interface '
+        "or bridge name: 1 to 15 characters, no '/' or whitespace"
+        % interface]
+
+
+@pytest.mark.parametrize('changes, message', [
+    ({'ipmi_port_range_end': 6229},
+     'ipmi_port_range_end: 6229 is less than ipmi_port_range_start (6230)'),
+    ({'ipmi_port_range_start': 0},
+     'ipmi_port_range_start: 0 is less than the minimum of 1'),
+    ({'ipmi_port_range_end': 65536},
+     'ipmi_port_range_end: 65536 is greater than the maximum of 65535'),
+    ({'specs__0__count': 12},
+     'specs: 12 nodes in total, but the IPMI port range 6230-6240 has '
+     'only 11 ports (one per node)'),
+    ({'specs__0__count': 2, 'ipmi_port_range_start': 7000,
+      'ipmi_port_range_end': 7000},
+     'specs: 2 nodes in total, but the IPMI port range 7000-7000 has '
+     'only 1 ports (one per node)'),
+])
+def test_bad_port_range(tmp_path, changes, message):
+    assert problems(tmp_path, change(**changes)) == [message]
+
+
+def test_port_range_is_inclusive():
+    data = change(specs__0__count=6)
+    data['specs'].append({'type': 'small', 'count': 5})
+    assert spec.validate(data)['ipmi_port_range_end'] == 6240
+
+
+@pytest.mark.parametrize('field, value, path, expected', [
+    ('cluster', 'Quick', 'cluster', "1 to 31 lowercase letters, digits or "
+     "'-', not starting with '-'"),
+    ('cluster', '-a', 'cluster', None),
+    ('cluster', 'a' * 32, 'cluster', None),
+    ('cluster', 'a\n', 'cluster', None),
+    ('specs__0__node_name_prefix', 'node-name', 'specs[0].node_name_prefix',
+     "a lowercase letter, then up to 7 lowercase letters, digits or '-'"),
+    ('specs__0__node_name_prefix', '1tk', 'specs[0].node_name_prefix', None),
+    ('specs__0__vol_name_prefix', 'Vol', 'specs[0].vol_name_prefix',
+     "a lowercase letter, then up to 15 lowercase letters, digits, '_' or "
+     "'-'"),
+    ('bridge_prefix', 'br-tenks', 'bridge_prefix', 'a lowercase letter, '
+     'then up to 11 lowercase letters or digits'),
+    ('bridge_prefix', 'b' * 13, 'bridge_prefix', None),
+])
+def test_bad_names(tmp_path, field, value, path, expected):
+    [problem] = problems(tmp_path, change(**{field: value}))
+    assert problem.startswith('%s: %r is invalid: expected ' % (path, value))
+    if expected:
+        assert problem.endswith(expected)
+
+
+def test_bad_node_type_name(tmp_path):
+    data = minimal()
+    data['node_types']['big one'] = {'memory_mb': 256, 'vcpus': 1}
+    assert problems(tmp_path, data) == [
+        "node_types: invalid key 'big one': expected letters, digits, '_', "
+        "'.' or '-'"]
+
+
+def test_openvswitch_is_not_supported_yet(tmp_path):
+    assert problems(tmp_path, change(bridge_type='openvswitch')) == [
+        "bridge_type: 'openvswitch' is not supported yet "
+        '(supported: linuxbridge)']
+
+
+def test_bad_enum_lists_allowed_values(tmp_path):
+    assert problems(tmp_path, change(libvirt_domain_type='xen')) == [
+        "libvirt_domain_type: 'xen' is not one of: qemu, kvm"]
+
+
+def test_bad_ipmi_address(tmp_path):
+    assert problems(tmp_path, change(ipmi_address='localhost')) == [
+        "ipmi_address: 'localhost' does not appear to be an IPv4 or IPv6 "
+        'address']
+
+
+@pytest.mark.parametrize('field', ['ipmi_username', 'ipmi_password'])
+def test_empty_credentials(tmp_path, field):
+    assert problems(tmp_path, change(**{field: ''})) == [
+        field + ': must not be empty']
+
+
+def test_empty_node_types_and_specs(tmp_path):
+    assert problems(tmp_path, change(node_types={}, specs=[])) == [
+        'node_types: must not be empty',
+        'specs: must not be empty',
+    ]
+
+
+def test_several_problems_are_all_reported(tmp_path):
+    data = change(bogus=1, specs__0__count=-1, ipmi_port_range_end=1,
+                  node_types__small__vcpus='one',
+                  node_types__small__volumes=[{'capacity': '2G'}])
+    data['specs'].append({'type': 'huge', 'count': 1})
+    assert problems(tmp_path, data) == [
+        "(top level): unknown key 'bogus'",
+        "node_types.small.vcpus: expected an integer, got 'one'",
+        "node_types.small.volumes[0].capacity: '2G' is ambiguous: write "
+        '2GB or 2GiB',
+        'specs[0].count: -1 is less than the minimum of 0',
+        "specs[1].type: unknown node type 'huge' (node_types declares: "
+        'small)',
+        'ipmi_port_range_end: 1 is less than ipmi_port_range_start (6230)',
+    ]
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path):
+    text = 'cluster: a\nnode_types:\n  small: {memory_mb: 64\nspecs: []\n'
+    [problem] = problems(tmp_path, text)
+    assert problem.startswith('invalid YAML at line 4, column 6: ')
+
+
+def test_yaml_duplicate_key(tmp_path):
+    text = 'cluster: a\nnode_types: {}\ncluster: b\n'
+    assert problems(tmp_path, text) == [
+        "invalid YAML at line 3, column 1: duplicate key 'cluster'"]
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path):
+    text = ('cluster: a\nnode_types:\n  small:\n'
+            '    <<: {memory_mb: 64, vcpus: 1}\n    vcpus: 2\n'
+            'specs: [{type: small, count: 1}]\n')
+    loaded = spec.load(write(tmp_path, text))
+    assert loaded['node_types']['small']['vcpus'] == 2
+
+
+@pytest.mark.parametrize('text, message', [
+    ('', '(top level): expected a mapping, got no value'),
+    ('- a\n', '(top level): expected a mapping, got a list'),
+])
+def test_not_a_mapping(tmp_path, text, message):
+    assert problems(tmp_path, text) == [message]
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / 'absent.yaml'
+    with pytest.raises(exceptions.SpecError) as info:
+        spec.load(path)
+    assert info.value.problems == [
+        'cannot read the file: No such file or directory']
+    assert str(info.value).startswith('%s: invalid cluster spec' % path)
+
+
+def test_file_not_utf8(tmp_path):
+    path = tmp_path / 'spec.yaml'
+    path.write_bytes(b'cluster: \xff\n')
+    with pytest.raises(exceptions.SpecError) as info:
+        spec.load(path)
+    [problem] = info.value.problems
+    assert problem.startswith('cannot read the file: not UTF-8 text')
