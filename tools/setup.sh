@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Prepare this machine for Tenks development, tests and CI.
+#
+# Debian 12, run as root, no systemd as PID 1 (so nothing starts services for
+# us). Idempotent: every step checks first and does nothing when its work is
+# already done, printing one line per step. A second run takes well under a
+# second.
+#
+# Steps:
+#   packages  install missing Debian packages (DEB_PACKAGES below)
+#   kvm       make /dev/kvm usable by libvirt's QEMU user (else every domain
+#             define costs ~1 minute of capability re-probing)
+#   virtlogd  start it if not running
+#   libvirtd  start it if not running, wait until qemu:///system answers
+#   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
+#             setup.cfg / setup.py / pyproject.toml or the venv's Python change
+#
+# Environment:
+#   TENKS_PYTHON          interpreter for the venv (default: python3)
+#   TENKS_EXTRA_PACKAGES  extra Debian packages to install (space separated)
+#   TENKS_LIBVIRT_TIMEOUT seconds to wait for libvirtd to answer (default: 60)
+set -euo pipefail
+
+SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
+REPO=$(cd "$(dirname "$SCRIPT")/.." && pwd -P)
+
+if [[ $EUID -ne 0 ]]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "setup.sh: must run as root (and sudo is not installed)" >&2
+        exit 1
+    fi
+    # Keep PATH so that `python3` stays the same interpreter under sudo.
+    exec sudo env "PATH=$PATH" bash "$SCRIPT" "$@"
+fi
+
+# Debian packages the project needs. Add to this list (one per line) as the
+# project grows, e.g. rabbitmq-server, openvswitch-switch, redis-server.
+DEB_PACKAGES=(
+    libvirt-daemon-system   # libvirtd, virtlogd, virsh
+    qemu-system-x86         # the VMs (TCG, or KVM where usable)
+    qemu-utils              # qemu-img, for volumes
+    libvirt-dev             # to build libvirt-python
+    pkg-config              # to build libvirt-python
+    gcc                     # to build libvirt-python
+    ipmitool                # to talk to the virtualbmc endpoints
+    iproute2                # bridges, veth pairs
+)
+
+PYTHON=${TENKS_PYTHON:-python3}
+VENV=$REPO/.venv
+STAMP=$VENV/.tenks-setup-stamp
+LIBVIRT_URI=qemu:///system
+LIBVIRT_TIMEOUT=${TENKS_LIBVIRT_TIMEOUT:-60}
+
+export DEBIAN_FRONTEND=noninteractive
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+LOG=$(mktemp -t tenks-setup.XXXXXX)
+trap 'rm -f "$LOG"' EXIT
+
+say() { printf '%s\n' "$*"; }
+
+die() {
+    printf 'setup.sh: ERROR: %s\n' "$*" >&2
+    exit 1
+}
+
+# Run a command with its output in $LOG; on failure show the log and stop.
+run_logged() {
+    if ! "$@" >"$LOG" 2>&1; then
+        printf 'setup.sh: ERROR: command failed: %s\n' "$*" >&2
+        tail -n 40 "$LOG" >&2
+        exit 1
+    fi
+}
+
+# Is a process with this (kernel, <= 15 characters) name running?
+proc_running() {
+    grep -qsx -- "$1" /proc/[0-9]*/comm
+}
+
+# Start a daemon with its standard streams and our lock detached, so that it
+# holds neither the caller's pipes (CI waits for EOF on them) nor the lock.
+start_daemon() {
+    "$@" </dev/null >/dev/null 2>&1 9>&-
+}
+
+step_packages() {
+    local pkgs=("${DEB_PACKAGES[@]}")
+    # shellcheck disable=SC2206
+    [[ -n ${TENKS_EXTRA_PACKAGES:-} ]] && pkgs+=(${TENKS_EXTRA_PACKAGES})
+
+    # Debian's own Python needs extra packages for venv and to build C
+    # extensions; pyenv/self-built ones have both.
+    local need
+    need=$("$PYTHON" - <<'EOF' 2>/dev/null || true
+import os, sysconfig
+need = []
+try:
+    import ensurepip  # noqa: F401
+except ImportError:
+    need.append("python3-venv")
+if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    need.append("python3-dev")
+print(" ".join(need))
+EOF
+)
+    [[ -n $need ]] || command -v "$PYTHON" >/dev/null 2>&1 \
+        || need="python3 python3-venv python3-dev"
+    # shellcheck disable=SC2206
+    pkgs+=($need)
+
+    local missing=() p
+    local installed
+    installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null \
+        | awk '$NF == "installed" {print $1}' || true)
+    for p in "${pkgs[@]}"; do
+        grep -qx -- "$p" <<<"$installed" || missing+=("$p")
+    done
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        say "packages: all ${#pkgs[@]} installed"
+        return
+    fi
+    say "packages: installing ${missing[*]}"
+    local t0=$SECONDS
+    run_logged apt-get -o DPkg::Lock::Timeout=300 -q update
+    run_logged apt-get install -y -q --no-install-recommends \
+        -o DPkg::Lock::Timeout=300 "${missing[@]}"
+    say "packages: installed ${#missing[@]} in $((SECONDS - t0)) s"
+}
+
+step_kvm() {
+    if [[ ! -e /dev/kvm ]]; then
+        say "kvm: no /dev/kvm, QEMU will use TCG only"
+        return
+    fi
+    if getent group kvm >/dev/null; then
+        if [[ $(stat -c '%G %a' /dev/kvm) == "kvm 660" ]]; then
+            say "kvm: /dev/kvm already usable by group kvm"
+            return
+        fi
+        chgrp kvm /dev/kvm
+        chmod 0660 /dev/kvm
+        say "kvm: /dev/kvm set to group kvm, mode 0660"
+    else
+        # No kvm group: run QEMU as root instead (the other fix for the
+        # slow-define trap). Must be in place before libvirtd starts.
+        local conf=/etc/libvirt/qemu.conf
+        if grep -qx 'user = "root"' "$conf" && grep -qx 'group = "root"' "$conf"; then
+            say "kvm: no kvm group; qemu.conf already runs QEMU as root"
+            return
+        fi
+        sed -i -e '/^#\?user = /d' -e '/^#\?group = /d' "$conf"
+        printf 'user = "root"\ngroup = "root"\n' >>"$conf"
+        say "kvm: no kvm group; set qemu.conf to run QEMU as root"
+        if proc_running libvirtd; then
+            say "kvm: WARNING: libvirtd was already running; restart it to apply qemu.conf"
+        fi
+        return
+    fi
+    # A libvirtd started before the fix holds QEMU capabilities it now finds
+    # stale: have it re-probe once here rather than in the first define.
+    if proc_running libvirtd; then
+        local t0=$SECONDS
+        virsh -c "$LIBVIRT_URI" domcapabilities --virttype qemu >/dev/null 2>&1 || true
+        say "kvm: libvirtd was already running; re-probed QEMU in $((SECONDS - t0)) s"
+    fi
+}
+
+step_virtlogd() {
+    if proc_running virtlogd; then
+        say "virtlogd: already running"
+        return
+    fi
+    start_daemon virtlogd -d || die "virtlogd -d failed"
+    say "virtlogd: started"
+}
+
+step_libvirtd() {
+    local started=""
+    if proc_running libvirtd; then
+        started="already running"
+    else
+        start_daemon libvirtd -d --pid-file /run/libvirtd.pid \
+            || die "libvirtd -d --pid-file /run/libvirtd.pid failed"
+        started="started"
+    fi
+    local t0=$SECONDS deadline=$((SECONDS + LIBVIRT_TIMEOUT)) out
+    until out=$(virsh -c "$LIBVIRT_URI" version 2>&1 9>&-); do
+        if ((SECONDS >= deadline)); then
+            printf '%s\n' "$out" >&2
+            proc_running libvirtd || echo "(no libvirtd process is running)" >&2
+            die "libvirtd did not answer on $LIBVIRT_URI within $LIBVIRT_TIMEOUT s"
+        fi
+        sleep 0.2
+    done
+    local hv
+    hv=$(sed -n 's/^Running hypervisor: //p' <<<"$out")
+    if [[ $started == started ]]; then
+        say "libvirtd: started, answering in $((SECONDS - t0)) s (${hv:-?})"
+    else
+        say "libvirtd: already running (${hv:-?})"
+    fi
+}
+
+venv_fingerprint() {
+    local f
+    for f in setup.cfg setup.py pyproject.toml; do
+        [[ -e $REPO/$f ]] && cat "$REPO/$f"
+    done
+    cat "$VENV/pyvenv.cfg"
+}
+
+step_venv() {
+    local created=""
+    if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null; then
+        :
+    else
+        [[ -e $VENV ]] && say "venv: $VENV is broken, recreating"
+        command -v "$PYTHON" >/dev/null 2>&1 || die "no '$PYTHON' on PATH"
+        run_logged "$PYTHON" -m venv --clear "$VENV"
+        created=1
+    fi
+    local want
+    want=$(venv_fingerprint | sha256sum | cut -d' ' -f1)
+    if [[ -z $created && -f $STAMP && $(<"$STAMP") == "$want" ]]; then
+        say "venv: up to date ($VENV)"
+        return
+    fi
+    say "venv: ${created:+created, }installing tenks[test] (pip install -e)"
+    local t0=$SECONDS
+    rm -f "$STAMP"
+    run_logged "$VENV/bin/python" -m pip install -q -e "${REPO}[test]"
+    echo "$want" >"$STAMP"
+    say "venv: installed in $((SECONDS - t0)) s"
+}
+
+main() {
+    # One set-up at a time on this machine (apt, daemons, the venv).
+    exec 9>/run/tenks-setup.lock
+    flock -w 900 9 || die "another tools/setup.sh holds /run/tenks-setup.lock"
+
+    step_packages
+    step_kvm
+    step_virtlogd
+    step_libvirtd
+    step_venv
+}
+
+main "$@"
