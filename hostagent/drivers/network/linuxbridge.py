@@ -1,0 +1,201 @@
+"""Network driver for Linux bridges, veth pairs and taps (netlink)."""
+
+import contextlib
+import errno
+import threading
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from hostagent.drivers import base
+from tenks import exceptions
+
+IFNAMSIZ = 15
+
+
+def _get(ipr, name):
+    """The link called ``name``, or None."""
+    try:
+        return ipr.link('get', ifname=name)[0]
+    except NetlinkError as e:
+        if e.code == errno.ENODEV:
+            return None
+        raise
+
+
+def _kind(link):
+    return link.get(('linkinfo', 'kind'))
+
+
+def _owned(ipr, name, owner, kind):
+    """Our link ``name`` of ``kind``, or None.
+
+    Raises ResourceConflict when it exists without our owner alias.
+    """
+    link = _get(ipr, name)
+    if link is None:
+        return None
+    mark = link.get('ifalias')
+    if mark != owner:
+        raise exceptions.ResourceConflict(
+            kind='Interface', name=name, owner=owner,
+            reason=('it has no owner mark' if not mark
+                    else 'its alias is %r' % mark))
+    if _kind(link) != kind:
+        raise exceptions.ResourceConflict(
+            kind='Interface', name=name, owner=owner,
+            reason='it is a %s, not a %s' % (_kind(link), kind))
+    return link
+
+
+def _bridge_index(ipr, name, owner):
+    link = _owned(ipr, name, owner, 'bridge')
+    if link is None:
+        raise exceptions.DriverError(
+            driver='linuxbridge', action='use bridge %s' % name,
+            reason='it does not exist')
+    return link['index']
+
+
+def _configure(ipr, link, master=None, owner=None):
+    """Set ``link`` up, in ``master``, with alias ``owner``.
+
+    ``master`` or ``owner`` None leaves that alone. Returns True if it
+    changed anything.
+    """
+    current = {'state': link.get('state'),
+               'master': link.get('master') or 0,
+               'ifalias': link.get('ifalias')}
+    wanted = {'state': 'up', 'master': master, 'ifalias': owner}
+    changes = {key: value for key, value in wanted.items()
+               if value is not None and current[key] != value}
+    if changes:
+        ipr.link('set', index=link['index'], **changes)
+    return bool(changes)
+
+
+class LinuxBridgeDriver(base.NetworkDriver):
+    """Linux bridges and their ports, marked with the owner as alias."""
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        # Serialises create-then-mark so that no thread sees one of our
+        # interfaces before it carries the owner alias.
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _netlink(self, action, *names):
+        """Yield an IPRoute; turn failures into DriverError."""
+        for name in names:
+            if len(name) > IFNAMSIZ:
+                raise exceptions.DriverError(
+                    driver='linuxbridge', action=action,
+                    reason='interface name %s is longer than %d characters'
+                           % (name, IFNAMSIZ))
+        try:
+            with IPRoute() as ipr:
+                yield ipr
+        except (NetlinkError, OSError) as e:
+            raise exceptions.DriverError(
+                driver='linuxbridge', action=action, reason=str(e)) from e
+
+    def ensure_bridge(self, name, owner):
+        """See base; the MAC is pinned so that joining ports keep it."""
+        with self._lock, self._netlink('create bridge %s' % name,
+                                       name) as ipr:
+            link = _owned(ipr, name, owner, 'bridge')
+            created = link is None
+            if created:
+                ipr.link('add', ifname=name, kind='bridge')
+                link = _get(ipr, name)
+                # Pin the MAC: a bridge would otherwise take the lowest
+                # MAC of its ports whenever they change.
+                ipr.link('set', index=link['index'],
+                         address=link.get('address'))
+            changed = _configure(ipr, link, owner=owner) or created
+            return changed, {'mac': link.get('address')}
+
+    def remove_bridge(self, name, owner):
+        return self._remove(name, owner, 'bridge')
+
+    def _remove(self, name, owner, kind):
+        with self._netlink('delete interface %s' % name, name) as ipr:
+            link = _owned(ipr, name, owner, kind)
+            if link is None:
+                return False
+            ipr.link('del', index=link['index'])
+        return True
+
+    def ensure_uplink(self, bridge, source, veth_names, owner):
+        """See base; ``bridge`` must be ours already.
+
+        InterfaceNotFound names physnet '?': this call is not told it.
+        A non-bridge ``source`` that is in another master is left there:
+        ResourceConflict.
+        """
+        action = 'connect bridge %s to %s' % (bridge, source)
+        with self._lock, self._netlink(action, bridge, source,
+                                       *veth_names) as ipr:
+            bridge_index = _bridge_index(ipr, bridge, owner)
+            src = _get(ipr, source)
+            if src is None:
+                raise exceptions.InterfaceNotFound(name=source, physnet='?')
+            if _kind(src) != 'bridge':
+                master = src.get('master')
+                if master not in (None, 0, bridge_index):
+                    raise exceptions.ResourceConflict(
+                        kind='Interface', name=source, owner=owner,
+                        reason='it is enslaved to another master')
+                return _configure(ipr, src, bridge_index)
+            ends = [_owned(ipr, n, owner, 'veth') for n in veth_names]
+            created = ends[0] is None
+            if created:
+                # One request to create the pair, another to enslave it:
+                # the kernel refuses both at once.
+                ipr.link('add', ifname=veth_names[0], kind='veth',
+                         peer=veth_names[1])
+                ends = [_get(ipr, n) for n in veth_names]
+            if None in ends:
+                raise exceptions.DriverError(
+                    driver='linuxbridge', action=action,
+                    reason='veth %s exists without its peer %s'
+                           % tuple(veth_names))
+            changed = _configure(ipr, ends[0], bridge_index, owner)
+            changed = _configure(ipr, ends[1], src['index'], owner) or changed
+            return changed or created
+
+    def remove_uplink(self, bridge, source, veth_names, owner):
+        """See base; ``source`` is released only from our ``bridge``."""
+        action = 'disconnect bridge %s from %s' % (bridge, source)
+        with self._netlink(action, bridge, source, *veth_names) as ipr:
+            changed = False
+            for name in veth_names:
+                link = _owned(ipr, name, owner, 'veth')
+                # Deleting one end deletes the other.
+                if link is not None:
+                    ipr.link('del', index=link['index'])
+                    changed = True
+            br = _owned(ipr, bridge, owner, 'bridge')
+            src = _get(ipr, source)
+            if (br is not None and src is not None
+                    and src.get('master') == br['index']):
+                ipr.link('set', index=src['index'], master=0)
+                changed = True
+        return changed
+
+    def ensure_port(self, bridge, name, owner):
+        """See base; a single-queue tap that outlives the domain's runs."""
+        action = 'create tap %s in bridge %s' % (name, bridge)
+        with self._lock, self._netlink(action, bridge, name) as ipr:
+            bridge_index = _bridge_index(ipr, bridge, owner)
+            link = _owned(ipr, name, owner, 'tun')
+            created = link is None
+            if created:
+                # Persistent, single queue: libvirt re-opens it by name
+                # for <interface type='ethernet'> with managed='no'.
+                ipr.link('add', ifname=name, kind='tuntap', mode='tap')
+                link = _get(ipr, name)
+            return _configure(ipr, link, bridge_index, owner) or created
+
+    def remove_port(self, name, owner):
+        return self._remove(name, owner, 'tun')

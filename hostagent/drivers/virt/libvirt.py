@@ -1,0 +1,407 @@
+"""Virtualisation driver for libvirt: dir pools, volumes and domains."""
+
+import collections
+import contextlib
+import errno
+import glob
+import logging
+import os
+import threading
+import uuid
+from xml.etree import ElementTree as ET
+
+import libvirt
+
+from hostagent.drivers import base
+from tenks import conf as tenks_conf
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+OWNER_NS = 'https://opendev.org/openstack/tenks'
+OWNER_TAG = '{%s}owner' % OWNER_NS
+ET.register_namespace('tenks', OWNER_NS)
+
+# The words virsh uses for each state.
+STATES = {
+    libvirt.VIR_DOMAIN_NOSTATE: 'no state',
+    libvirt.VIR_DOMAIN_RUNNING: 'running',
+    libvirt.VIR_DOMAIN_BLOCKED: 'idle',
+    libvirt.VIR_DOMAIN_PAUSED: 'paused',
+    libvirt.VIR_DOMAIN_SHUTDOWN: 'in shutdown',
+    libvirt.VIR_DOMAIN_SHUTOFF: 'shut off',
+    libvirt.VIR_DOMAIN_CRASHED: 'crashed',
+    libvirt.VIR_DOMAIN_PMSUSPENDED: 'pmsuspended',
+}
+
+UNDEFINE_FLAGS = (libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+                  | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+                  | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+                  | libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA)
+
+
+def _ignore_error(ctx, err):
+    """Keep libvirt from printing every error on stderr; we raise them."""
+
+
+libvirt.registerErrorHandler(_ignore_error, None)
+
+
+def _lookup(func, name, missing_code):
+    """``func(name)``, or None when libvirt says ``missing_code``."""
+    try:
+        return func(name)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() == missing_code:
+            return None
+        raise
+
+
+def _disk_dev(index):
+    """Target name of the disk at ``index``: vda, ..., vdz, vdaa, ..."""
+    letters = ''
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord('a') + rest) + letters
+    return 'vd' + letters
+
+
+def _attr(element, path, name):
+    found = element.find(path)
+    return None if found is None else found.get(name)
+
+
+def _summary(xml):
+    """The parts of a domain XML that ensure_domain manages."""
+    root = ET.fromstring(xml)
+    devices = root.find('devices')
+    return {
+        'type': root.get('type'),
+        'uuid': root.findtext('uuid'),
+        'memory': (_attr(root, 'memory', 'unit'), root.findtext('memory')),
+        'vcpus': root.findtext('vcpu'),
+        'boot': [b.get('dev') for b in root.findall('os/boot')],
+        'disks': [(d.get('type'), _attr(d, 'driver', 'type'),
+                   _attr(d, 'source', 'pool'), _attr(d, 'source', 'volume'),
+                   _attr(d, 'target', 'dev'))
+                  for d in devices.findall('disk')],
+        'nics': [(n.get('type'), _attr(n, 'mac', 'address'),
+                  _attr(n, 'target', 'dev'), _attr(n, 'target', 'managed'),
+                  _attr(n, 'model', 'type'))
+                 for n in devices.findall('interface')],
+        'serials': [(s.get('type'), _attr(s, 'log', 'file'))
+                    for s in devices.findall('serial')],
+        'on_poweroff': root.findtext('on_poweroff'),
+    }
+
+
+class LibvirtDriver(base.VirtDriver):
+    """Pools, volumes and domains through one shared libvirt connection."""
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        self._conn = None
+        self._conn_lock = threading.Lock()
+        # Pool define/create/undefine of one name must not interleave.
+        self._pool_lock = threading.Lock()
+        # Per (pool, volume): libvirt fails to read a volume that another
+        # thread is still building.
+        self._volume_locks = collections.defaultdict(threading.Lock)
+        self._volume_locks_lock = threading.Lock()
+
+    @property
+    def _uri(self):
+        return self.conf.hostagent.libvirt_uri
+
+    def _connection(self):
+        """The shared connection, (re)opened when missing or dead."""
+        with self._conn_lock:
+            if self._conn is not None and not self._alive(self._conn):
+                with contextlib.suppress(libvirt.libvirtError):
+                    self._conn.close()
+                self._conn = None
+            if self._conn is None:
+                try:
+                    self._conn = libvirt.open(self._uri)
+                except libvirt.libvirtError as e:
+                    raise exceptions.HypervisorUnavailable(
+                        uri=self._uri, reason=e.get_error_message()) from e
+            return self._conn
+
+    @staticmethod
+    def _alive(conn):
+        try:
+            return conn.isAlive() == 1
+        except libvirt.libvirtError:
+            return False
+
+    @contextlib.contextmanager
+    def _libvirt(self, action):
+        """Yield the connection; turn failures into Tenks errors."""
+        conn = self._connection()
+        try:
+            yield conn
+        except libvirt.libvirtError as e:
+            reason = e.get_error_message()
+            if not self._alive(conn):
+                raise exceptions.HypervisorUnavailable(
+                    uri=self._uri, reason=reason) from e
+            raise exceptions.DriverError(
+                driver='libvirt', action=action, reason=reason) from e
+        except OSError as e:
+            raise exceptions.DriverError(
+                driver='libvirt', action=action, reason=str(e)) from e
+
+    def facts(self):
+        with self._libvirt('read hypervisor facts') as conn:
+            version = conn.getLibVersion()
+            info = conn.getInfo()
+        return {
+            'libvirt_version': '%d.%d.%d' % (
+                version // 1000000, version // 1000 % 1000, version % 1000),
+            'cpus': info[2],
+            'memory_mb': info[1],
+        }
+
+    # Pools and volumes
+
+    @staticmethod
+    def _check_pool_path(pool, name, path, owner):
+        """Raise ResourceConflict unless ``pool`` lives at ``path``."""
+        current = ET.fromstring(pool.XMLDesc()).findtext('target/path')
+        if os.path.normpath(current) != path:
+            raise exceptions.ResourceConflict(
+                kind='Storage pool', name=name, owner=owner,
+                reason='its directory is %s, not %s' % (current, path))
+
+    def ensure_pool(self, name, path, owner):
+        """A dir pool, active and autostarted; its directory mode 0711.
+
+        Mode 0711 lets the qemu user reach the volumes. A pool ``name``
+        at another path is somebody else's: ResourceConflict.
+        """
+        path = os.path.abspath(path)
+        root = ET.Element('pool', type='dir')
+        ET.SubElement(root, 'name').text = name
+        target = ET.SubElement(root, 'target')
+        ET.SubElement(target, 'path').text = path
+        perms = ET.SubElement(target, 'permissions')
+        ET.SubElement(perms, 'mode').text = '0711'
+        with self._pool_lock, \
+                self._libvirt('set up storage pool %s' % name) as conn:
+            changed = False
+            pool = _lookup(conn.storagePoolLookupByName, name,
+                           libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if pool is None:
+                pool = conn.storagePoolDefineXML(
+                    ET.tostring(root, encoding='unicode'))
+                pool.setAutostart(1)
+                changed = True
+            else:
+                self._check_pool_path(pool, name, path, owner)
+            if not os.path.isdir(path):
+                os.makedirs(path)
+                os.chmod(path, 0o711)
+                changed = True
+            if not pool.isActive():
+                pool.create()
+                changed = True
+        return changed
+
+    def remove_pool(self, name, path, owner):
+        """Remove the pool; its directory too, but only when empty."""
+        path = os.path.abspath(path)
+        with self._pool_lock, \
+                self._libvirt('remove storage pool %s' % name) as conn:
+            changed = False
+            pool = _lookup(conn.storagePoolLookupByName, name,
+                           libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if pool is not None:
+                self._check_pool_path(pool, name, path, owner)
+                if pool.isActive():
+                    pool.destroy()
+                pool.undefine()
+                changed = True
+            try:
+                os.rmdir(path)
+                changed = True
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY:
+                    raise
+                LOG.warning('Left directory %s of storage pool %s in place: '
+                            'it is not empty', path, name)
+        return changed
+
+    def _volume_lock(self, pool, name):
+        with self._volume_locks_lock:
+            return self._volume_locks[(pool, name)]
+
+    def ensure_volume(self, pool, name, capacity, fmt):
+        """See base; ``capacity`` is rounded up to whole 512-byte sectors.
+
+        An existing volume of another size or format: ResourceConflict.
+        """
+        # qemu-img rounds sizes up to whole sectors; so do we, for raw too,
+        # so that a second call finds the size it asked for.
+        capacity = -(-int(capacity) // 512) * 512
+        root = ET.Element('volume')
+        ET.SubElement(root, 'name').text = name
+        ET.SubElement(root, 'capacity', unit='bytes').text = str(capacity)
+        ET.SubElement(root, 'allocation').text = '0'
+        target = ET.SubElement(root, 'target')
+        ET.SubElement(target, 'format', type=fmt)
+        ET.SubElement(ET.SubElement(target, 'permissions'),
+                      'mode').text = '0600'
+        action = 'create volume %s in storage pool %s' % (name, pool)
+        with self._volume_lock(pool, name), self._libvirt(action) as conn:
+            lvpool = conn.storagePoolLookupByName(pool)
+            vol = _lookup(lvpool.storageVolLookupByName, name,
+                          libvirt.VIR_ERR_NO_STORAGE_VOL)
+            if vol is None:
+                lvpool.createXML(ET.tostring(root, encoding='unicode'))
+                return True
+            current_capacity = vol.info()[1]
+            current_fmt = _attr(ET.fromstring(vol.XMLDesc()),
+                                'target/format', 'type')
+        if (current_capacity, current_fmt) != (capacity, fmt):
+            raise exceptions.ResourceConflict(
+                'Volume %s in storage pool %s already exists with %d bytes '
+                'in format %s, not %d bytes in format %s' % (
+                    name, pool, current_capacity, current_fmt, capacity,
+                    fmt))
+        return False
+
+    def remove_volume(self, pool, name):
+        action = 'delete volume %s in storage pool %s' % (name, pool)
+        with self._volume_lock(pool, name), self._libvirt(action) as conn:
+            lvpool = _lookup(conn.storagePoolLookupByName, pool,
+                             libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if lvpool is None:
+                return False
+            vol = _lookup(lvpool.storageVolLookupByName, name,
+                          libvirt.VIR_ERR_NO_STORAGE_VOL)
+            if vol is None:
+                return False
+            vol.delete()
+        return True
+
+    # Domains
+
+    def _console_log(self, name):
+        return os.path.join(tenks_conf.console_log_dir(self.conf),
+                            '%s-console.log' % name)
+
+    def _domain_xml(self, domain, owner):
+        root = ET.Element('domain', type=domain['domain_type'])
+        ET.SubElement(root, 'name').text = domain['name']
+        ET.SubElement(root, 'uuid').text = str(uuid.UUID(domain['uuid']))
+        ET.SubElement(ET.SubElement(root, 'metadata'), OWNER_TAG).text = owner
+        kib = str(domain['memory_mb'] * 1024)
+        ET.SubElement(root, 'memory', unit='KiB').text = kib
+        ET.SubElement(root, 'currentMemory', unit='KiB').text = kib
+        ET.SubElement(root, 'vcpu').text = str(domain['vcpus'])
+        os_el = ET.SubElement(root, 'os')
+        ET.SubElement(os_el, 'type').text = 'hvm'
+        ET.SubElement(os_el, 'boot', dev='network')
+        ET.SubElement(os_el, 'boot', dev='hd')
+        features = ET.SubElement(root, 'features')
+        ET.SubElement(features, 'acpi')
+        ET.SubElement(features, 'apic')
+        ET.SubElement(root, 'on_poweroff').text = 'destroy'
+        devices = ET.SubElement(root, 'devices')
+        for index, disk in enumerate(domain['disks']):
+            el = ET.SubElement(devices, 'disk', type='volume', device='disk')
+            ET.SubElement(el, 'driver', name='qemu', type=disk['format'])
+            ET.SubElement(el, 'source', pool=disk['pool'],
+                          volume=disk['volume'])
+            ET.SubElement(el, 'target', dev=_disk_dev(index), bus='virtio')
+        for nic in domain['nics']:
+            el = ET.SubElement(devices, 'interface', type='ethernet')
+            ET.SubElement(el, 'mac', address=nic['mac'].lower())
+            ET.SubElement(el, 'target', dev=nic['tap'], managed='no')
+            ET.SubElement(el, 'model', type='virtio')
+        serial = ET.SubElement(devices, 'serial', type='pty')
+        ET.SubElement(serial, 'log', file=self._console_log(domain['name']),
+                      append='on')
+        ET.SubElement(serial, 'target', port='0')
+        console = ET.SubElement(devices, 'console', type='pty')
+        ET.SubElement(console, 'target', type='serial', port='0')
+        return ET.tostring(root, encoding='unicode')
+
+    @staticmethod
+    def _check_owner(dom, name, owner):
+        try:
+            mark = ET.fromstring(dom.metadata(
+                libvirt.VIR_DOMAIN_METADATA_ELEMENT, OWNER_NS)).text
+        except libvirt.libvirtError as e:
+            if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+                raise
+            mark = None
+        if mark != owner:
+            raise exceptions.ResourceConflict(
+                kind='Domain', name=name, owner=owner,
+                reason=('it has no Tenks owner mark' if mark is None
+                        else 'it belongs to %s' % mark))
+
+    def ensure_domain(self, domain, owner):
+        """See base; ``owner`` is kept in the domain's metadata.
+
+        A domain of ``owner`` that differs is redefined (if it runs, the
+        change applies from its next start); one without the mark or with
+        another owner's raises ResourceConflict.
+        """
+        name = domain['name']
+        xml = self._domain_xml(domain, owner)
+        wanted = _summary(xml)
+        with self._libvirt('define domain %s' % name) as conn:
+            os.makedirs(tenks_conf.console_log_dir(self.conf), mode=0o700,
+                        exist_ok=True)
+            dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
+            if dom is not None:
+                self._check_owner(dom, name, owner)
+                current = _summary(
+                    dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+                if current == wanted:
+                    return False
+                if current['uuid'] != wanted['uuid']:
+                    raise exceptions.DriverError(
+                        driver='libvirt', action='redefine domain %s' % name,
+                        reason='it exists with UUID %s, not %s; remove it '
+                               'first' % (current['uuid'], wanted['uuid']))
+            conn.defineXML(xml)
+        return True
+
+    def remove_domain(self, name, owner):
+        """See base; ResourceConflict unless the domain is ``owner``'s."""
+        with self._libvirt('remove domain %s' % name) as conn:
+            dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
+            if dom is None:
+                return False
+            self._check_owner(dom, name, owner)
+            if dom.isActive():
+                try:
+                    dom.destroy()
+                except libvirt.libvirtError as e:
+                    # It stopped by itself in between.
+                    if (e.get_error_code()
+                            != libvirt.VIR_ERR_OPERATION_INVALID):
+                        raise
+            if dom.isPersistent():
+                dom.undefineFlags(UNDEFINE_FLAGS)
+            log = self._console_log(name)
+            # virtlogd rotates the log to <log>.0, <log>.1, ...
+            for path in [log] + glob.glob(glob.escape(log) + '.[0-9]*'):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+        return True
+
+    def domain_state(self, name):
+        with self._libvirt('read the state of domain %s' % name) as conn:
+            dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
+            if dom is None:
+                return None
+            state = dom.state()[0]
+        return STATES.get(state, 'unknown')

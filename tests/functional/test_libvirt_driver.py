@@ -1,0 +1,312 @@
+"""LibvirtDriver against the real qemu:///system and real taps."""
+
+import os
+import re
+import stat
+import uuid
+from concurrent import futures
+from xml.etree import ElementTree as ET
+
+import libvirt
+import pytest
+
+from hostagent.drivers.network import linuxbridge
+from hostagent.drivers.virt import libvirt as libvirt_driver
+from tenks import exceptions
+from tests.functional import drivers_fixtures as fx
+
+pytestmark = pytest.mark.functional
+
+GIB = 1024 ** 3
+
+
+@pytest.fixture
+def left():
+    leftovers = fx.Leftovers()
+    yield leftovers
+    assert leftovers.clean() == []
+
+
+@pytest.fixture
+def conf(tmp_path):
+    return fx.make_conf(tmp_path)
+
+
+@pytest.fixture
+def driver(conf):
+    return libvirt_driver.LibvirtDriver(conf)
+
+
+@pytest.fixture
+def conn():
+    connection = libvirt.open(fx.URI)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def pool(driver, left):
+    """An active pool; returns its name."""
+    name = left.name('-pool')
+    driver.ensure_pool(name, os.path.join(left.directory(), 'pool'),
+                       fx.OWNER)
+    return name
+
+
+def domain_spec(left, pool, index=0, **changes):
+    spec = {
+        'name': left.name('-d%d' % index),
+        'uuid': str(uuid.uuid4()),
+        'vcpus': 1,
+        'memory_mb': 128,
+        'domain_type': 'qemu',
+        'disks': [{'pool': pool, 'volume': left.name('-d%d-v0' % index),
+                   'format': 'qcow2'},
+                  {'pool': pool, 'volume': left.name('-d%d-v1' % index),
+                   'format': 'raw'}],
+        'nics': [{'mac': '52:54:00:AB:00:%02x' % index,
+                  'tap': left.name('t%da' % index)},
+                 {'mac': '52:54:00:ab:01:%02x' % index,
+                  'tap': left.name('t%db' % index)}],
+    }
+    spec.update(changes)
+    return spec
+
+
+def test_facts(driver):
+    facts = driver.facts()
+    assert re.fullmatch(r'\d+\.\d+\.\d+', facts['libvirt_version'])
+    assert facts['cpus'] >= 1
+    assert facts['memory_mb'] >= 128
+
+
+def test_unreachable_libvirt(tmp_path):
+    uri = 'qemu+unix:///system?socket=/nonexistent/hx.sock'
+    driver = libvirt_driver.LibvirtDriver(
+        fx.make_conf(tmp_path, libvirt_uri=uri))
+    with pytest.raises(exceptions.HypervisorUnavailable, match=re.escape(uri)):
+        driver.facts()
+
+
+def test_reconnects_after_connection_died(driver):
+    driver.facts()
+    driver._connection().close()
+    assert driver.facts()['cpus'] >= 1
+
+
+def test_pool_lifecycle(driver, conn, left):
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    assert driver.ensure_pool(name, path, fx.OWNER) is True
+    assert driver.ensure_pool(name, path, fx.OWNER) is False
+    assert conn.storagePoolLookupByName(name).isActive()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o711
+    with pytest.raises(exceptions.ResourceConflict):
+        driver.ensure_pool(name, path + '-other', fx.OWNER)
+    with pytest.raises(exceptions.ResourceConflict):
+        driver.remove_pool(name, path + '-other', fx.OWNER)
+
+    # Inactive and without its directory: ensure repairs both.
+    conn.storagePoolLookupByName(name).destroy()
+    os.rmdir(path)
+    assert driver.ensure_pool(name, path, fx.OWNER) is True
+    assert conn.storagePoolLookupByName(name).isActive()
+
+    assert driver.remove_pool(name, path, fx.OWNER) is True
+    assert not os.path.exists(path)
+    assert name not in conn.listStoragePools() + conn.listDefinedStoragePools()
+    assert driver.remove_pool(name, path, fx.OWNER) is False
+
+
+def test_remove_pool_keeps_foreign_files(driver, left):
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    driver.ensure_pool(name, path, fx.OWNER)
+    with open(os.path.join(path, 'not-ours'), 'w') as f:
+        f.write('x')
+    assert driver.remove_pool(name, path, fx.OWNER) is True
+    assert os.listdir(path) == ['not-ours']
+
+
+def test_volume_lifecycle(driver, conn, pool):
+    assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2') is True
+    assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2') is False
+    vol = conn.storagePoolLookupByName(pool).storageVolLookupByName(
+        'hx-v.qcow2')
+    assert vol.info()[1] == GIB
+    assert 'qcow2' in vol.XMLDesc()
+    with pytest.raises(exceptions.ResourceConflict):
+        driver.ensure_volume(pool, 'hx-v.qcow2', 2 * GIB, 'qcow2')
+    with pytest.raises(exceptions.ResourceConflict):
+        driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'raw')
+
+    # An odd size is rounded to whole sectors, the same way every time.
+    assert driver.ensure_volume(pool, 'hx-v.raw', 1000, 'raw') is True
+    assert driver.ensure_volume(pool, 'hx-v.raw', 1000, 'raw') is False
+
+    assert driver.remove_volume(pool, 'hx-v.qcow2') is True
+    assert driver.remove_volume(pool, 'hx-v.qcow2') is False
+    assert driver.remove_volume(pool, 'hx-v.raw') is True
+    assert driver.remove_volume(pool + '-missing', 'hx-v.raw') is False
+
+
+def test_volume_in_missing_pool(driver, left):
+    with pytest.raises(exceptions.DriverError, match='hx-v'):
+        driver.ensure_volume(left.name('-nopool'), 'hx-v', GIB, 'qcow2')
+
+
+def test_parallel_volumes(driver, conn, pool):
+    with futures.ThreadPoolExecutor(8) as executor:
+        created = list(executor.map(
+            lambda i: driver.ensure_volume(pool, 'hx-p%d' % i, GIB, 'qcow2'),
+            range(8)))
+        assert created == [True] * 8
+        # The same volume from 8 threads: one creates it, all succeed.
+        same = list(executor.map(
+            lambda i: driver.ensure_volume(pool, 'hx-same', GIB, 'qcow2'),
+            range(8)))
+        assert sorted(same) == [False] * 7 + [True]
+        removed = list(executor.map(
+            lambda i: driver.remove_volume(pool, 'hx-p%d' % i), range(8)))
+        assert removed == [True] * 8
+    assert conn.storagePoolLookupByName(pool).listVolumes() == ['hx-same']
+
+
+def test_domain_definition(driver, conn, conf, left, pool):
+    spec = domain_spec(left, pool)
+    assert driver.ensure_domain(spec, fx.OWNER) is True
+    assert driver.ensure_domain(spec, fx.OWNER) is False
+    assert driver.domain_state(spec['name']) == 'shut off'
+
+    dom = conn.lookupByName(spec['name'])
+    assert dom.UUIDString() == spec['uuid']
+    root = ET.fromstring(dom.XMLDesc())
+    assert root.get('type') == 'qemu'
+    assert root.findtext('vcpu') == '1'
+    assert int(root.findtext('memory')) == 128 * 1024
+    assert root.find('memory').get('unit') == 'KiB'
+    assert [b.get('dev') for b in root.findall('os/boot')] == [
+        'network', 'hd']
+    assert root.findtext('os/type') == 'hvm'
+    assert root.find('features/acpi') is not None
+    assert root.find('features/apic') is not None
+    assert root.findtext('on_poweroff') == 'destroy'
+
+    devices = root.find('devices')
+    disks = devices.findall('disk')
+    assert [(d.get('type'), d.find('source').get('pool'),
+             d.find('source').get('volume'), d.find('driver').get('type'),
+             d.find('target').get('dev'), d.find('target').get('bus'))
+            for d in disks] == [
+        ('volume', pool, spec['disks'][0]['volume'], 'qcow2', 'vda',
+         'virtio'),
+        ('volume', pool, spec['disks'][1]['volume'], 'raw', 'vdb', 'virtio'),
+    ]
+    nics = devices.findall('interface')
+    assert [(n.get('type'), n.find('mac').get('address'),
+             n.find('target').get('dev'), n.find('target').get('managed'),
+             n.find('model').get('type')) for n in nics] == [
+        ('ethernet', nic['mac'].lower(), nic['tap'], 'no', 'virtio')
+        for nic in spec['nics']]
+
+    log = os.path.join(conf.state_dir, 'logs', 'console',
+                       spec['name'] + '-console.log')
+    serial = devices.find('serial')
+    assert serial.get('type') == 'pty'
+    assert serial.find('log').attrib == {'file': log, 'append': 'on'}
+    assert devices.find('console').get('type') == 'pty'
+    assert os.path.isdir(os.path.dirname(log))
+    assert devices.find('graphics') is None
+
+    owner = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT,
+                         libvirt_driver.OWNER_NS)
+    assert ET.fromstring(owner).text == fx.OWNER
+
+
+def test_domain_redefined_when_changed(driver, conn, left, pool):
+    spec = domain_spec(left, pool)
+    driver.ensure_domain(spec, fx.OWNER)
+    bigger = dict(spec, vcpus=2, memory_mb=256, nics=spec['nics'][:1])
+    assert driver.ensure_domain(bigger, fx.OWNER) is True
+    assert driver.ensure_domain(bigger, fx.OWNER) is False
+    root = ET.fromstring(conn.lookupByName(spec['name']).XMLDesc())
+    assert root.findtext('vcpu') == '2'
+    assert int(root.findtext('memory')) == 256 * 1024
+    assert len(root.findall('devices/interface')) == 1
+
+    with pytest.raises(exceptions.DriverError, match='UUID'):
+        driver.ensure_domain(dict(bigger, uuid=str(uuid.uuid4())), fx.OWNER)
+
+
+def test_foreign_domains_are_left_alone(driver, conn, left, pool):
+    spec = domain_spec(left, pool)
+    # No owner mark at all.
+    xml = ('<domain type="qemu"><name>%s</name><memory>65536</memory>'
+           '<os><type>hvm</type></os></domain>' % spec['name'])
+    conn.defineXML(xml)
+    before = conn.lookupByName(spec['name']).XMLDesc()
+    with pytest.raises(exceptions.ResourceConflict, match='no Tenks owner'):
+        driver.ensure_domain(spec, fx.OWNER)
+    with pytest.raises(exceptions.ResourceConflict):
+        driver.remove_domain(spec['name'], fx.OWNER)
+    assert conn.lookupByName(spec['name']).XMLDesc() == before
+
+    # Another cluster's.
+    other = domain_spec(left, pool, index=1)
+    driver.ensure_domain(other, 'tenks:hxother')
+    with pytest.raises(exceptions.ResourceConflict, match='tenks:hxother'):
+        driver.ensure_domain(other, fx.OWNER)
+    with pytest.raises(exceptions.ResourceConflict):
+        driver.remove_domain(other['name'], fx.OWNER)
+    assert driver.domain_state(other['name']) == 'shut off'
+
+
+def test_remove_domain(driver, conf, left, pool):
+    spec = domain_spec(left, pool)
+    driver.ensure_domain(spec, fx.OWNER)
+    log = os.path.join(conf.state_dir, 'logs', 'console',
+                       spec['name'] + '-console.log')
+    for path in (log, log + '.0'):
+        with open(path, 'w') as f:
+            f.write('boot\n')
+    assert driver.remove_domain(spec['name'], fx.OWNER) is True
+    assert driver.domain_state(spec['name']) is None
+    assert os.listdir(os.path.dirname(log)) == []
+    assert driver.remove_domain(spec['name'], fx.OWNER) is False
+
+
+def test_domain_starts_on_bridged_tap(driver, conn, conf, left, pool):
+    """A defined domain boots with its NIC on a tap in a bridge."""
+    network = linuxbridge.LinuxBridgeDriver(conf)
+    bridge = left.name('br')
+    network.ensure_bridge(bridge, fx.OWNER)
+    spec = domain_spec(left, pool, disks=[], nics=[])
+    disk = {'pool': pool, 'volume': left.name('-root'), 'format': 'qcow2'}
+    driver.ensure_volume(pool, disk['volume'], GIB, 'qcow2')
+    spec['disks'] = [disk]
+    tap = left.name('t0')
+    network.ensure_port(bridge, tap, fx.OWNER)
+    spec['nics'] = [{'mac': '52:54:00:ab:02:00', 'tap': tap}]
+    driver.ensure_domain(spec, fx.OWNER)
+    brif = '/sys/class/net/%s/brif/%s' % (bridge, tap)
+
+    dom = conn.lookupByName(spec['name'])
+    for _ in range(2):  # a second boot re-opens the same tap
+        dom.create()
+        assert driver.domain_state(spec['name']) == 'running'
+        assert os.path.exists(brif)
+        with open('/sys/class/net/%s/carrier' % tap) as f:
+            assert f.read().strip() == '1'  # QEMU holds the tap
+        dom.destroy()
+        assert driver.domain_state(spec['name']) == 'shut off'
+        assert os.path.exists(brif)  # the port outlives the VM
+
+    dom.create()
+    log = os.path.join(conf.state_dir, 'logs', 'console',
+                       spec['name'] + '-console.log')
+    assert os.path.exists(log)
+    assert driver.remove_domain(spec['name'], fx.OWNER) is True
+    assert not os.path.exists(log)
+    assert os.path.exists(brif)
+    assert network.remove_port(tap, fx.OWNER) is True
+    assert network.remove_bridge(bridge, fx.OWNER) is True

@@ -1,0 +1,193 @@
+"""LinuxBridgeDriver against real netlink."""
+
+import pytest
+from pyroute2 import IPRoute
+
+from hostagent.drivers.network import linuxbridge
+from tenks import exceptions
+from tests.functional import drivers_fixtures as fx
+
+pytestmark = pytest.mark.functional
+
+
+@pytest.fixture
+def left():
+    leftovers = fx.Leftovers()
+    yield leftovers
+    assert leftovers.clean() == []
+
+
+@pytest.fixture
+def driver(tmp_path):
+    return linuxbridge.LinuxBridgeDriver(fx.make_conf(tmp_path))
+
+
+@pytest.fixture
+def ipr():
+    with IPRoute() as handle:
+        yield handle
+
+
+def link(ipr, name):
+    """Name, kind, alias, up or not, and master's name of link ``name``."""
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        return None
+    msg = ipr.link('get', index=found[0])[0]
+    master = msg.get('master')
+    return {
+        'kind': msg.get(('linkinfo', 'kind')),
+        'alias': msg.get('ifalias'),
+        'up': msg.get('state') == 'up',
+        'master': (ipr.link('get', index=master)[0].get('ifname')
+                   if master else None),
+        'mac': msg.get('address'),
+    }
+
+
+@pytest.fixture
+def bridge(driver, left):
+    name = left.name('br')
+    driver.ensure_bridge(name, fx.OWNER)
+    return name
+
+
+def test_bridge_lifecycle(driver, ipr, left):
+    name = left.name('br')
+    changed, facts = driver.ensure_bridge(name, fx.OWNER)
+    assert changed is True
+    assert link(ipr, name) == {'kind': 'bridge', 'alias': fx.OWNER,
+                               'up': True, 'master': None,
+                               'mac': facts['mac']}
+    assert driver.ensure_bridge(name, fx.OWNER) == (False, facts)
+
+    # Down again: ensure brings it up.
+    ipr.link('set', index=ipr.link_lookup(ifname=name)[0], state='down')
+    assert driver.ensure_bridge(name, fx.OWNER) == (True, facts)
+    assert link(ipr, name)['up']
+
+    assert driver.remove_bridge(name, fx.OWNER) is True
+    assert link(ipr, name) is None
+    assert driver.remove_bridge(name, fx.OWNER) is False
+
+
+def test_bridge_mac_stays_when_ports_join(driver, ipr, left, bridge):
+    mac = link(ipr, bridge)['mac']
+    for index in range(3):
+        driver.ensure_port(bridge, left.name('t%d' % index), fx.OWNER)
+    assert link(ipr, bridge)['mac'] == mac
+    assert driver.ensure_bridge(bridge, fx.OWNER) == (False, {'mac': mac})
+
+
+def test_foreign_interfaces_are_left_alone(driver, ipr, left, bridge):
+    unmarked = left.name('brx')
+    ipr.link('add', ifname=unmarked, kind='bridge')
+    other = left.name('tx')
+    driver.ensure_bridge(left.name('bro'), 'tenks:hxother')
+    driver.ensure_port(left.name('bro'), other, 'tenks:hxother')
+    for name in (unmarked, other):
+        before = link(ipr, name)
+        with pytest.raises(exceptions.ResourceConflict, match=name):
+            driver.ensure_bridge(name, fx.OWNER)
+        with pytest.raises(exceptions.ResourceConflict, match=name):
+            driver.remove_bridge(name, fx.OWNER)
+        with pytest.raises(exceptions.ResourceConflict, match=name):
+            driver.ensure_port(bridge, name, fx.OWNER)
+        with pytest.raises(exceptions.ResourceConflict, match=name):
+            driver.remove_port(name, fx.OWNER)
+        assert link(ipr, name) == before
+    # Not our bridge: no port goes into it.
+    with pytest.raises(exceptions.ResourceConflict, match=unmarked):
+        driver.ensure_port(unmarked, left.name('t0'), fx.OWNER)
+    assert link(ipr, left.name('t0')) is None
+
+
+def test_port_lifecycle(driver, ipr, left, bridge):
+    tap = left.name('t0')
+    assert driver.ensure_port(bridge, tap, fx.OWNER) is True
+    assert driver.ensure_port(bridge, tap, fx.OWNER) is False
+    state = link(ipr, tap)
+    assert state == {'kind': 'tun', 'alias': fx.OWNER, 'up': True,
+                     'master': bridge, 'mac': state['mac']}
+    with open('/sys/class/net/%s/tun_flags' % tap) as f:
+        flags = int(f.read(), 16)
+    assert flags & 0x0002  # IFF_TAP
+    assert not flags & 0x0100  # IFF_MULTI_QUEUE
+
+    # Released from the bridge: ensure puts it back.
+    ipr.link('set', index=ipr.link_lookup(ifname=tap)[0], master=0)
+    assert driver.ensure_port(bridge, tap, fx.OWNER) is True
+    assert link(ipr, tap)['master'] == bridge
+
+    assert driver.remove_port(tap, fx.OWNER) is True
+    assert link(ipr, tap) is None
+    assert driver.remove_port(tap, fx.OWNER) is False
+
+
+def test_port_in_missing_bridge(driver, left):
+    with pytest.raises(exceptions.DriverError, match='does not exist'):
+        driver.ensure_port(left.name('brnone'), left.name('t0'), fx.OWNER)
+
+
+def test_name_too_long(driver, left):
+    with pytest.raises(exceptions.DriverError, match='15 characters'):
+        driver.ensure_bridge(left.name('-much-too-long'), fx.OWNER)
+
+
+def test_uplink_to_bridge(driver, ipr, left, bridge):
+    physical = left.name('phys')
+    ipr.link('add', ifname=physical, kind='bridge')
+    veths = [left.name('v0a'), left.name('v0b')]
+    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is True
+    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is False
+    for name, master in zip(veths, (bridge, physical), strict=True):
+        assert link(ipr, name) == {'kind': 'veth', 'alias': fx.OWNER,
+                                   'up': True, 'master': master,
+                                   'mac': link(ipr, name)['mac']}
+
+    assert driver.remove_uplink(bridge, physical, veths, fx.OWNER) is True
+    assert [link(ipr, name) for name in veths] == [None, None]
+    assert link(ipr, physical)['alias'] is None  # untouched
+    assert driver.remove_uplink(bridge, physical, veths, fx.OWNER) is False
+
+
+def plain_interface(ipr, name):
+    """A stand-in for a NIC: one end of a veth pair (this kernel has no
+    dummy interfaces)."""
+    ipr.link('add', ifname=name, kind='veth', peer=name + 'p')
+    return name
+
+
+def test_uplink_to_interface(driver, ipr, left, bridge):
+    physical = plain_interface(ipr, left.name('nic'))
+    veths = [left.name('v0a'), left.name('v0b')]
+    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is True
+    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is False
+    state = link(ipr, physical)
+    assert (state['master'], state['up'], state['alias']) == (
+        bridge, True, None)
+    assert [link(ipr, name) for name in veths] == [None, None]
+
+    assert driver.remove_uplink(bridge, physical, veths, fx.OWNER) is True
+    assert link(ipr, physical)['master'] is None
+    assert driver.remove_uplink(bridge, physical, veths, fx.OWNER) is False
+
+
+def test_uplink_leaves_interface_of_another_bridge(driver, ipr, left,
+                                                  bridge):
+    physical = plain_interface(ipr, left.name('nic'))
+    other = left.name('brx')
+    ipr.link('add', ifname=other, kind='bridge')
+    ipr.link('set', index=ipr.link_lookup(ifname=physical)[0],
+             master=ipr.link_lookup(ifname=other)[0])
+    veths = [left.name('v0a'), left.name('v0b')]
+    with pytest.raises(exceptions.ResourceConflict, match=physical):
+        driver.ensure_uplink(bridge, physical, veths, fx.OWNER)
+    assert driver.remove_uplink(bridge, physical, veths, fx.OWNER) is False
+    assert link(ipr, physical)['master'] == other
+
+
+def test_uplink_to_missing_interface(driver, left, bridge):
+    veths = [left.name('v0a'), left.name('v0b')]
+    with pytest.raises(exceptions.InterfaceNotFound, match='hx'):
+        driver.ensure_uplink(bridge, left.name('nope'), veths, fx.OWNER)
