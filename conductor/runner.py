@@ -1,0 +1,101 @@
+"""Run flows with persistence, so an interrupted operation can resume.
+
+Each operation gets a logbook (its uuid is the operation id) in the
+TaskFlow tables of the state database; the flow detail records the
+factory and every atom's state and result.
+"""
+
+from concurrent import futures
+
+from oslo_log import log as logging
+from taskflow import engines
+from taskflow import exceptions as tf_exceptions
+from taskflow import states
+from taskflow.persistence import models
+from taskflow.persistence.backends import impl_sqlalchemy
+
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+
+class Outcome:
+    """What the atoms of one run did, gathered from engine events."""
+
+    def __init__(self):
+        self.changed = []
+        self.failures = []
+
+    def on_atom(self, state, details):
+        if state == states.SUCCESS:
+            result = details.get('result')
+            if isinstance(result, dict) and result.get('changed'):
+                self.changed.append(details['task_name'])
+        elif state == states.FAILURE:
+            self.failures.append((details['task_name'], details['result']))
+
+
+class PersistenceBackend(impl_sqlalchemy.SQLAlchemyBackend):
+    """TaskFlow's SQLAlchemy backend, sharing one Connection object.
+
+    Its connections are stateless (each operation takes a connection of
+    the engine), but building one rebuilds the table schema, and TaskFlow
+    builds one for every atom state it saves.
+    """
+
+    def __init__(self, engine):
+        super().__init__({'connection': str(engine.url)}, engine=engine)
+        self._connection = super().get_connection()
+
+    def get_connection(self):
+        return self._connection
+
+
+class FlowRunner:
+
+    def __init__(self, engine, workers):
+        self.backend = PersistenceBackend(engine)
+        self.backend.get_connection().upgrade()
+        # Kept across runs: an engine shuts down only executors it made,
+        # and futurist's take a second to stop.
+        self.executor = futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix='flow')
+
+    def run(self, operation_id, name, factory, factory_kwargs, store):
+        """Run a new flow from ``factory``; return its Outcome."""
+        book = models.LogBook(name, uuid=operation_id)
+        engine = engines.load_from_factory(
+            factory, factory_kwargs=factory_kwargs, store=store, book=book,
+            backend=self.backend, **self._options())
+        return self._run(engine, operation_id)
+
+    def resume(self, operation_id):
+        """Resume an interrupted operation where it stopped."""
+        book = self.backend.get_connection().get_logbook(operation_id)
+        flow_detail = next(iter(book))
+        engine = engines.load_from_detail(flow_detail, backend=self.backend,
+                                          **self._options())
+        return self._run(engine, operation_id)
+
+    def _options(self):
+        return {'engine': 'parallel', 'executor': self.executor}
+
+    def _run(self, engine, operation_id):
+        outcome = Outcome()
+        engine.atom_notifier.register(engine.atom_notifier.ANY,
+                                      outcome.on_atom)
+        try:
+            engine.run()
+        except tf_exceptions.WrappedFailure as e:
+            raise self._failed(outcome, e) from None
+        except Exception as e:
+            raise self._failed(outcome, e) from e
+        return outcome
+
+    @staticmethod
+    def _failed(outcome, exc):
+        reasons = ['%s: %s' % (atom, failure.exception_str)
+                   for atom, failure in outcome.failures]
+        return exceptions.OperationFailed(
+            '; '.join(reasons) or str(exc), failed_tasks=[
+                atom for atom, _ in outcome.failures])

@@ -1,0 +1,26 @@
+"""The live services flow tasks use: state database and hostagents.
+
+Tasks are rebuilt from their persisted flow on resume, so they hold no
+clients of their own; the conductor process installs these once.
+"""
+
+import dataclasses
+
+_installed = None
+
+
+@dataclasses.dataclass
+class Services:
+    db: object
+    agents: object
+
+
+def install(services):
+    global _installed
+    _installed = services
+
+
+def get():
+    if _installed is None:
+        raise RuntimeError('No conductor services installed in this process')
+    return _installed

@@ -1,0 +1,103 @@
+"""Tasks shared by every phase, and the names of the store's keys."""
+
+from oslo_log import log as logging
+from taskflow import task
+from taskflow.types import failure
+
+from conductor import services
+from tenks.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+# Store keys: JSON values only, injected when a flow is loaded.
+OPERATION_ID = 'operation_id'
+CLUSTER = 'cluster'
+
+
+def request_id(operation_id, atom_name, phase='execute'):
+    """Stable across retries and resumes of the same operation."""
+    return '%s/%s/%s' % (operation_id, atom_name, phase)
+
+
+class EnsureResource(task.Task):
+    """Create one thing on a hypervisor through its hostagent.
+
+    The thing is recorded as 'creating' before the request and 'present'
+    after it, so teardown finds it even if the conductor dies between
+    the two.
+
+    Reversion strategy: remove the thing and its record when this task
+    recorded it; leave alone what was present before this operation.
+    """
+
+    kind = None
+
+    def __init__(self, host, resource, ensure_args, remove_args):
+        super().__init__(name='%s:%s:%s' % (self.kind, host, resource),
+                         requires=(OPERATION_ID, CLUSTER))
+        self.host = host
+        self.resource = resource
+        self.ensure_args = ensure_args
+        self.remove_args = remove_args
+
+    def request_args(self, cluster):
+        """Arguments of ensure_<kind>; secrets may be added here."""
+        return self.ensure_args
+
+    def execute(self, operation_id, cluster):
+        svc = services.get()
+        before = svc.db.begin_resource(cluster, self.host, self.kind,
+                                       self.resource, self.remove_args)
+        result = svc.agents.request(
+            self.host, 'ensure_' + self.kind,
+            request_id(operation_id, self.name),
+            **self.request_args(cluster))
+        svc.db.finish_resource(self.host, self.kind, self.resource, result)
+        return dict(result, new=before != db_api.RESOURCE_PRESENT)
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        svc = services.get()
+        if isinstance(result, failure.Failure):
+            row = svc.db.get_resource(self.host, self.kind, self.resource)
+            if row is None or row.state != db_api.RESOURCE_CREATING:
+                return
+        elif not result['new']:
+            return
+        try:
+            svc.agents.request(
+                self.host, 'remove_' + self.kind,
+                request_id(operation_id, self.name, 'revert'),
+                **self.remove_args)
+        except Exception as e:
+            # Keep the record so a teardown can finish the job.
+            LOG.warning('Could not remove %s %s on %s while reverting: %s',
+                        self.kind, self.resource, self.host, e)
+            return
+        svc.db.delete_resource(self.host, self.kind, self.resource)
+
+
+class RemoveResource(task.Task):
+    """Remove one recorded thing from a hypervisor, then its record.
+
+    Reversion strategy: none. A removal is not undone; what is still
+    recorded lets the next teardown finish the job.
+    """
+
+    def __init__(self, row):
+        super().__init__(
+            name='remove-%s:%s:%s' % (row['kind'], row['hypervisor'],
+                                      row['name']),
+            requires=(OPERATION_ID,))
+        self.row = row
+
+    def execute(self, operation_id):
+        svc = services.get()
+        row = self.row
+        result = svc.agents.request(
+            row['hypervisor'], 'remove_' + row['kind'],
+            request_id(operation_id, self.name), **row['remove_args'])
+        svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
+        return result
+
+    def revert(self, result, **kwargs):
+        pass

@@ -1,0 +1,75 @@
+"""VM configuration and BMC: per node, volumes and NIC ports, a defined
+(not started) domain, and an emulated BMC in front of it."""
+
+from taskflow.patterns import linear_flow
+from taskflow.patterns import unordered_flow
+
+from conductor import services
+from flows import base
+from flows import records
+
+
+class EnsureVolume(base.EnsureResource):
+    kind = 'volume'
+
+
+class EnsurePort(base.EnsureResource):
+    kind = 'port'
+
+
+class EnsureDomain(base.EnsureResource):
+    kind = 'domain'
+
+
+class EnsureBmc(base.EnsureResource):
+    kind = 'bmc'
+
+    def request_args(self, cluster):
+        # The password stays in the cluster record; it is read when
+        # needed, never stored in the flow.
+        spec = services.get().db.get_cluster(cluster).spec
+        return dict(self.ensure_args, password=spec['ipmi_password'])
+
+
+def node_flow(plan, node):
+    host = node['hypervisor']
+    owner = plan['owner']
+    pool = plan['hosts'][host]['pool']['name']
+    parts = unordered_flow.Flow('parts:%s' % node['uuid'])
+    for vol in node['volumes']:
+        remove = {'pool': pool, 'name': vol['name']}
+        parts.add(EnsureVolume(host, vol['name'], dict(
+            remove, capacity=vol['capacity'], fmt=vol['format']), remove))
+    for nic in node['nics']:
+        remove = {'name': nic['tap'], 'owner': owner}
+        parts.add(EnsurePort(host, nic['tap'],
+                             dict(remove, bridge=nic['bridge']), remove))
+    domain = {
+        'name': node['name'],
+        'uuid': node['uuid'],
+        'vcpus': node['vcpus'],
+        'memory_mb': node['memory_mb'],
+        'domain_type': plan['domain_type'],
+        'disks': [{'pool': pool, 'volume': v['name'], 'format': v['format']}
+                  for v in node['volumes']],
+        'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
+    }
+    bmc = {'domain': node['name'], 'address': node['bmc_address'],
+           'port': node['bmc_port'], 'username': plan['ipmi_username']}
+    flow = linear_flow.Flow('node:%s' % node['uuid'])
+    flow.add(
+        records.MarkNode(node['uuid'], records.NODE_DEPLOYING),
+        parts,
+        EnsureDomain(host, node['name'], {'domain': domain, 'owner': owner},
+                     {'name': node['name'], 'owner': owner}),
+        EnsureBmc(host, node['name'], bmc, {'domain': node['name']}),
+        records.MarkNode(node['uuid'], records.NODE_DEPLOYED),
+    )
+    return flow
+
+
+def nodes_flow(plan):
+    flow = unordered_flow.Flow('nodes')
+    for node in plan['nodes']:
+        flow.add(node_flow(plan, node))
+    return flow

@@ -1,0 +1,162 @@
+"""Server side of the hostagent RPC API: runs requests on this hypervisor.
+
+Each method runs one driver operation and casts its outcome back to the
+conductor named in ``reply_to``: ``{'changed': bool, ...}`` or a typed
+error. Outcomes are kept for a while by request id, so a re-delivered
+request is answered at once without running again.
+"""
+
+import collections
+import errno
+import os
+import socket
+import threading
+
+import oslo_messaging as messaging
+from oslo_log import log as logging
+from stevedore import driver as stevedore_driver
+
+from conductor import rpcapi as conductor_rpcapi
+from hostagent import rpcapi
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+RPC_API_VERSION = rpcapi.RPC_API_VERSION
+RECENT_RESULTS = 4096
+
+
+def load_driver(namespace, name, conf):
+    return stevedore_driver.DriverManager(
+        namespace, name, invoke_on_load=True, invoke_args=(conf,)).driver
+
+
+def udp_port_free(address, port):
+    """Whether nothing is bound to UDP ``address:port``."""
+    family = socket.AF_INET6 if ':' in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.bind((address, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+class HostAgentManager:
+
+    target = messaging.Target(version=RPC_API_VERSION)
+
+    def __init__(self, conf, bus):
+        self.conf = conf
+        self.host = conf.hostagent.host
+        self.conductor = conductor_rpcapi.ConductorAPI(bus)
+        self.virt = load_driver('tenks.virt_drivers',
+                                conf.hostagent.virt_driver, conf)
+        self.network = load_driver('tenks.network_drivers',
+                                   conf.hostagent.network_driver, conf)
+        self.bmc = load_driver('tenks.bmc_drivers',
+                               conf.hostagent.bmc_driver, conf)
+        self._recent = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def _run(self, request_id, reply_to, action, *args):
+        with self._lock:
+            outcome = self._recent.get(request_id)
+        if outcome is None:
+            outcome = self._outcome(request_id, action, *args)
+            with self._lock:
+                self._recent[request_id] = outcome
+                while len(self._recent) > RECENT_RESULTS:
+                    self._recent.popitem(last=False)
+        self.conductor.report_result(reply_to, request_id, self.host,
+                                     **outcome)
+
+    def _outcome(self, request_id, action, *args):
+        try:
+            value = action(*args)
+        except Exception as e:
+            if not isinstance(e, exceptions.TenksError):
+                LOG.exception('Request %s failed', request_id)
+            else:
+                LOG.info('Request %s failed: %s', request_id, e)
+            return {'error': exceptions.to_report(e)}
+        if isinstance(value, tuple):
+            changed, extra = value
+            return {'result': dict(extra, changed=changed)}
+        return {'result': {'changed': bool(value)}}
+
+    def _inspect(self, interfaces, ipmi_address, ipmi_ports):
+        facts = dict(self.virt.facts(), host=self.host,
+                     pool_dir=self.conf.hostagent.pool_dir)
+        facts['missing_interfaces'] = [
+            name for name in interfaces
+            if not os.path.exists(os.path.join('/sys/class/net', name))]
+        facts['busy_ports'] = [port for port in ipmi_ports
+                               if not udp_port_free(ipmi_address, port)]
+        return False, facts
+
+    def inspect(self, context, request_id, reply_to, interfaces,
+                ipmi_address, ipmi_ports):
+        self._run(request_id, reply_to, self._inspect, interfaces,
+                  ipmi_address, ipmi_ports)
+
+    def ensure_pool(self, context, request_id, reply_to, name, path, owner):
+        self._run(request_id, reply_to, self.virt.ensure_pool,
+                  name, path, owner)
+
+    def remove_pool(self, context, request_id, reply_to, name, path, owner):
+        self._run(request_id, reply_to, self.virt.remove_pool,
+                  name, path, owner)
+
+    def ensure_volume(self, context, request_id, reply_to, pool, name,
+                      capacity, fmt):
+        self._run(request_id, reply_to, self.virt.ensure_volume,
+                  pool, name, capacity, fmt)
+
+    def remove_volume(self, context, request_id, reply_to, pool, name):
+        self._run(request_id, reply_to, self.virt.remove_volume, pool, name)
+
+    def ensure_bridge(self, context, request_id, reply_to, name, owner):
+        self._run(request_id, reply_to, self.network.ensure_bridge,
+                  name, owner)
+
+    def remove_bridge(self, context, request_id, reply_to, name, owner):
+        self._run(request_id, reply_to, self.network.remove_bridge,
+                  name, owner)
+
+    def ensure_uplink(self, context, request_id, reply_to, bridge, source,
+                      veth_names, owner):
+        self._run(request_id, reply_to, self.network.ensure_uplink,
+                  bridge, source, veth_names, owner)
+
+    def remove_uplink(self, context, request_id, reply_to, bridge, source,
+                      veth_names, owner):
+        self._run(request_id, reply_to, self.network.remove_uplink,
+                  bridge, source, veth_names, owner)
+
+    def ensure_port(self, context, request_id, reply_to, bridge, name,
+                    owner):
+        self._run(request_id, reply_to, self.network.ensure_port,
+                  bridge, name, owner)
+
+    def remove_port(self, context, request_id, reply_to, name, owner):
+        self._run(request_id, reply_to, self.network.remove_port,
+                  name, owner)
+
+    def ensure_domain(self, context, request_id, reply_to, domain, owner):
+        self._run(request_id, reply_to, self.virt.ensure_domain,
+                  domain, owner)
+
+    def remove_domain(self, context, request_id, reply_to, name, owner):
+        self._run(request_id, reply_to, self.virt.remove_domain,
+                  name, owner)
+
+    def ensure_bmc(self, context, request_id, reply_to, domain, address,
+                   port, username, password):
+        self._run(request_id, reply_to, self.bmc.ensure_bmc,
+                  domain, address, port, username, password)
+
+    def remove_bmc(self, context, request_id, reply_to, domain):
+        self._run(request_id, reply_to, self.bmc.remove_bmc, domain)

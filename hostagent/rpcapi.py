@@ -1,0 +1,52 @@
+"""Client side of the hostagent RPC API.
+
+Every method is a cast to one hypervisor (``server=host``) carrying a
+``request_id`` and the name of the conductor to report to
+(``reply_to``); the agent answers with the conductor's
+``report_result``. Operations come in idempotent ``ensure_*`` /
+``remove_*`` pairs, so a repeated request does no harm.
+
+API version history:
+
+* 1.0 - Initial version: inspect; ensure/remove of pool, volume, bridge,
+  uplink, port, domain and bmc.
+"""
+
+from tenks import rpc
+
+RPC_API_VERSION = '1.0'
+
+# Methods of API 1.0, with the keyword arguments each takes.
+METHODS = {
+    'inspect': ('interfaces', 'ipmi_address', 'ipmi_ports'),
+    'ensure_pool': ('name', 'path', 'owner'),
+    'remove_pool': ('name', 'path', 'owner'),
+    'ensure_volume': ('pool', 'name', 'capacity', 'fmt'),
+    'remove_volume': ('pool', 'name'),
+    'ensure_bridge': ('name', 'owner'),
+    'remove_bridge': ('name', 'owner'),
+    'ensure_uplink': ('bridge', 'source', 'veth_names', 'owner'),
+    'remove_uplink': ('bridge', 'source', 'veth_names', 'owner'),
+    'ensure_port': ('bridge', 'name', 'owner'),
+    'remove_port': ('name', 'owner'),
+    'ensure_domain': ('domain', 'owner'),
+    'remove_domain': ('name', 'owner'),
+    'ensure_bmc': ('domain', 'address', 'port', 'username', 'password'),
+    'remove_bmc': ('domain',),
+}
+
+
+class HostAgentAPI:
+
+    def __init__(self, bus):
+        self.client = bus.get_client(rpc.HOSTAGENT_TOPIC, RPC_API_VERSION)
+
+    def cast(self, host, method, request_id, reply_to, **kwargs):
+        """Ask the agent on ``host`` to run ``method``; it reports back."""
+        expected = set(METHODS[method])
+        if set(kwargs) != expected:
+            raise TypeError('%s takes %s, got %s' % (
+                method, sorted(expected), sorted(kwargs)))
+        cctxt = self.client.prepare(server=host, version='1.0')
+        cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
+                   **kwargs)

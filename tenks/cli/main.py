@@ -1,0 +1,54 @@
+"""The ``tenks`` command."""
+
+import sys
+import warnings
+
+from cliff import app
+from cliff import commandmanager
+
+import tenks
+from tenks import conf as tenks_conf
+
+
+class TenksApp(app.App):
+
+    def __init__(self):
+        super().__init__(
+            description='Virtual bare metal clusters for OpenStack Ironic.',
+            version=tenks.__version__,
+            command_manager=commandmanager.CommandManager('tenks.cli'),
+            deferred_help=True)
+        self.conf = None
+
+    def build_option_parser(self, description, version, argparse_kwargs=None):
+        parser = super().build_option_parser(description, version,
+                                             argparse_kwargs)
+        parser.add_argument(
+            '--state-dir', default=tenks_conf.default_state_dir(),
+            help='Directory of the state database and the daemons Tenks '
+                 'runs (env %s; default: %%(default)s).'
+                 % tenks_conf.STATE_DIR_ENV)
+        parser.add_argument(
+            '--config-file', action='append', default=[],
+            help='oslo.config file with service options (may repeat).')
+        return parser
+
+    def initialize_app(self, argv):
+        conf = tenks_conf.new_conf()
+        args = []
+        for path in self.options.config_file:
+            args += ['--config-file', path]
+        conf(args, project='tenks', default_config_files=[])
+        conf.set_override('state_dir', self.options.state_dir)
+        self.conf = conf
+
+
+def main(argv=None):
+    # oslo.messaging imports oslo.service, which warns about eventlet
+    # although Tenks never uses it.
+    warnings.filterwarnings('ignore', module='oslo_service')
+    return TenksApp().run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Access to the state database.
+
+Every function opens its own short transaction, so flow tasks running in
+parallel threads can record what they create as they create it.
+"""
+
+import datetime
+import os
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from tenks import exceptions
+from tenks.db import models
+
+RESOURCE_CREATING = 'creating'
+RESOURCE_PRESENT = 'present'
+
+
+def default_url(state_dir):
+    return 'sqlite:///' + os.path.join(state_dir, 'state.sqlite')
+
+
+def create_engine(url):
+    engine = sa.create_engine(url)
+    if engine.url.get_backend_name() == 'sqlite':
+        @sa.event.listens_for(engine, 'connect')
+        def _pragmas(dbapi_connection, record):
+            # WAL lets readers and one writer work at once; NORMAL skips
+            # an fsync per commit, which WAL keeps crash-safe.
+            cursor = dbapi_connection.cursor()
+            cursor.execute('PRAGMA journal_mode=WAL')
+            cursor.execute('PRAGMA synchronous=NORMAL')
+            cursor.execute('PRAGMA busy_timeout=30000')
+            cursor.close()
+    return engine
+
+
+class StateDB:
+
+    def __init__(self, engine):
+        self.engine = engine
+        models.Base.metadata.create_all(engine)
+        self._session = orm.sessionmaker(engine, expire_on_commit=False)
+
+    # Clusters
+
+    def get_cluster(self, name):
+        with self._session() as session:
+            return session.get(models.Cluster, name)
+
+    def list_clusters(self):
+        with self._session() as session:
+            return session.scalars(
+                sa.select(models.Cluster).order_by(models.Cluster.name)
+            ).all()
+
+    def save_cluster(self, name, spec, state):
+        with self._session.begin() as session:
+            cluster = session.get(models.Cluster, name)
+            if cluster is None:
+                session.add(models.Cluster(name=name, spec=spec, state=state))
+            else:
+                cluster.spec = spec
+                cluster.state = state
+
+    def set_cluster_state(self, name, state):
+        with self._session.begin() as session:
+            session.get(models.Cluster, name).state = state
+
+    def delete_cluster(self, name):
+        with self._session.begin() as session:
+            session.execute(sa.delete(models.Cluster).where(
+                models.Cluster.name == name))
+
+    # Nodes
+
+    def list_nodes(self, cluster=None, hypervisor=None):
+        query = sa.select(models.Node).order_by(models.Node.cluster,
+                                                models.Node.name)
+        if cluster is not None:
+            query = query.where(models.Node.cluster == cluster)
+        if hypervisor is not None:
+            query = query.where(models.Node.hypervisor == hypervisor)
+        with self._session() as session:
+            return session.scalars(query).all()
+
+    def add_nodes(self, nodes):
+        with self._session.begin() as session:
+            session.add_all(models.Node(**node) for node in nodes)
+
+    def set_node_state(self, uuid, state):
+        with self._session.begin() as session:
+            session.get(models.Node, uuid).state = state
+
+    def get_node(self, uuid):
+        with self._session() as session:
+            return session.get(models.Node, uuid)
+
+    def delete_node(self, uuid):
+        with self._session.begin() as session:
+            session.execute(sa.delete(models.Node).where(
+                models.Node.uuid == uuid))
+
+    # Resources
+
+    def get_resource(self, hypervisor, kind, name):
+        with self._session() as session:
+            return session.scalars(sa.select(models.Resource).filter_by(
+                hypervisor=hypervisor, kind=kind, name=name)).one_or_none()
+
+    def begin_resource(self, cluster, hypervisor, kind, name, remove_args):
+        """Record that ``kind`` ``name`` is about to be created.
+
+        Returns the state recorded before: None when the cluster had no
+        such resource, else 'creating' or 'present'. A resource recorded
+        by another cluster raises ResourceConflict.
+        """
+        with self._session.begin() as session:
+            row = session.scalars(sa.select(models.Resource).filter_by(
+                hypervisor=hypervisor, kind=kind, name=name)).one_or_none()
+            if row is None:
+                session.add(models.Resource(
+                    cluster=cluster, hypervisor=hypervisor, kind=kind,
+                    name=name, remove_args=remove_args,
+                    state=RESOURCE_CREATING))
+                return None
+            if row.cluster != cluster:
+                raise exceptions.ResourceConflict(
+                    kind=kind, name=name, owner='cluster %s' % cluster,
+                    reason='cluster %s created it on %s' % (
+                        row.cluster, hypervisor))
+            return row.state
+
+    def finish_resource(self, hypervisor, kind, name, data):
+        with self._session.begin() as session:
+            row = session.scalars(sa.select(models.Resource).filter_by(
+                hypervisor=hypervisor, kind=kind, name=name)).one()
+            row.state = RESOURCE_PRESENT
+            row.data = data
+
+    def delete_resource(self, hypervisor, kind, name):
+        with self._session.begin() as session:
+            session.execute(sa.delete(models.Resource).filter_by(
+                hypervisor=hypervisor, kind=kind, name=name))
+
+    def list_resources(self, cluster):
+        with self._session() as session:
+            return session.scalars(
+                sa.select(models.Resource).filter_by(cluster=cluster)
+                .order_by(models.Resource.id)).all()
+
+    # Operations
+
+    def create_operation(self, operation_id, cluster, kind):
+        with self._session.begin() as session:
+            session.add(models.Operation(id=operation_id, cluster=cluster,
+                                         kind=kind, state='running'))
+
+    def finish_operation(self, operation_id, state, error=None):
+        with self._session.begin() as session:
+            operation = session.get(models.Operation, operation_id)
+            operation.state = state
+            operation.error = error
+            operation.finished_at = datetime.datetime.now(
+                datetime.timezone.utc)
+
+    def get_operation(self, operation_id):
+        with self._session() as session:
+            return session.get(models.Operation, operation_id)
+
+    def unfinished_operations(self, cluster):
+        with self._session() as session:
+            return session.scalars(
+                sa.select(models.Operation).filter_by(
+                    cluster=cluster, state='running')
+                .order_by(models.Operation.created_at)).all()

@@ -1,0 +1,92 @@
+"""What Tenks created, recorded as it is created.
+
+Teardown works from these rows, never from a spec recomputed later.
+"""
+
+import datetime
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class Base(orm.DeclarativeBase):
+    type_annotation_map = {dict: sa.JSON, list: sa.JSON}
+
+
+class Cluster(Base):
+    __tablename__ = 'tenks_clusters'
+
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(64),
+                                              primary_key=True)
+    spec: orm.Mapped[dict]
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        default=_now)
+    updated_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        default=_now, onupdate=_now)
+
+
+class Node(Base):
+    """A node's allocation: its names, MACs and BMC port stay stable."""
+
+    __tablename__ = 'tenks_nodes'
+    __table_args__ = (
+        sa.UniqueConstraint('hypervisor', 'name'),
+        sa.UniqueConstraint('hypervisor', 'bmc_address', 'bmc_port'),
+    )
+
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36),
+                                              primary_key=True)
+    cluster: orm.Mapped[str] = orm.mapped_column(sa.String(64), index=True)
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    hypervisor: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    node_type: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    spec_index: orm.Mapped[int]
+    vcpus: orm.Mapped[int]
+    memory_mb: orm.Mapped[int]
+    volumes: orm.Mapped[list]
+    nics: orm.Mapped[list]
+    bmc_type: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    bmc_address: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    bmc_port: orm.Mapped[int]
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+
+    def as_dict(self):
+        return {c.name: getattr(self, c.name) for c in self.__table__.c}
+
+
+class Resource(Base):
+    """One thing created on a hypervisor, and how to remove it."""
+
+    __tablename__ = 'tenks_resources'
+    __table_args__ = (sa.UniqueConstraint('hypervisor', 'kind', 'name'),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    cluster: orm.Mapped[str] = orm.mapped_column(sa.String(64), index=True)
+    hypervisor: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    kind: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    # Keyword arguments of the hostagent's remove_<kind>.
+    remove_args: orm.Mapped[dict]
+    # 'creating' from just before the request until the agent confirms.
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    data: orm.Mapped[dict] = orm.mapped_column(default=dict)
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        default=_now)
+
+
+class Operation(Base):
+    __tablename__ = 'tenks_operations'
+
+    id: orm.Mapped[str] = orm.mapped_column(sa.String(36), primary_key=True)
+    cluster: orm.Mapped[str] = orm.mapped_column(sa.String(64), index=True)
+    kind: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        default=_now)
+    finished_at: orm.Mapped[datetime.datetime | None]

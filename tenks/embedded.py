@@ -1,0 +1,33 @@
+"""Embedded mode: conductor and local hostagent in one process.
+
+They talk over oslo.messaging's in-memory transport, exactly as they do
+over RabbitMQ in distributed mode.
+"""
+
+import contextlib
+
+from futurist import _thread as futurist_thread
+
+from conductor import service as conductor_service
+from hostagent import service as hostagent_service
+from tenks import rpc
+
+
+@contextlib.contextmanager
+def embedded(conf):
+    """Yield a started Conductor with a local hostagent beside it."""
+    # The RPC servers' idle worker threads poll for work every second,
+    # and stopping a server (and exiting the process) joins them: that
+    # second would be most of a short command's run time.
+    futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.05
+    bus = rpc.Bus(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
+    agent = hostagent_service.HostAgent(conf, bus)
+    conductor = conductor_service.Conductor(conf, bus)
+    agent.start()
+    conductor.start()
+    try:
+        yield conductor
+    finally:
+        conductor.stop()
+        agent.stop()
+        bus.cleanup()

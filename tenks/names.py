@@ -1,0 +1,49 @@
+"""Names of what a cluster creates, derived in one place."""
+
+import hashlib
+
+IFNAMSIZ = 15
+
+
+def owner(cluster):
+    """The ownership mark put on everything the cluster creates."""
+    return 'tenks:%s' % cluster
+
+
+def ifname(*parts):
+    """An interface name from ``parts``, at most 15 characters.
+
+    A name that would be longer keeps its start and ends with a hash of
+    the whole, so it stays unique and stable.
+    """
+    name = '-'.join(parts)
+    if len(name) <= IFNAMSIZ:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:4]
+    return '%s-%s' % (name[:IFNAMSIZ - 5], digest)
+
+
+def bridge(spec, physnet):
+    return '%s%d' % (spec['bridge_prefix'],
+                     spec['physical_networks'].index(physnet))
+
+
+def uplink_veths(bridge_name):
+    """(bridge end, source end) of the veth pair linking to a mapping."""
+    return ifname('p', bridge_name, 'br'), ifname('p', bridge_name, 'phy')
+
+
+def tap(node_name, index):
+    return ifname('p', node_name, str(index))
+
+
+def pool(cluster):
+    return 'tenks-%s' % cluster
+
+
+def volume(node_name, vol_name_prefix, index):
+    return '%s%s%d' % (node_name, vol_name_prefix, index)
+
+
+def node(prefix, index):
+    return '%s%d' % (prefix, index)

@@ -1,0 +1,64 @@
+"""oslo.messaging plumbing shared by the conductor and the hostagent.
+
+A :class:`Bus` owns one RPC transport. Clients and servers made from it
+use the same JSON-only convention: the request context is a plain dict
+and every argument is JSON-serialisable, so nothing but data crosses the
+bus. With no ``transport_url`` configured, Tenks runs embedded on the
+in-memory transport: the same code path, in one process.
+"""
+
+import oslo_messaging as messaging
+from oslo_messaging import opts as messaging_opts
+from oslo_messaging._metrics import client as metrics_client
+from oslo_messaging._tracing import client as tracing_client
+
+CONDUCTOR_TOPIC = 'tenks-conductor'
+HOSTAGENT_TOPIC = 'tenks-hostagent'
+EMBEDDED_TRANSPORT_URL = 'kombu+memory:////'
+
+# Errors that keep their type when a call crosses the bus.
+ALLOWED_EXMODS = ['tenks.exceptions']
+
+messaging.set_transport_defaults(control_exchange='tenks')
+
+
+def register_opts(conf):
+    """Register oslo.messaging's options on a private ConfigOpts.
+
+    oslo.messaging reads its tracing and metrics groups from whatever
+    ConfigOpts it is given but registers them only on the global one.
+    """
+    for group, opts in messaging_opts.list_opts():
+        conf.register_opts(opts, group=group)
+    conf.register_opts(tracing_client.oslo_messaging_tracing,
+                       group='oslo_messaging_tracing')
+    conf.register_opts(metrics_client.oslo_messaging_metrics,
+                       group='oslo_messaging_metrics')
+
+
+class Bus:
+    """One RPC transport and the clients and servers that use it."""
+
+    def __init__(self, conf, url=None):
+        register_opts(conf)
+        self.conf = conf
+        self.url = url or conf.transport_url or EMBEDDED_TRANSPORT_URL
+        self.transport = messaging.get_rpc_transport(
+            conf, url=self.url, allowed_remote_exmods=ALLOWED_EXMODS)
+
+    @property
+    def embedded(self):
+        return self.url == EMBEDDED_TRANSPORT_URL
+
+    def get_client(self, topic, version):
+        target = messaging.Target(topic=topic, version=version)
+        return messaging.get_rpc_client(self.transport, target)
+
+    def get_server(self, topic, server, endpoints):
+        target = messaging.Target(topic=topic, server=server)
+        return messaging.get_rpc_server(
+            self.transport, target, endpoints,
+            access_policy=messaging.DefaultRPCAccessPolicy)
+
+    def cleanup(self):
+        self.transport.cleanup()

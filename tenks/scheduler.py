@@ -1,0 +1,130 @@
+"""Place the nodes a spec asks for onto hypervisors.
+
+Allocation is a pure function of the spec, what each hypervisor reported
+(``inspect``) and the nodes already recorded, so it is easy to test and
+to grow (aggregates, traits, weighers) without touching the flows.
+"""
+
+import random
+import uuid as uuidlib
+
+from tenks import exceptions
+from tenks import names
+
+NODE_SCHEDULED = 'scheduled'
+
+
+class HostState:
+    """What is left on one hypervisor while nodes are being placed."""
+
+    def __init__(self, facts, nodes, spec):
+        self.name = facts['host']
+        self.facts = facts
+        self.free_memory_mb = facts['memory_mb'] - sum(
+            n['memory_mb'] for n in nodes)
+        taken = set(facts['busy_ports']) | {n['bmc_port'] for n in nodes}
+        self.free_ports = [
+            port for port in range(spec['ipmi_port_range_start'],
+                                   spec['ipmi_port_range_end'] + 1)
+            if port not in taken]
+        self.initially_free_ports = len(self.free_ports)
+
+    def refusal(self, node_type):
+        """Why this host cannot take a node of ``node_type``, or None."""
+        if self.facts['missing_interfaces']:
+            return 'interface(s) %s missing' % ', '.join(
+                self.facts['missing_interfaces'])
+        if not self.free_ports:
+            return 'no free IPMI port'
+        if self.free_memory_mb < node_type['memory_mb']:
+            return 'only %d MiB of memory left' % self.free_memory_mb
+        return None
+
+    def take(self, node_type):
+        self.free_memory_mb -= node_type['memory_mb']
+        return self.free_ports.pop(0)
+
+
+def _free_names(prefix, taken):
+    index = 0
+    while True:
+        name = names.node(prefix, index)
+        if name not in taken:
+            taken.add(name)
+            yield name
+        index += 1
+
+
+def _new_mac(taken):
+    while True:
+        mac = '52:54:00:%02x:%02x:%02x' % tuple(
+            random.randrange(256) for _ in range(3))
+        if mac not in taken:
+            taken.add(mac)
+            return mac
+
+
+def schedule(spec, facts, recorded):
+    """Allocate every node of ``spec``; return the new node records.
+
+    ``facts``: {host: inspect result}; ``recorded``: node records (dicts)
+    of every cluster, which keep their names, MACs and ports.
+    """
+    hosts = [HostState(f, [n for n in recorded if n['hypervisor'] == h],
+                       spec)
+             for h, f in sorted(facts.items())]
+    taken_names = {n['name'] for n in recorded}
+    taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
+    name_pools = {}
+    nodes = []
+    for index, entry in enumerate(spec['specs']):
+        node_type = spec['node_types'][entry['type']]
+        prefix = entry['node_name_prefix']
+        pool = name_pools.setdefault(prefix, _free_names(prefix, taken_names))
+        for _ in range(entry['count']):
+            refusals = {h.name: h.refusal(node_type) for h in hosts}
+            usable = [h for h in hosts if refusals[h.name] is None]
+            if not usable:
+                _no_valid_host(spec, entry, hosts, refusals)
+            host = max(usable, key=lambda h: h.free_memory_mb)
+            port = host.take(node_type)
+            name = next(pool)
+            nodes.append({
+                'uuid': str(uuidlib.uuid4()),
+                'cluster': spec['cluster'],
+                'name': name,
+                'hypervisor': host.name,
+                'node_type': entry['type'],
+                'spec_index': index,
+                'vcpus': node_type['vcpus'],
+                'memory_mb': node_type['memory_mb'],
+                'volumes': [
+                    {'name': names.volume(name, entry['vol_name_prefix'], i),
+                     'capacity': vol['capacity'], 'format': vol['format']}
+                    for i, vol in enumerate(node_type['volumes'])],
+                'nics': [
+                    {'physnet': physnet, 'mac': _new_mac(taken_macs),
+                     'bridge': names.bridge(spec, physnet),
+                     'tap': names.tap(name, i)}
+                    for i, physnet in enumerate(
+                        node_type['physical_networks'])],
+                'bmc_type': 'ipmi',
+                'bmc_address': spec['ipmi_address'],
+                'bmc_port': port,
+                'state': NODE_SCHEDULED,
+            })
+    return nodes
+
+
+def _no_valid_host(spec, entry, hosts, refusals):
+    what = 'a node of type %s (specs[%d])' % (
+        entry['type'], spec['specs'].index(entry))
+    if all(not h.free_ports for h in hosts) and len(hosts) == 1:
+        host = hosts[0]
+        needed = sum(e['count'] for e in spec['specs'])
+        raise exceptions.PortRangeExhausted(
+            start=spec['ipmi_port_range_start'],
+            end=spec['ipmi_port_range_end'], host=host.name,
+            needed=needed, free=host.initially_free_ports)
+    raise exceptions.NoValidHost(what=what, reason='; '.join(
+        '%s: %s' % item for item in sorted(refusals.items())))
