@@ -96,22 +96,20 @@ class Conductor:
             if interrupted is not None and interrupted.kind == 'deploy':
                 LOG.info('Resuming deploy %s of cluster %s', interrupted.id,
                          name)
-                return self._finish(interrupted.id, 'deploy', name,
+                return self._finish(interrupted.id, 'deploy', name, False,
                                     self.runner.resume, interrupted.id)
             facts = self._inspect(spec)
             with self._lock('allocation'):
+                recorded = [n.as_dict() for n in self.db.list_nodes()]
+                missing = scheduler.schedule(spec, facts, recorded)
                 if cluster is None:
-                    recorded = [n.as_dict() for n in self.db.list_nodes()]
-                    nodes = scheduler.schedule(spec, facts, recorded)
                     self.db.save_cluster(name, spec,
                                          records.CLUSTER_SCHEDULED)
-                    self.db.add_nodes(nodes)
-                else:
-                    nodes = [n.as_dict()
-                             for n in self.db.list_nodes(cluster=name)]
+                self.db.add_nodes(missing)
+            nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
             plan = plans.deploy_plan(spec, nodes, facts)
-            return self._run('deploy', name, deploy.get_deploy_flow,
-                             {'plan': plan})
+            return self._run('deploy', name, cluster is not None,
+                             deploy.get_deploy_flow, {'plan': plan})
 
     def teardown(self, name):
         """Remove everything recorded for cluster ``name``."""
@@ -123,7 +121,8 @@ class Conductor:
                 {'hypervisor': r.hypervisor, 'kind': r.kind, 'name': r.name,
                  'remove_args': r.remove_args}
                 for r in self.db.list_resources(name)]
-            return self._run('teardown', name, teardown.get_teardown_flow,
+            return self._run('teardown', name, True,
+                             teardown.get_teardown_flow,
                              {'cluster': name, 'resources': resources})
 
     def _interrupted(self, name):
@@ -162,34 +161,39 @@ class Conductor:
                     'exist on %s' % (source, physnet, ', '.join(missing)))
         return facts
 
-    def _run(self, kind, name, factory, factory_kwargs):
+    def _run(self, kind, name, existed, factory, factory_kwargs):
         operation_id = str(uuid.uuid4())
         self.db.create_operation(operation_id, name, kind)
         store = {'operation_id': operation_id, 'cluster': name}
-        return self._finish(operation_id, kind, name, self.runner.run,
+        return self._finish(operation_id, kind, name, existed,
+                            self.runner.run,
                             operation_id, '%s:%s' % (kind, name), factory,
                             factory_kwargs, store)
 
-    def _finish(self, operation_id, kind, name, run, *args):
+    def _finish(self, operation_id, kind, name, existed, run, *args):
         try:
             outcome = run(*args)
         except exceptions.OperationFailed as e:
             self.db.finish_operation(operation_id, 'failed', str(e))
             raise exceptions.OperationFailed(
                 operation=kind.capitalize(), cluster=name,
-                reason='%s%s' % (e, self._after_failure(kind, name)),
+                reason='%s%s' % (e, self._after_failure(kind, name,
+                                                        existed)),
                 failed_tasks=e.kwargs.get('failed_tasks', [])) from None
         self.db.finish_operation(operation_id, 'succeeded')
         return {'operation': operation_id, 'changed': outcome.changed}
 
-    def _after_failure(self, kind, name):
-        if kind == 'teardown':
-            left = len(self.db.list_resources(name))
-            return ('. %d recorded resource(s) remain: run the teardown '
-                    'again to finish it' % left)
+    def _after_failure(self, kind, name, existed):
         if self.db.get_cluster(name) is None:
             return '. Everything this deploy created was rolled back'
-        return ('. What this deploy created was rolled back; what was '
+        left = len(self.db.list_resources(name))
+        if kind == 'teardown':
+            return ('. %d resource(s) remain recorded: run the teardown '
+                    'again to finish it' % left)
+        if not existed:
+            return ('. %d resource(s) could not be rolled back: run "tenks '
+                    'teardown %s" to remove them' % (left, name))
+        return ('. What this deploy created was rolled back; the cluster '
                 'deployed before is kept')
 
 

@@ -5,6 +5,7 @@ from taskflow import task
 from taskflow.types import failure
 
 from conductor import services
+from tenks import exceptions
 from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ class EnsureResource(task.Task):
     the two.
 
     Reversion strategy: remove the thing and its record when this task
-    recorded it; leave alone what was present before this operation.
+    recorded it; leave alone what was recorded before this operation (a
+    thing this task re-created because it had gone is kept too: that
+    only restores what the record says).
     """
 
     kind = None
@@ -48,10 +51,16 @@ class EnsureResource(task.Task):
         svc = services.get()
         before = svc.db.begin_resource(cluster, self.host, self.kind,
                                        self.resource, self.remove_args)
-        result = svc.agents.request(
-            self.host, 'ensure_' + self.kind,
-            request_id(operation_id, self.name),
-            **self.request_args(cluster))
+        try:
+            result = svc.agents.request(
+                self.host, 'ensure_' + self.kind,
+                request_id(operation_id, self.name),
+                **self.request_args(cluster))
+        except exceptions.ResourceConflict:
+            # It belongs to somebody else: nothing of ours to remove.
+            if before is None:
+                svc.db.delete_resource(self.host, self.kind, self.resource)
+            raise
         svc.db.finish_resource(self.host, self.kind, self.resource, result)
         return dict(result, new=before != db_api.RESOURCE_PRESENT)
 

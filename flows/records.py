@@ -19,8 +19,9 @@ class MarkCluster(task.Task):
     """Move the cluster to ``state``; return the state it had.
 
     Reversion strategy: a cluster this operation scheduled is forgotten
-    with its nodes that never started; any other is marked failed, so a
-    failed operation never leaves it looking busy or healthy.
+    with its nodes that never started, unless some of its resources could
+    not be removed; any other is marked failed, so a failed operation
+    never leaves it looking busy or healthy, and teardown can finish.
     """
 
     def __init__(self, state):
@@ -38,7 +39,7 @@ class MarkCluster(task.Task):
         for node in db.list_nodes(cluster=cluster):
             if node.state == NODE_SCHEDULED:
                 db.delete_node(node.uuid)
-        if result == CLUSTER_SCHEDULED:
+        if result == CLUSTER_SCHEDULED and not db.list_resources(cluster):
             db.delete_cluster(cluster)
         else:
             db.set_cluster_state(cluster, CLUSTER_FAILED)
@@ -47,9 +48,9 @@ class MarkCluster(task.Task):
 class MarkNode(task.Task):
     """Move a node to ``state``; return the state it had.
 
-    Reversion strategy: a node this operation is creating (it was
-    scheduled) is forgotten, its resources being reverted by their own
-    tasks; a node deployed before keeps its state.
+    Reversion strategy: a node this operation scheduled is forgotten,
+    its resources being reverted by their own tasks; any other gets the
+    state it had back.
     """
 
     def __init__(self, node_uuid, state):
@@ -65,7 +66,7 @@ class MarkNode(task.Task):
 
     def revert(self, result, **kwargs):
         db = services.get().db
-        if result in (NODE_SCHEDULED, NODE_DEPLOYING):
+        if result == NODE_SCHEDULED:
             db.delete_node(self.node_uuid)
         elif isinstance(result, str):
             db.set_node_state(self.node_uuid, result)
@@ -74,7 +75,8 @@ class MarkNode(task.Task):
 class ForgetCluster(task.Task):
     """Delete the records of a cluster whose resources are all removed.
 
-    Reversion strategy: none; it runs last, when nothing remains.
+    Reversion strategy: none; it runs last, when nothing remains, and a
+    record deleted is not worth bringing back.
     """
 
     def __init__(self):
@@ -85,3 +87,6 @@ class ForgetCluster(task.Task):
         for node in db.list_nodes(cluster=cluster):
             db.delete_node(node.uuid)
         db.delete_cluster(cluster)
+
+    def revert(self, result, **kwargs):
+        pass

@@ -7,6 +7,8 @@ bus. With no ``transport_url`` configured, Tenks runs embedded on the
 in-memory transport: the same code path, in one process.
 """
 
+import logging
+
 import oslo_messaging as messaging
 from oslo_messaging import opts as messaging_opts
 from oslo_messaging._metrics import client as metrics_client
@@ -43,6 +45,12 @@ class Bus:
         register_opts(conf)
         self.conf = conf
         self.url = url or conf.transport_url or EMBEDDED_TRANSPORT_URL
+        if self.embedded:
+            # The in-memory broker has no host and no heartbeats: say so
+            # once here instead of warning about it on every connection.
+            conf.set_override('heartbeat_timeout_threshold', 0,
+                              group='oslo_messaging_rabbit')
+            logging.getLogger('kombu.connection').setLevel(logging.ERROR)
         self.transport = messaging.get_rpc_transport(
             conf, url=self.url, allowed_remote_exmods=ALLOWED_EXMODS)
 

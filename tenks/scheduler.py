@@ -65,7 +65,7 @@ def _new_mac(taken):
 
 
 def schedule(spec, facts, recorded):
-    """Allocate every node of ``spec``; return the new node records.
+    """Allocate the nodes of ``spec`` not recorded yet; return them.
 
     ``facts``: {host: inspect result}; ``recorded``: node records (dicts)
     of every cluster, which keep their names, MACs and ports.
@@ -81,7 +81,9 @@ def schedule(spec, facts, recorded):
         node_type = spec['node_types'][entry['type']]
         prefix = entry['node_name_prefix']
         pool = name_pools.setdefault(prefix, _free_names(prefix, taken_names))
-        for _ in range(entry['count']):
+        have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
+                   and n['spec_index'] == index)
+        for _ in range(entry['count'] - have):
             refusals = {h.name: h.refusal(node_type) for h in hosts}
             usable = [h for h in hosts if refusals[h.name] is None]
             if not usable:
