@@ -1,0 +1,161 @@
+"""A throw-away cluster for end-to-end tests, and a check for leftovers.
+
+Each test's cluster has names of its own (cluster, node prefix, bridge
+prefix), so :meth:`ClusterEnv.leftovers` can list whatever of it remains
+on the machine and :meth:`ClusterEnv.force_clean` can remove it straight
+through libvirt, netlink and signals when Tenks itself could not.
+"""
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+
+import libvirt
+from pyroute2 import IPRoute
+
+from tenks import conf as tenks_conf
+from tenks import embedded
+from tenks import spec as tenks_spec
+
+URI = 'qemu:///system'
+
+
+def ipmitool(port, *command, password='password'):
+    return subprocess.run(
+        ['ipmitool', '-I', 'lanplus', '-H', '127.0.0.1', '-p', str(port),
+         '-U', 'admin', '-P', password, '-R', '1', '-N', '2', *command],
+        capture_output=True, text=True, timeout=30)
+
+
+def free_tcp_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def vbmcd_pid(state_dir):
+    try:
+        with open(os.path.join(state_dir, 'vbmc', 'vbmcd.pid')) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+class ClusterEnv:
+
+    def __init__(self, tmp_path, port_base):
+        token = secrets.token_hex(2)
+        self.cluster = 'ft-%s' % token
+        self.node_prefix = 'f%s' % token
+        self.bridge_prefix = 'fb%s' % token
+        self.port_base = port_base
+        self.state_dir = str(tmp_path / 'state')
+        self.conf = tenks_conf.new_conf()
+        self.conf([], default_config_files=[])
+        self.conf.set_override('state_dir', self.state_dir)
+        self.conf.set_override('vbmcd_control_port', free_tcp_port(),
+                               group='hostagent')
+
+    def spec(self, count=2, **top):
+        data = {
+            'cluster': self.cluster,
+            'node_types': {'small': {
+                'memory_mb': 128, 'vcpus': 1,
+                'volumes': [{'capacity': '64MiB'}, {'capacity': '32MiB'}],
+                'physical_networks': ['physnet1'],
+            }},
+            'specs': [{'type': 'small', 'count': count,
+                       'node_name_prefix': self.node_prefix}],
+            'physical_networks': ['physnet1'],
+            'bridge_prefix': self.bridge_prefix,
+            'ipmi_port_range_start': self.port_base,
+            'ipmi_port_range_end': self.port_base + 9,
+        }
+        data.update(top)
+        return tenks_spec.validate(data, source='test')
+
+    def node_name(self, index):
+        return '%s%d' % (self.node_prefix, index)
+
+    def deploy(self, spec):
+        with embedded.embedded(self.conf) as conductor:
+            return conductor.deploy(spec)
+
+    def teardown(self):
+        with embedded.embedded(self.conf) as conductor:
+            return conductor.teardown(self.cluster)
+
+    def nodes(self):
+        with embedded.embedded(self.conf) as conductor:
+            return [n.as_dict() for n in
+                    conductor.db.list_nodes(cluster=self.cluster)]
+
+    def _ours(self, name):
+        return name.startswith(self.node_prefix) or name == (
+            'tenks-%s' % self.cluster)
+
+    def _links(self, ipr):
+        owner = 'tenks:%s' % self.cluster
+        return [link for link in ipr.get_links()
+                if link.get('ifalias') == owner
+                or link.get('ifname').startswith(self.bridge_prefix)
+                or link.get('ifname').startswith('p-' + self.node_prefix)]
+
+    def leftovers(self):
+        """Everything of this cluster still on the machine."""
+        found = []
+        conn = libvirt.open(URI)
+        try:
+            found += ['domain %s' % d.name() for d in conn.listAllDomains()
+                      if self._ours(d.name())]
+            found += ['pool %s' % p.name()
+                      for p in conn.listAllStoragePools()
+                      if self._ours(p.name())]
+        finally:
+            conn.close()
+        with IPRoute() as ipr:
+            found += ['link %s' % link.get('ifname')
+                      for link in self._links(ipr)]
+        pool_dir = os.path.join(self.conf.hostagent.pool_dir, self.cluster)
+        if os.path.exists(pool_dir):
+            found.append('directory %s' % pool_dir)
+        if vbmcd_pid(self.state_dir):
+            found.append('vbmcd %d' % vbmcd_pid(self.state_dir))
+        return found
+
+    def force_clean(self):
+        pid = vbmcd_pid(self.state_dir)
+        if pid:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        conn = libvirt.open(URI)
+        try:
+            for dom in conn.listAllDomains():
+                if self._ours(dom.name()):
+                    with contextlib.suppress(libvirt.libvirtError):
+                        dom.destroy()
+                    with contextlib.suppress(libvirt.libvirtError):
+                        dom.undefine()
+            for pool in conn.listAllStoragePools():
+                if self._ours(pool.name()):
+                    for vol in pool.listAllVolumes():
+                        with contextlib.suppress(libvirt.libvirtError):
+                            vol.delete()
+                    with contextlib.suppress(libvirt.libvirtError):
+                        pool.destroy()
+                    with contextlib.suppress(libvirt.libvirtError):
+                        pool.undefine()
+        finally:
+            conn.close()
+        with IPRoute() as ipr:
+            for link in self._links(ipr):
+                with contextlib.suppress(Exception):
+                    ipr.link('del', index=link['index'])
+        pool_dir = os.path.join(self.conf.hostagent.pool_dir, self.cluster)
+        with contextlib.suppress(OSError):
+            os.rmdir(pool_dir)

@@ -1,0 +1,56 @@
+import warnings
+
+import pytest
+
+from hostagent import manager
+from tenks import conf as tenks_conf
+from tenks import embedded
+from tenks import spec as tenks_spec
+from tests.unit import fakes
+
+warnings.filterwarnings('ignore', module='oslo_service')
+
+
+@pytest.fixture
+def hypervisor(monkeypatch):
+    """A fake hypervisor behind the real hostagent manager."""
+    hv = fakes.Hypervisor()
+    drivers = {'tenks.virt_drivers': fakes.FakeVirt,
+               'tenks.network_drivers': fakes.FakeNetwork,
+               'tenks.bmc_drivers': fakes.FakeBmc}
+    monkeypatch.setattr(
+        manager, 'load_driver',
+        lambda namespace, name, conf: drivers[namespace](conf, hv))
+    return hv
+
+
+@pytest.fixture
+def conf(tmp_path):
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', str(tmp_path / 'state'))
+    conf.set_override('host', 'hv1', group='hostagent')
+    conf.set_override('agent_timeout', 10, group='conductor')
+    return conf
+
+
+@pytest.fixture
+def conductor(conf, hypervisor):
+    """A conductor and a hostagent on the in-memory bus, fake drivers."""
+    with embedded.embedded(conf) as conductor:
+        yield conductor
+
+
+def make_spec(count=2, **top):
+    data = {
+        'cluster': 'unit',
+        'node_types': {'small': {
+            'memory_mb': 128, 'vcpus': 1,
+            'volumes': [{'capacity': '1GiB'}],
+            'physical_networks': ['physnet1'],
+        }},
+        'specs': [{'type': 'small', 'count': count}],
+        'physical_networks': ['physnet1'],
+    }
+    data.update(top)
+    return tenks_spec.validate(data)

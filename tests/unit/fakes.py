@@ -1,0 +1,117 @@
+"""In-memory hypervisor drivers for unit tests of flows and services.
+
+They keep what they "create" in dicts, can be told to fail, and count
+calls, so tests can check that reverts undo exactly what was made.
+"""
+
+import collections
+
+from hostagent.drivers import base
+from tenks import exceptions
+
+
+class Hypervisor:
+    """State shared by the three fake drivers of one hostagent."""
+
+    def __init__(self):
+        self.things = {}
+        self.fail = {}
+        self.calls = collections.Counter()
+        self.removed = []
+
+    def ensure(self, kind, name, value=True):
+        self.calls['ensure_' + kind] += 1
+        error = self.fail.get((kind, name))
+        if error is not None:
+            raise error
+        changed = (kind, name) not in self.things
+        self.things[(kind, name)] = value
+        return changed
+
+    def remove(self, kind, name):
+        self.calls['remove_' + kind] += 1
+        self.removed.append(kind)
+        return self.things.pop((kind, name), None) is not None
+
+    def names(self, kind):
+        return sorted(n for k, n in self.things if k == kind)
+
+
+class FakeVirt(base.VirtDriver):
+
+    def __init__(self, conf, hv):
+        super().__init__(conf)
+        self.hv = hv
+
+    def facts(self):
+        return {'libvirt_version': '9.0.0', 'cpus': 2, 'memory_mb': 4096}
+
+    def ensure_pool(self, name, path, owner):
+        return self.hv.ensure('pool', name)
+
+    def remove_pool(self, name, path, owner):
+        return self.hv.remove('pool', name)
+
+    def ensure_volume(self, pool, name, capacity, fmt):
+        return self.hv.ensure('volume', name, capacity)
+
+    def remove_volume(self, pool, name):
+        return self.hv.remove('volume', name)
+
+    def ensure_domain(self, domain, owner):
+        return self.hv.ensure('domain', domain['name'], domain)
+
+    def remove_domain(self, name, owner):
+        return self.hv.remove('domain', name)
+
+    def domain_state(self, name):
+        return 'shut off' if ('domain', name) in self.hv.things else None
+
+
+class FakeNetwork(base.NetworkDriver):
+
+    def __init__(self, conf, hv):
+        super().__init__(conf)
+        self.hv = hv
+
+    def ensure_bridge(self, name, owner):
+        return self.hv.ensure('bridge', name), {'mac': '02:00:00:00:00:01'}
+
+    def remove_bridge(self, name, owner):
+        return self.hv.remove('bridge', name)
+
+    def ensure_uplink(self, bridge, source, veth_names, owner):
+        return self.hv.ensure('uplink', bridge)
+
+    def remove_uplink(self, bridge, source, veth_names, owner):
+        return self.hv.remove('uplink', bridge)
+
+    def ensure_port(self, bridge, name, owner):
+        return self.hv.ensure('port', name)
+
+    def remove_port(self, name, owner):
+        return self.hv.remove('port', name)
+
+
+class FakeBmc(base.BmcDriver):
+
+    def __init__(self, conf, hv):
+        super().__init__(conf)
+        self.hv = hv
+
+    def ensure_bmc(self, domain, address, port, username, password):
+        return self.hv.ensure('bmc', domain, (address, port))
+
+    def remove_bmc(self, domain):
+        return self.hv.remove('bmc', domain)
+
+    def list_bmcs(self):
+        return [{'domain': name, 'address': a, 'port': p,
+                 'status': 'running'}
+                for (kind, name), (a, p) in self.hv.things.items()
+                if kind == 'bmc']
+
+
+def conflict(kind, name):
+    return exceptions.ResourceConflict(kind=kind, name=name, owner='test',
+                                       reason='somebody else made it')

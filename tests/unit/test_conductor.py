@@ -1,0 +1,187 @@
+"""The conductor's operations end to end on the in-memory bus, with the
+real hostagent manager in front of fake drivers."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tenks import exceptions
+from tests.unit import fakes
+from tests.unit.conftest import make_spec
+
+EVERYTHING = {'pool', 'bridge', 'volume', 'port', 'domain', 'bmc'}
+
+
+def kinds(hv):
+    return {kind for kind, _ in hv.things}
+
+
+def test_deploy_creates_every_part_and_records_it(conductor, hypervisor):
+    result = conductor.deploy(make_spec(count=2))
+    assert len(result['changed']) == 10
+    assert hypervisor.names('domain') == ['tk0', 'tk1']
+    assert hypervisor.names('volume') == ['tk0vol0', 'tk1vol0']
+    assert hypervisor.names('port') == ['p-tk0-0', 'p-tk1-0']
+    assert hypervisor.names('bridge') == ['brtenks0']
+    assert hypervisor.names('pool') == ['tenks-unit']
+    assert hypervisor.things[('bmc', 'tk0')] == ('127.0.0.1', 6230)
+    nodes = conductor.db.list_nodes(cluster='unit')
+    assert [(n.name, n.state) for n in nodes] == [
+        ('tk0', 'deployed'), ('tk1', 'deployed')]
+    assert conductor.db.get_cluster('unit').state == 'deployed'
+    assert {r.state for r in conductor.db.list_resources('unit')} == {
+        'present'}
+
+
+def test_redeploy_changes_nothing(conductor, hypervisor):
+    spec = make_spec(count=2)
+    conductor.deploy(spec)
+    things = dict(hypervisor.things)
+    assert conductor.deploy(spec)['changed'] == []
+    assert hypervisor.things == things
+
+
+def test_redeploy_repairs_drift_only(conductor, hypervisor):
+    spec = make_spec(count=2)
+    conductor.deploy(spec)
+    del hypervisor.things[('domain', 'tk1')]
+    assert conductor.deploy(spec)['changed'] == ['domain:hv1:tk1']
+    assert hypervisor.names('domain') == ['tk0', 'tk1']
+
+
+def test_failure_reverts_exactly_what_the_deploy_created(conductor,
+                                                         hypervisor):
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(make_spec(count=2))
+    message = str(raised.value)
+    assert 'domain:hv1:tk1' in message and 'disk full' in message
+    assert 'Everything this deploy created was rolled back' in message
+    assert raised.value.kwargs['failed_tasks'] == ['domain:hv1:tk1']
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+    assert conductor.db.list_nodes() == []
+    assert conductor.db.list_resources('unit') == []
+
+
+def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
+                                                        hypervisor):
+    spec = make_spec(count=2)
+    conductor.deploy(spec)
+    del hypervisor.things[('domain', 'tk1')]
+    hypervisor.fail[('bmc', 'tk0')] = exceptions.DriverError(
+        driver='fake', action='start a BMC', reason='boom')
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(spec)
+    assert 'deployed before is kept' in str(raised.value)
+    # Nothing recorded before is removed, the repaired domain included.
+    assert kinds(hypervisor) == EVERYTHING
+    assert hypervisor.names('domain') == ['tk0', 'tk1']
+    assert conductor.db.get_cluster('unit').state == 'failed'
+    del hypervisor.fail[('bmc', 'tk0')]
+    assert conductor.deploy(spec)['changed'] == []
+    assert conductor.db.get_cluster('unit').state == 'deployed'
+
+
+def test_conflict_is_not_adopted_nor_removed(conductor, hypervisor):
+    hypervisor.fail[('bridge', 'brtenks0')] = fakes.conflict('bridge',
+                                                             'brtenks0')
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(make_spec(count=1))
+    assert 'not owned' in str(raised.value)
+    assert hypervisor.calls['remove_bridge'] == 0
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+
+
+def test_teardown_removes_in_dependency_order(conductor, hypervisor):
+    conductor.deploy(make_spec(count=2))
+    result = conductor.teardown('unit')
+    assert len(result['changed']) == 10
+    assert hypervisor.things == {}
+    order = hypervisor.removed
+    assert order.index('domain') > max(
+        i for i, k in enumerate(order) if k == 'bmc')
+    assert order.index('bridge') > max(
+        i for i, k in enumerate(order) if k == 'port')
+    assert order[-1] == 'pool'
+    assert conductor.db.get_cluster('unit') is None
+    assert conductor.db.list_nodes() == []
+
+
+def test_failed_teardown_keeps_the_record_of_what_remains(conductor,
+                                                          hypervisor):
+    conductor.deploy(make_spec(count=1))
+    real_remove = hypervisor.remove
+
+    def remove(kind, name):
+        if kind == 'pool':
+            raise exceptions.DriverError(driver='fake', action='remove pool',
+                                         reason='busy')
+        return real_remove(kind, name)
+
+    hypervisor.remove = remove
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.teardown('unit')
+    assert '1 resource(s) remain recorded' in str(raised.value)
+    assert [r.kind for r in conductor.db.list_resources('unit')] == ['pool']
+    hypervisor.remove = real_remove
+    conductor.teardown('unit')
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+
+
+def test_teardown_of_unknown_cluster(conductor):
+    with pytest.raises(exceptions.ClusterNotFound):
+        conductor.teardown('nope')
+
+
+def test_changed_spec_is_refused(conductor, hypervisor):
+    conductor.deploy(make_spec(count=1))
+    with pytest.raises(exceptions.SpecChanged) as raised:
+        conductor.deploy(make_spec(count=2))
+    assert 'specs' in str(raised.value)
+    assert hypervisor.names('domain') == ['tk0']
+
+
+def test_busy_cluster_is_refused(conductor, hypervisor, conf):
+    # Another process holds the cluster's lock (a lock is per process).
+    path = os.path.join(conf.state_dir, 'locks', 'unit.lock')
+    holder = subprocess.Popen(
+        [sys.executable, '-c',
+         'import sys, fasteners; lock = fasteners.InterProcessLock(%r); '
+         'lock.acquire(); print("locked", flush=True); sys.stdin.read()'
+         % path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == 'locked\n'
+        with pytest.raises(exceptions.ClusterBusy):
+            conductor.deploy(make_spec(count=1))
+    finally:
+        holder.communicate('')
+    assert hypervisor.things == {}
+
+
+def test_names_and_ports_are_unique_across_clusters(conductor, hypervisor):
+    conductor.deploy(make_spec(count=2))
+    conductor.deploy(make_spec(count=1, cluster='other', bridge_prefix='bro'))
+    other = conductor.db.list_nodes(cluster='other')
+    assert [(n.name, n.bmc_port) for n in other] == [('tk2', 6232)]
+
+
+def test_typed_errors_cross_the_bus(conductor, hypervisor):
+    hypervisor.fail[('pool', 'tenks-unit')] = exceptions.HypervisorUnavailable(
+        uri='qemu:///system', reason='no socket')
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(make_spec(count=1))
+    assert 'Cannot reach libvirt at qemu:///system' in str(raised.value)
+    assert '(on hv1)' in str(raised.value)
+
+
+def test_request_to_absent_agent_times_out_naming_the_host(conductor, conf):
+    conductor.agents.timeout = 0.2
+    with pytest.raises(exceptions.AgentTimeout) as raised:
+        conductor.agents.request('nohost', 'remove_bmc', 'r1', domain='x')
+    assert 'nohost' in str(raised.value)

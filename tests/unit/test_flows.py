@@ -1,0 +1,60 @@
+from taskflow import task
+
+from conductor import plans
+from flows import deploy
+from flows import teardown
+from tenks import scheduler
+from tests.unit.conftest import make_spec
+from tests.unit.test_scheduler import facts
+
+
+def all_tasks(flow):
+    found = []
+    for item, _ in flow.iter_nodes():
+        found += [item] if isinstance(item, task.Task) else all_tasks(item)
+    return found
+
+
+def plan(count=2, **top):
+    spec = make_spec(count=count, **top)
+    nodes = scheduler.schedule(spec, {'hv1': facts()}, [])
+    return plans.deploy_plan(spec, nodes, {'hv1': facts()})
+
+
+def test_deploy_flow_has_a_task_per_resource_with_stable_names():
+    tasks = all_tasks(deploy.get_deploy_flow(plan(count=2)))
+    names = [t.name for t in tasks]
+    assert len(names) == len(set(names))
+    resources = sorted(n for n in names if not n.startswith(
+        ('cluster:', 'node:')))
+    assert resources == sorted([
+        'pool:hv1:tenks-unit', 'bridge:hv1:brtenks0',
+        'volume:hv1:tk0vol0', 'volume:hv1:tk1vol0',
+        'port:hv1:p-tk0-0', 'port:hv1:p-tk1-0',
+        'domain:hv1:tk0', 'domain:hv1:tk1', 'bmc:hv1:tk0', 'bmc:hv1:tk1'])
+    # Rebuilding from the same plan gives the same names (resume).
+    again = [t.name for t in all_tasks(deploy.get_deploy_flow(plan(2)))]
+    assert sorted(n for n in again if n.startswith(('pool', 'bridge'))) == (
+        sorted(n for n in names if n.startswith(('pool', 'bridge'))))
+
+
+def test_every_task_reverts_or_says_why_not():
+    flows = [deploy.get_deploy_flow(plan(count=1,
+                                         physnet_mappings={'physnet1': 'e'})),
+             teardown.get_teardown_flow('unit', [
+                 {'hypervisor': 'hv1', 'kind': 'bmc', 'name': 'tk0',
+                  'remove_args': {'domain': 'tk0'}}])]
+    for flow in flows:
+        for t in all_tasks(flow):
+            revert = type(t).revert
+            assert revert is not task.Task.revert, t.name
+            assert any('Reversion strategy' in (cls.__doc__ or '')
+                       for cls in type(t).__mro__), t.name
+
+
+def test_mapped_physnet_gets_an_uplink():
+    p = plan(count=1, physnet_mappings={'physnet1': 'eth1'})
+    assert p['hosts']['hv1']['bridges'] == [{
+        'name': 'brtenks0', 'physnet': 'physnet1',
+        'uplink': {'source': 'eth1',
+                   'veth_names': ['p-brtenks0-br', 'p-brtenks0-phy']}}]

@@ -1,0 +1,64 @@
+import pytest
+
+from tenks import exceptions
+from tenks import scheduler
+from tests.unit.conftest import make_spec
+
+
+def facts(host='hv1', memory_mb=4096, busy=(), missing=()):
+    return {'host': host, 'memory_mb': memory_mb, 'busy_ports': list(busy),
+            'missing_interfaces': list(missing), 'pool_dir': '/p'}
+
+
+def test_names_ports_and_macs():
+    nodes = scheduler.schedule(make_spec(count=3), {'hv1': facts()}, [])
+    assert [n['name'] for n in nodes] == ['tk0', 'tk1', 'tk2']
+    assert [n['bmc_port'] for n in nodes] == [6230, 6231, 6232]
+    macs = [nic['mac'] for n in nodes for nic in n['nics']]
+    assert len(set(macs)) == 3
+    assert all(mac.startswith('52:54:00:') for mac in macs)
+    assert nodes[0]['volumes'] == [
+        {'name': 'tk0vol0', 'capacity': 1024 ** 3, 'format': 'qcow2'}]
+    assert nodes[0]['nics'][0]['bridge'] == 'brtenks0'
+    assert nodes[0]['nics'][0]['tap'] == 'p-tk0-0'
+
+
+def test_recorded_nodes_keep_their_names_and_ports():
+    first = scheduler.schedule(make_spec(count=2, cluster='a'),
+                               {'hv1': facts()}, [])
+    del first[0]  # tk0 and port 6230 are free again
+    second = scheduler.schedule(make_spec(count=2, cluster='b'),
+                                {'hv1': facts(busy=[6230])}, first)
+    assert [(n['name'], n['bmc_port']) for n in second] == [
+        ('tk0', 6232), ('tk2', 6233)]
+
+
+def test_only_missing_nodes_are_scheduled():
+    spec = make_spec(count=3)
+    recorded = scheduler.schedule(spec, {'hv1': facts()}, [])[:1]
+    missing = scheduler.schedule(spec, {'hv1': facts()}, recorded)
+    assert [n['name'] for n in missing] == ['tk1', 'tk2']
+
+
+def test_exhausted_port_range():
+    spec = make_spec(count=2, ipmi_port_range_end=6231)
+    with pytest.raises(exceptions.PortRangeExhausted) as raised:
+        scheduler.schedule(spec, {'hv1': facts(busy=[6231])}, [])
+    assert str(raised.value) == (
+        'IPMI port range 6230-6231 on hv1 is exhausted: 2 port(s) needed, '
+        '1 free')
+
+
+def test_memory_and_interfaces_are_respected_across_hosts():
+    hosts = {'hv1': facts('hv1', memory_mb=200),
+             'hv2': facts('hv2', memory_mb=300),
+             'hv3': facts('hv3', missing=['eth9'])}
+    nodes = scheduler.schedule(make_spec(count=3), hosts, [])
+    # The host with the most free memory first; never hv3.
+    assert [n['hypervisor'] for n in nodes] == ['hv2', 'hv1', 'hv2']
+    with pytest.raises(exceptions.NoValidHost) as raised:
+        scheduler.schedule(make_spec(count=4), hosts, [])
+    assert str(raised.value) == (
+        'No hypervisor can host a node of type small (specs[0]): hv1: only '
+        '72 MiB of memory left; hv2: only 44 MiB of memory left; hv3: '
+        'interface(s) eth9 missing')
