@@ -1,0 +1,82 @@
+"""Time deploy, no-change re-run and teardown of real clusters.
+
+Runs the ``tenks`` command (embedded mode, real libvirt, virtualbmc and
+Linux bridges) the way a user does, for each cluster size, and prints the
+wall-clock figures next to those of the Ansible-based Tenks measured on
+the same kind of machine. Needs root and tools/setup.sh done.
+
+    .venv/bin/python tools/benchmark.py [--sizes 1 8] [--runs 3]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
+
+# Ansible Tenks on these machines (seconds): deploy, re-run, teardown.
+ANSIBLE = {1: (37, None, None), 8: (66, 54, 40)}
+
+
+def spec(size, cluster):
+    return {
+        'cluster': cluster,
+        'node_types': {'bench': {
+            'memory_mb': 128, 'vcpus': 1,
+            'volumes': [{'capacity': '1GiB'}],
+            'physical_networks': ['physnet1'],
+        }},
+        'specs': [{'type': 'bench', 'count': size,
+                   'node_name_prefix': 'bn'}],
+        'physical_networks': ['physnet1'],
+        'bridge_prefix': 'brbench',
+        'ipmi_port_range_start': 7300,
+        'ipmi_port_range_end': 7399,
+    }
+
+
+def timed(*args):
+    started = time.monotonic()
+    result = subprocess.run([TENKS, *args], capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    if result.returncode:
+        sys.exit('tenks %s failed:\n%s' % (' '.join(args), result.stderr))
+    return elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--sizes', type=int, nargs='+', default=[1, 8])
+    parser.add_argument('--runs', type=int, default=3)
+    args = parser.parse_args()
+
+    print('%-6s %-10s %9s %9s %9s  %s' % (
+        'nodes', 'phase', 'median s', 'min s', 'max s', 'Ansible Tenks s'))
+    with tempfile.TemporaryDirectory(prefix='tenks-bench-') as tmp:
+        state = ['--state-dir', os.path.join(tmp, 'state')]
+        for size in args.sizes:
+            path = os.path.join(tmp, 'bench-%d.yaml' % size)
+            cluster = 'bench-%d' % size
+            with open(path, 'w') as f:
+                yaml.safe_dump(spec(size, cluster), f)
+            figures = {'deploy': [], 're-run': [], 'teardown': []}
+            for _ in range(args.runs):
+                figures['deploy'].append(timed(*state, 'deploy', path))
+                figures['re-run'].append(timed(*state, 'deploy', path))
+                figures['teardown'].append(
+                    timed(*state, 'teardown', cluster))
+            for index, (phase, values) in enumerate(figures.items()):
+                ansible = ANSIBLE.get(size, (None,) * 3)[index]
+                print('%-6d %-10s %9.2f %9.2f %9.2f  %s' % (
+                    size, phase, statistics.median(values), min(values),
+                    max(values), ansible if ansible else '-'))
+
+
+if __name__ == '__main__':
+    main()
