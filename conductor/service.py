@@ -82,7 +82,9 @@ class Conductor:
         """Create the cluster ``spec`` describes, or repair it; idempotent.
 
         Returns {'operation': id, 'changed': [tasks that changed
-        something]}. Raises OperationFailed after rolling back.
+        something]}, and 'resumed': True when it finished a deploy that a
+        dead process left half done. Raises OperationFailed after rolling
+        back.
         """
         name = spec['cluster']
         with self._lock(name):
@@ -96,8 +98,10 @@ class Conductor:
             if interrupted is not None and interrupted.kind == 'deploy':
                 LOG.info('Resuming deploy %s of cluster %s', interrupted.id,
                          name)
-                return self._finish(interrupted.id, 'deploy', name, False,
-                                    self.runner.resume, interrupted.id)
+                result = self._finish(interrupted.id, 'deploy', name,
+                                      False, self.runner.resume,
+                                      interrupted.id)
+                return dict(result, resumed=True)
             facts = self._inspect(spec)
             with self._lock('allocation'):
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
@@ -181,7 +185,8 @@ class Conductor:
                                                         existed)),
                 failed_tasks=e.kwargs.get('failed_tasks', [])) from None
         self.db.finish_operation(operation_id, 'succeeded')
-        return {'operation': operation_id, 'changed': outcome.changed}
+        return {'operation': operation_id, 'changed': outcome.changed,
+                'resumed': False}
 
     def _after_failure(self, kind, name, existed):
         if self.db.get_cluster(name) is None:

@@ -30,6 +30,10 @@ class Deploy(command.Command):
             result = conductor.deploy(spec)
         elapsed = time.monotonic() - started
         count = sum(s['count'] for s in spec['specs'])
+        if result['resumed']:
+            self.app.stdout.write(
+                'Resumed deploy %s, interrupted earlier.\n'
+                % result['operation'])
         if result['changed']:
             self.app.stdout.write(
                 'Cluster %s deployed: %d node(s), %d change(s) in %.1f s.\n'

@@ -96,13 +96,13 @@ class ClusterEnv:
                     conductor.db.list_nodes(cluster=self.cluster)]
 
     def _ours(self, name):
-        return name.startswith(self.node_prefix) or name == (
-            'tenks-%s' % self.cluster)
+        # Clusters named after this one (cluster-a, ...) count too.
+        return name.startswith((self.node_prefix, 'tenks-' + self.cluster))
 
     def _links(self, ipr):
         owner = 'tenks:%s' % self.cluster
         return [link for link in ipr.get_links()
-                if link.get('ifalias') == owner
+                if (link.get('ifalias') or '').startswith(owner)
                 or link.get('ifname').startswith(self.bridge_prefix)
                 or link.get('ifname').startswith('p-' + self.node_prefix)]
 
@@ -121,9 +121,9 @@ class ClusterEnv:
         with IPRoute() as ipr:
             found += ['link %s' % link.get('ifname')
                       for link in self._links(ipr)]
-        pool_dir = os.path.join(self.conf.hostagent.pool_dir, self.cluster)
-        if os.path.exists(pool_dir):
-            found.append('directory %s' % pool_dir)
+        pool_root = self.conf.hostagent.pool_dir
+        found += ['directory %s' % d for d in sorted(os.listdir(pool_root))
+                  if d.startswith(self.cluster)]
         if vbmcd_pid(self.state_dir):
             found.append('vbmcd %d' % vbmcd_pid(self.state_dir))
         return found
@@ -156,6 +156,8 @@ class ClusterEnv:
             for link in self._links(ipr):
                 with contextlib.suppress(Exception):
                     ipr.link('del', index=link['index'])
-        pool_dir = os.path.join(self.conf.hostagent.pool_dir, self.cluster)
-        with contextlib.suppress(OSError):
-            os.rmdir(pool_dir)
+        pool_root = self.conf.hostagent.pool_dir
+        for name in os.listdir(pool_root):
+            if name.startswith(self.cluster):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(pool_root, name))

@@ -21,6 +21,8 @@ def hypervisor(monkeypatch):
     monkeypatch.setattr(
         manager, 'load_driver',
         lambda namespace, name, conf: drivers[namespace](conf, hv))
+    monkeypatch.setattr(manager, 'udp_port_free',
+                        lambda address, port: port not in hv.busy_ports)
     return hv
 
 

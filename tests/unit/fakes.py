@@ -18,6 +18,7 @@ class Hypervisor:
         self.fail = {}
         self.calls = collections.Counter()
         self.removed = []
+        self.busy_ports = set()
 
     def ensure(self, kind, name, value=True):
         self.calls['ensure_' + kind] += 1

@@ -166,9 +166,10 @@ def test_busy_cluster_is_refused(conductor, hypervisor, conf):
 
 def test_names_and_ports_are_unique_across_clusters(conductor, hypervisor):
     conductor.deploy(make_spec(count=2))
+    hypervisor.busy_ports.add(6232)
     conductor.deploy(make_spec(count=1, cluster='other', bridge_prefix='bro'))
     other = conductor.db.list_nodes(cluster='other')
-    assert [(n.name, n.bmc_port) for n in other] == [('tk2', 6232)]
+    assert [(n.name, n.bmc_port) for n in other] == [('tk2', 6233)]
 
 
 def test_typed_errors_cross_the_bus(conductor, hypervisor):

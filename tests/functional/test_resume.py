@@ -1,0 +1,92 @@
+"""A deploy whose process is killed mid-flow resumes where it stopped."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.functional import cluster_fixtures as cf
+
+pytestmark = pytest.mark.functional
+
+TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
+
+
+@pytest.fixture
+def env(tmp_path):
+    cluster = cf.ClusterEnv(tmp_path, port_base=7250)
+    yield cluster
+    left = cluster.leftovers()
+    cluster.force_clean()
+    assert left == [], 'the test left %s behind' % left
+
+
+def recorded(state_dir, kind, state='present'):
+    db = sqlite3.connect(os.path.join(state_dir, 'state.sqlite'))
+    try:
+        return db.execute(
+            'SELECT count(*) FROM tenks_resources WHERE kind = ? AND '
+            'state = ?', (kind, state)).fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_killed_deploy_resumes(env, tmp_path):
+    config = tmp_path / 'tenks.conf'
+    config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
+                      % env.conf.hostagent.vbmcd_control_port)
+    base = [TENKS, '--state-dir', env.state_dir, '--config-file',
+            str(config)]
+    path = tmp_path / 'cluster.yaml'
+    path.write_text(yaml.safe_dump(env.spec(count=2)))
+
+    # A first, one-node cluster starts this state dir's vbmcd...
+    first = tmp_path / 'first.yaml'
+    first.write_text(yaml.safe_dump(env.spec(
+        count=1, cluster=env.cluster + '-a',
+        bridge_prefix=env.bridge_prefix + 'a',
+        ipmi_port_range_start=env.port_base + 5)))
+    subprocess.run([*base, 'deploy', str(first)], check=True,
+                   capture_output=True, timeout=120)
+    vbmcd = cf.vbmcd_pid(env.state_dir)
+    # ...which we freeze, so the next deploy blocks in its BMC tasks.
+    os.kill(vbmcd, signal.SIGSTOP)
+    try:
+        deploy = subprocess.Popen([*base, 'deploy', str(path)],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while recorded(env.state_dir, 'domain') < 3:
+            assert time.monotonic() < deadline, 'domains never recorded'
+            assert deploy.poll() is None, deploy.communicate()
+            time.sleep(0.05)
+        deploy.kill()
+        deploy.wait()
+    finally:
+        os.kill(vbmcd, signal.SIGCONT)
+    # Killed half way: the nodes' BMCs are not there yet.
+    assert recorded(env.state_dir, 'bmc') == 1
+
+    resumed = subprocess.run([*base, 'deploy', str(path)],
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert 'Resumed deploy' in resumed.stdout
+    assert recorded(env.state_dir, 'bmc') == 3
+    listed = subprocess.run([*base, 'node', 'list', '-f', 'json',
+                             '--cluster', env.cluster],
+                            capture_output=True, text=True, check=True)
+    nodes = json.loads(listed.stdout)
+    assert [n['state'] for n in nodes] == ['deployed', 'deployed']
+    for node in nodes:
+        status = cf.ipmitool(node['bmc_port'], 'power', 'status')
+        assert 'Chassis Power is off' in status.stdout
+
+    for cluster in (env.cluster, env.cluster + '-a'):
+        subprocess.run([*base, 'teardown', cluster], check=True,
+                       capture_output=True, timeout=120)
