@@ -26,7 +26,7 @@ URI = 'qemu:///system'
 def ipmitool(port, *command, password='password'):
     return subprocess.run(
         ['ipmitool', '-I', 'lanplus', '-H', '127.0.0.1', '-p', str(port),
-         '-U', 'admin', '-P', password, '-R', '1', '-N', '2', *command],
+         '-U', 'admin', '-P', password, '-R', '3', '-N', '10', *command],
         capture_output=True, text=True, timeout=30)
 
 

@@ -95,8 +95,12 @@ def test_deploy_power_and_teardown(env, conn):
     assert cf.ipmitool(port, 'power', 'status',
                        password='wrong').returncode != 0
 
-    # A re-run changes nothing and keeps every allocation.
+    # Ironic sets the boot device through the BMC; a re-run keeps it,
+    # changes nothing and keeps every allocation.
+    assert cf.ipmitool(port, 'chassis', 'bootdev', 'disk').returncode == 0
     assert env.deploy(spec)['changed'] == []
+    boot = ET.fromstring(conn.lookupByName(env.node_name(0)).XMLDesc())
+    assert [b.get('dev') for b in boot.findall('os/boot')] == ['hd']
     assert {n['name']: n for n in env.nodes()} == nodes
 
     env.teardown()

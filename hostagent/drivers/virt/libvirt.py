@@ -73,7 +73,11 @@ def _attr(element, path, name):
 
 
 def _summary(xml):
-    """The parts of a domain XML that ensure_domain manages."""
+    """The parts of a domain XML that ensure_domain manages.
+
+    Not the boot order: the BMC changes it when Ironic sets the boot
+    device, and a re-run must not undo that.
+    """
     root = ET.fromstring(xml)
     devices = root.find('devices')
     return {
@@ -81,7 +85,6 @@ def _summary(xml):
         'uuid': root.findtext('uuid'),
         'memory': (_attr(root, 'memory', 'unit'), root.findtext('memory')),
         'vcpus': root.findtext('vcpu'),
-        'boot': [b.get('dev') for b in root.findall('os/boot')],
         'disks': [(d.get('type'), _attr(d, 'driver', 'type'),
                    _attr(d, 'source', 'pool'), _attr(d, 'source', 'volume'),
                    _attr(d, 'target', 'dev'))
