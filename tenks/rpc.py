@@ -14,6 +14,8 @@ from oslo_messaging import opts as messaging_opts
 from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 
+from tenks import memory_transport
+
 CONDUCTOR_TOPIC = 'tenks-conductor'
 HOSTAGENT_TOPIC = 'tenks-hostagent'
 EMBEDDED_TRANSPORT_URL = 'kombu+memory:////'
@@ -46,6 +48,7 @@ class Bus:
         self.conf = conf
         self.url = url or conf.transport_url or EMBEDDED_TRANSPORT_URL
         if self.embedded:
+            memory_transport.install()
             # The in-memory broker has no host and no heartbeats: say so
             # once here instead of warning about it on every connection.
             conf.set_override('heartbeat_timeout_threshold', 0,

@@ -36,12 +36,12 @@ class Deploy(command.Command):
                 % result['operation'])
         if result['changed']:
             self.app.stdout.write(
-                'Cluster %s deployed: %d node(s), %d change(s) in %.1f s.\n'
+                'Cluster %s deployed: %d node(s), %d change(s) in %.2f s.\n'
                 % (spec['cluster'], count, len(result['changed']), elapsed))
         else:
             self.app.stdout.write(
                 'Cluster %s is already deployed as specified: nothing '
-                'changed (%.1f s).\n' % (spec['cluster'], elapsed))
+                'changed in %.2f s.\n' % (spec['cluster'], elapsed))
 
 
 class Teardown(command.Command):
@@ -61,7 +61,7 @@ class Teardown(command.Command):
         with embedded.embedded(self.app.conf) as conductor:
             result = conductor.teardown(name)
         self.app.stdout.write(
-            'Cluster %s torn down: %d resource(s) removed in %.1f s.\n'
+            'Cluster %s torn down: %d resource(s) removed in %.2f s.\n'
             % (name, len(result['changed']), time.monotonic() - started))
 
 

@@ -12,6 +12,9 @@ from tenks import conf as tenks_conf
 
 class TenksApp(app.App):
 
+    # Warnings and errors only; -v shows progress, -vv debug.
+    DEFAULT_VERBOSE_LEVEL = 0
+
     def __init__(self):
         super().__init__(
             description='Virtual bare metal clusters for OpenStack Ironic.',
@@ -44,9 +47,9 @@ class TenksApp(app.App):
 
 
 def main(argv=None):
-    # oslo.messaging imports oslo.service, which warns about eventlet
-    # although Tenks never uses it.
-    warnings.filterwarnings('ignore', module='oslo_service')
+    # oslo.messaging and futurist import eventlet, which warns that it is
+    # deprecated although Tenks never uses it.
+    warnings.filterwarnings('ignore', message='(?s).*Eventlet is deprecated')
     return TenksApp().run(sys.argv[1:] if argv is None else argv)
 
 
