@@ -12,6 +12,7 @@
 #             define costs ~1 minute of capability re-probing)
 #   virtlogd  start it if not running
 #   libvirtd  start it if not running, wait until qemu:///system answers
+#   rabbitmq  start it on 127.0.0.1:5672 only, if not running
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
 #
@@ -44,6 +45,7 @@ DEB_PACKAGES=(
     gcc                     # to build libvirt-python
     ipmitool                # to talk to the virtualbmc endpoints
     iproute2                # bridges, veth pairs
+    rabbitmq-server         # the message bus of the distributed mode
 )
 
 PYTHON=${TENKS_PYTHON:-python3}
@@ -203,6 +205,35 @@ step_libvirtd() {
     fi
 }
 
+step_rabbitmq() {
+    local env_conf=/etc/rabbitmq/rabbitmq-env.conf
+    local want
+    want=$(printf '%s\n' 'NODENAME=rabbit@localhost' \
+        'NODE_IP_ADDRESS=127.0.0.1' \
+        'SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"')
+    # Loopback only: the broker, its node name and Erlang distribution.
+    if [[ ! -f $env_conf || $(<"$env_conf") != "$want" ]]; then
+        printf '%s\n' "$want" >"$env_conf"
+    fi
+    export ERL_EPMD_ADDRESS=127.0.0.1
+    if (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+        say "rabbitmq: already running"
+        return
+    fi
+    local t0=$SECONDS deadline=$((SECONDS + 120))
+    # A server that stays in the foreground: detach it entirely, so that
+    # no shell of ours waits for it while holding the set-up lock.
+    (exec setsid rabbitmq-server </dev/null >/dev/null 2>&1 9>&-) &
+    until rabbitmqctl -n rabbit@localhost -q await_startup >"$LOG" 2>&1 9>&-; do
+        if ((SECONDS >= deadline)); then
+            tail -n 20 "$LOG" >&2
+            die "rabbitmq did not start within 120 s (see /var/log/rabbitmq)"
+        fi
+        sleep 0.5
+    done
+    say "rabbitmq: started on 127.0.0.1:5672 in $((SECONDS - t0)) s"
+}
+
 venv_fingerprint() {
     local f
     for f in setup.cfg setup.py pyproject.toml; do
@@ -244,6 +275,7 @@ main() {
     step_kvm
     step_virtlogd
     step_libvirtd
+    step_rabbitmq
     step_venv
 }
 
