@@ -1,19 +1,68 @@
-"""Server side of the conductor RPC API."""
+"""Server side of the conductor RPC API (see rpcapi for the contract)."""
 
 import oslo_messaging as messaging
 
 from conductor import rpcapi
+from tenks import exceptions
+from tenks import spec as tenks_spec
 
 RPC_API_VERSION = rpcapi.RPC_API_VERSION
+
+SUBMIT_ERRORS = (
+    exceptions.SpecError, exceptions.ClusterBusy, exceptions.SpecChanged,
+    exceptions.NoValidHost, exceptions.InterfaceNotFound,
+    exceptions.ConductorBusy, exceptions.HostAgentError,
+    exceptions.AgentTimeout)
 
 
 class ConductorManager:
 
     target = messaging.Target(version=RPC_API_VERSION)
 
-    def __init__(self, waiters):
-        self.waiters = waiters
+    def __init__(self, conductor):
+        self.conductor = conductor
 
     def report_result(self, context, request_id, host, result=None,
                       error=None):
-        self.waiters.complete(request_id, host, result=result, error=error)
+        self.conductor.waiters.complete(request_id, host, result=result,
+                                        error=error)
+
+    def register_agent(self, context, host, facts):
+        self.conductor.register_agent(host, facts)
+
+    @messaging.expected_exceptions(*SUBMIT_ERRORS)
+    def deploy_cluster(self, context, spec):
+        spec = tenks_spec.validate(spec, source='deploy_cluster request')
+        return self.conductor.submit_deploy(spec)
+
+    @messaging.expected_exceptions(exceptions.ClusterNotFound,
+                                   *SUBMIT_ERRORS)
+    def teardown_cluster(self, context, name):
+        return self.conductor.submit_teardown(name)
+
+    @messaging.expected_exceptions(exceptions.OperationNotFound)
+    def get_operation(self, context, operation_id):
+        return self.conductor.get_operation(operation_id)
+
+    def list_operations(self, context, cluster=None):
+        return self.conductor.list_operations(cluster)
+
+    @messaging.expected_exceptions(exceptions.ClusterNotFound)
+    def get_cluster(self, context, name):
+        return self.conductor.get_cluster(name)
+
+    def list_clusters(self, context):
+        return self.conductor.list_clusters()
+
+    def list_nodes(self, context, cluster=None):
+        return self.conductor.list_nodes(cluster)
+
+    def list_hypervisors(self, context):
+        return self.conductor.list_hypervisors()
+
+    @messaging.expected_exceptions(exceptions.HypervisorNotFound)
+    def get_hypervisor(self, context, host):
+        return self.conductor.get_hypervisor(host)
+
+    def list_events(self, context, cluster=None, limit=100):
+        return self.conductor.list_events(cluster, limit)

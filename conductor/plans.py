@@ -6,13 +6,16 @@ from tenks import names
 
 
 def deploy_plan(spec, nodes, facts):
+    """``facts``: {host: inspect result}, with each host's own physnet
+    mappings, BMC address and name prefix applied."""
     cluster = spec['cluster']
-    mappings = spec['physnet_mappings']
     hosts = {}
     for host in sorted({node['hypervisor'] for node in nodes}):
+        prefix = facts[host]['resource_prefix']
+        mappings = facts[host]['physnet_mappings']
         bridges = []
         for physnet in spec['physical_networks']:
-            bridge = names.bridge(spec, physnet)
+            bridge = names.bridge(spec, physnet, prefix)
             uplink = None
             if physnet in mappings:
                 uplink = {'source': mappings[physnet],
@@ -20,8 +23,9 @@ def deploy_plan(spec, nodes, facts):
             bridges.append({'name': bridge, 'physnet': physnet,
                             'uplink': uplink})
         hosts[host] = {
-            'pool': {'name': names.pool(cluster),
-                     'path': os.path.join(facts[host]['pool_dir'], cluster)},
+            'pool': {'name': names.pool(cluster, prefix),
+                     'path': os.path.join(facts[host]['pool_dir'],
+                                          prefix + cluster)},
             'bridges': bridges,
         }
     return {

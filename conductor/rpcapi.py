@@ -1,9 +1,18 @@
-"""Client side of the conductor RPC API.
+"""Client side of the conductor RPC API, for hostagents, the CLI and other
+OpenStack services.
+
+Long operations (deploy, teardown) return an operation id at once; follow
+them with get_operation. Expected errors arrive as the same types from
+tenks.exceptions: SpecError (invalid spec), ClusterNotFound, ClusterBusy,
+SpecChanged, NoValidHost (and PortRangeExhausted), InterfaceNotFound,
+OperationNotFound, HypervisorNotFound, ConductorBusy.
 
 API version history:
 
-* 1.0 - Initial version: report_result, the hostagent's answer to a
-  request.
+* 1.0 - Initial version: report_result and register_agent (casts from
+  hostagents); deploy_cluster, teardown_cluster, get_cluster,
+  list_clusters, list_nodes, get_operation, list_operations,
+  list_hypervisors, get_hypervisor, list_events.
 """
 
 from tenks import rpc
@@ -13,8 +22,15 @@ RPC_API_VERSION = '1.0'
 
 class ConductorAPI:
 
-    def __init__(self, bus):
+    def __init__(self, bus, timeout=None):
         self.client = bus.get_client(rpc.CONDUCTOR_TOPIC, RPC_API_VERSION)
+        if timeout is not None:
+            self.client = self.client.prepare(timeout=timeout)
+
+    def _call(self, method, **kwargs):
+        return self.client.prepare(version='1.0').call({}, method, **kwargs)
+
+    # From hostagents
 
     def report_result(self, conductor, request_id, host, result=None,
                       error=None):
@@ -22,3 +38,45 @@ class ConductorAPI:
         cctxt = self.client.prepare(server=conductor, version='1.0')
         cctxt.cast({}, 'report_result', request_id=request_id, host=host,
                    result=result, error=error)
+
+    def register_agent(self, host, facts):
+        """Register or heartbeat hostagent ``host`` with its facts."""
+        self.client.prepare(version='1.0').cast(
+            {}, 'register_agent', host=host, facts=facts)
+
+    # For operators and other services
+
+    def deploy_cluster(self, spec):
+        """Start deploying ``spec`` (a dict); return its operation id."""
+        return self._call('deploy_cluster', spec=spec)
+
+    def teardown_cluster(self, name):
+        """Start tearing cluster ``name`` down; return its operation id."""
+        return self._call('teardown_cluster', name=name)
+
+    def get_operation(self, operation_id):
+        """State ('running', 'succeeded', 'failed', 'interrupted'),
+        progress per stage ({stage: [done, total]}) and error."""
+        return self._call('get_operation', operation_id=operation_id)
+
+    def list_operations(self, cluster=None):
+        return self._call('list_operations', cluster=cluster)
+
+    def get_cluster(self, name):
+        """The cluster, its spec (password masked) and its nodes."""
+        return self._call('get_cluster', name=name)
+
+    def list_clusters(self):
+        return self._call('list_clusters')
+
+    def list_nodes(self, cluster=None):
+        return self._call('list_nodes', cluster=cluster)
+
+    def list_hypervisors(self):
+        return self._call('list_hypervisors')
+
+    def get_hypervisor(self, host):
+        return self._call('get_hypervisor', host=host)
+
+    def list_events(self, cluster=None, limit=100):
+        return self._call('list_events', cluster=cluster, limit=limit)

@@ -19,20 +19,36 @@ from tenks import exceptions
 LOG = logging.getLogger(__name__)
 
 
-class Outcome:
-    """What the atoms of one run did, gathered from engine events."""
+def stage(atom_name):
+    """The stage an atom belongs to, e.g. 'domain' for 'domain:h:tk0'."""
+    return atom_name.split(':', 1)[0]
 
-    def __init__(self):
+
+class Outcome:
+    """What the atoms of one run did, gathered from engine events.
+
+    ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end.
+    """
+
+    def __init__(self, atom_names, on_progress=None):
         self.changed = []
         self.failures = []
+        self.progress = {}
+        for name in atom_names:
+            self.progress.setdefault(stage(name), [0, 0])[1] += 1
+        self.on_progress = on_progress
 
     def on_atom(self, state, details):
+        name = details['task_name']
         if state == states.SUCCESS:
             result = details.get('result')
             if isinstance(result, dict) and result.get('changed'):
-                self.changed.append(details['task_name'])
+                self.changed.append(name)
+            self.progress[stage(name)][0] += 1
+            if self.on_progress is not None:
+                self.on_progress(self.progress)
         elif state == states.FAILURE:
-            self.failures.append((details['task_name'], details['result']))
+            self.failures.append((name, details['result']))
 
 
 class PersistenceBackend(impl_sqlalchemy.SQLAlchemyBackend):
@@ -61,27 +77,31 @@ class FlowRunner:
         self.executor = futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix='flow')
 
-    def run(self, operation_id, name, factory, factory_kwargs, store):
+    def run(self, operation_id, name, factory, factory_kwargs, store,
+            on_progress=None):
         """Run a new flow from ``factory``; return its Outcome."""
         book = models.LogBook(name, uuid=operation_id)
         engine = engines.load_from_factory(
             factory, factory_kwargs=factory_kwargs, store=store, book=book,
             backend=self.backend, **self._options())
-        return self._run(engine, operation_id)
+        return self._run(engine, on_progress)
 
-    def resume(self, operation_id):
+    def resume(self, operation_id, on_progress=None):
         """Resume an interrupted operation where it stopped."""
         book = self.backend.get_connection().get_logbook(operation_id)
         flow_detail = next(iter(book))
         engine = engines.load_from_detail(flow_detail, backend=self.backend,
                                           **self._options())
-        return self._run(engine, operation_id)
+        return self._run(engine, on_progress)
 
     def _options(self):
         return {'engine': 'parallel', 'executor': self.executor}
 
-    def _run(self, engine, operation_id):
-        outcome = Outcome()
+    def _run(self, engine, on_progress):
+        engine.compile()
+        graph = engine.compilation.execution_graph
+        outcome = Outcome([node.name for node, data in graph.nodes(data=True)
+                           if data['kind'] == 'task'], on_progress)
         engine.atom_notifier.register(engine.atom_notifier.ANY,
                                       outcome.on_atom)
         try:

@@ -1,17 +1,24 @@
 """The conductor: runs deploy and teardown flows for clusters.
 
 It reaches hypervisors only through their hostagents, over the bus, and
-records everything it creates in the state database as it goes.
+records everything it creates in the state database as it goes. An
+operation is checked, locked and scheduled at once (so a bad request
+fails at once), then its flow runs in a bounded pool of threads.
 """
 
 import contextlib
+import datetime
 import os
+import threading
+import time
 import uuid
+from concurrent import futures
 
 import fasteners
 from oslo_log import log as logging
 
 from conductor import agents
+from conductor import locks
 from conductor import manager
 from conductor import plans
 from conductor import runner
@@ -21,11 +28,16 @@ from flows import deploy
 from flows import records
 from flows import teardown
 from tenks import exceptions
+from tenks import notifier
 from tenks import rpc
 from tenks import scheduler
 from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
+
+SUCCEEDED = 'succeeded'
+FAILED = 'failed'
+INTERRUPTED = 'interrupted'
 
 
 def ensure_private_dir(path):
@@ -35,10 +47,16 @@ def ensure_private_dir(path):
     return path
 
 
+def mask_spec(spec):
+    return dict(spec, ipmi_password='***')
+
+
 class Conductor:
 
     def __init__(self, conf, bus):
         self.conf = conf
+        self.bus = bus
+        self.host = conf.conductor.host
         self.state_dir = ensure_private_dir(conf.state_dir)
         self.lock_dir = ensure_private_dir(
             os.path.join(self.state_dir, 'locks'))
@@ -49,45 +67,101 @@ class Conductor:
         self.runner = runner.FlowRunner(engine, conf.conductor.workers)
         self.waiters = waiters.Waiters()
         self.agents = agents.AgentClient(
-            bus, self.waiters, conf.conductor.host,
-            conf.conductor.agent_timeout)
-        services.install(services.Services(db=self.db, agents=self.agents))
+            bus, self.waiters, self.host, conf.conductor.agent_timeout)
+        self.notifier = notifier.Notifier(bus, self.db,
+                                          'tenks.conductor.%s' % self.host)
+        services.install(services.Services(
+            db=self.db, agents=self.agents, notifier=self.notifier))
+        self.locks = locks.ClusterLocks(self.lock_dir)
+        self._allocation_mutex = threading.Lock()
+        self._pool = futures.ThreadPoolExecutor(
+            max_workers=conf.conductor.max_operations,
+            thread_name_prefix='operation')
+        self._running = {}
+        self._running_mutex = threading.Lock()
+        self._accepting = True
         self.server = bus.get_server(
-            rpc.CONDUCTOR_TOPIC, conf.conductor.host,
-            [manager.ConductorManager(self.waiters)])
+            rpc.CONDUCTOR_TOPIC, self.host,
+            [manager.ConductorManager(self)])
 
     def start(self):
         self.server.start()
 
-    def stop(self):
+    def stop(self, grace=None):
+        """Take no more work, let running operations finish, then stop.
+
+        Operations still running after ``grace`` seconds are left to be
+        resumed by the next start of this conductor.
+        """
+        self._accepting = False
+        with self._running_mutex:
+            running = list(self._running.values())
+        done, left = futures.wait(running, timeout=grace)
+        if left:
+            LOG.warning('Stopping with %d operation(s) still running; they '
+                        'resume when this conductor starts again', len(left))
         self.server.stop()
         self.server.wait()
+        self._pool.shutdown(wait=not left, cancel_futures=True)
+
+    # Hypervisors
+
+    def register_agent(self, host, facts):
+        self.db.register_hypervisor(host, facts)
+
+    def hypervisor_state(self, row):
+        age = (datetime.datetime.now(datetime.timezone.utc)
+               - row.last_seen.replace(tzinfo=datetime.timezone.utc))
+        if age.total_seconds() > self.conf.conductor.agent_down_time:
+            return 'down'
+        return 'up' if row.enabled else 'disabled'
+
+    def list_hypervisors(self):
+        counts = {}
+        for node in self.db.list_nodes():
+            counts[node.hypervisor] = counts.get(node.hypervisor, 0) + 1
+        return [dict(row.as_dict(), state=self.hypervisor_state(row),
+                     nodes=counts.get(row.host, 0))
+                for row in self.db.list_hypervisors()]
+
+    def get_hypervisor(self, host):
+        for hypervisor in self.list_hypervisors():
+            if hypervisor['host'] == host:
+                return hypervisor
+        raise exceptions.HypervisorNotFound(host=host)
 
     def hypervisors(self):
-        # One local hypervisor until hostagents register themselves.
-        return [self.conf.hostagent.host]
+        """The hosts new nodes may go to."""
+        if self.bus.embedded:
+            return [self.conf.hostagent.host]
+        hosts = [h['host'] for h in self.list_hypervisors()
+                 if h['state'] == 'up']
+        if not hosts:
+            raise exceptions.NoValidHost(
+                what='any node', reason='no hostagent is up and enabled')
+        return hosts
 
-    @contextlib.contextmanager
-    def _lock(self, name):
-        lock = fasteners.InterProcessLock(
-            os.path.join(self.lock_dir, '%s.lock' % name))
-        if not lock.acquire(blocking=False):
-            raise exceptions.ClusterBusy(name=name)
-        try:
-            yield
-        finally:
-            lock.release()
+    # Operations
 
     def deploy(self, spec):
-        """Create the cluster ``spec`` describes, or repair it; idempotent.
+        """Deploy ``spec`` and wait; see submit_deploy and wait."""
+        return self.wait(self.submit_deploy(spec))
 
-        Returns {'operation': id, 'changed': [tasks that changed
-        something]}, and 'resumed': True when it finished a deploy that a
-        dead process left half done. Raises OperationFailed after rolling
-        back.
+    def teardown(self, name):
+        return self.wait(self.submit_teardown(name))
+
+    def submit_deploy(self, spec):
+        """Start creating the cluster ``spec`` describes, or repairing it.
+
+        Idempotent: a re-run with the same spec changes nothing that is as
+        recorded. A deploy that a dead process left half done is resumed.
+        Returns the operation id at once; checking, locking and
+        scheduling errors are raised before anything is created.
         """
         name = spec['cluster']
-        with self._lock(name):
+        self._check_accepting()
+        self.locks.acquire(name)
+        try:
             cluster = self.db.get_cluster(name)
             if cluster is not None and cluster.spec != spec:
                 fields = sorted(k for k in set(spec) | set(cluster.spec)
@@ -95,15 +169,11 @@ class Conductor:
                 raise exceptions.SpecChanged(name=name,
                                              fields=', '.join(fields))
             interrupted = self._interrupted(name)
-            if interrupted is not None and interrupted.kind == 'deploy':
-                LOG.info('Resuming deploy %s of cluster %s', interrupted.id,
-                         name)
-                result = self._finish(interrupted.id, 'deploy', name,
-                                      False, self.runner.resume,
-                                      interrupted.id)
-                return dict(result, resumed=True)
+            if interrupted is not None:
+                return self._submit(interrupted.id, 'deploy', name, False,
+                                    self.runner.resume, interrupted.id)
             facts = self._inspect(spec)
-            with self._lock('allocation'):
+            with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
                 missing = scheduler.schedule(spec, facts, recorded)
                 if cluster is None:
@@ -112,81 +182,184 @@ class Conductor:
                 self.db.add_nodes(missing)
             nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
             plan = plans.deploy_plan(spec, nodes, facts)
-            return self._run('deploy', name, cluster is not None,
-                             deploy.get_deploy_flow, {'plan': plan})
+            return self._new_operation(
+                'deploy', name, cluster is not None,
+                deploy.get_deploy_flow, {'plan': plan})
+        except BaseException:
+            self.locks.release(name)
+            raise
 
-    def teardown(self, name):
-        """Remove everything recorded for cluster ``name``."""
-        with self._lock(name):
+    def submit_teardown(self, name):
+        """Start removing everything recorded for cluster ``name``."""
+        self._check_accepting()
+        self.locks.acquire(name)
+        try:
             if self.db.get_cluster(name) is None:
                 raise exceptions.ClusterNotFound(name=name)
-            self._interrupted(name)
+            interrupted = self._interrupted(name)
+            if interrupted is not None:
+                self.db.finish_operation(interrupted.id, INTERRUPTED)
             resources = [
                 {'hypervisor': r.hypervisor, 'kind': r.kind, 'name': r.name,
                  'remove_args': r.remove_args}
                 for r in self.db.list_resources(name)]
-            return self._run('teardown', name, True,
-                             teardown.get_teardown_flow,
-                             {'cluster': name, 'resources': resources})
+            return self._new_operation(
+                'teardown', name, True, teardown.get_teardown_flow,
+                {'cluster': name, 'resources': resources})
+        except BaseException:
+            self.locks.release(name)
+            raise
+
+    def wait(self, operation_id):
+        """The result of an operation this process runs, once finished.
+
+        Returns {'operation', 'changed', 'resumed'}; raises
+        OperationFailed after its rollback.
+        """
+        with self._running_mutex:
+            future = self._running.get(operation_id)
+        if future is None:
+            raise exceptions.OperationNotFound(id=operation_id)
+        return future.result()
+
+    def resume_interrupted(self):
+        """Resume what this conductor was running when it last stopped."""
+        for operation in self.db.list_operations(
+                state=db_api.OPERATION_RUNNING, conductor=self.host):
+            try:
+                self.locks.acquire(operation.cluster)
+            except exceptions.ClusterBusy:
+                continue
+            LOG.info('Resuming %s %s of cluster %s', operation.kind,
+                     operation.id, operation.cluster)
+            self._submit(operation.id, operation.kind, operation.cluster,
+                         False, self.runner.resume, operation.id)
+
+    def get_operation(self, operation_id):
+        operation = self.db.get_operation(operation_id)
+        if operation is None:
+            raise exceptions.OperationNotFound(id=operation_id)
+        return operation.as_dict()
+
+    def list_operations(self, cluster=None):
+        return [o.as_dict() for o in self.db.list_operations(cluster)]
+
+    def get_cluster(self, name):
+        cluster = self.db.get_cluster(name)
+        if cluster is None:
+            raise exceptions.ClusterNotFound(name=name)
+        return dict(cluster.as_dict(), spec=mask_spec(cluster.spec),
+                    nodes=self.list_nodes(name))
+
+    def list_clusters(self):
+        return [dict(c.as_dict(), spec=mask_spec(c.spec))
+                for c in self.db.list_clusters()]
+
+    def list_nodes(self, cluster=None):
+        return [n.as_dict() for n in self.db.list_nodes(cluster=cluster)]
+
+    def list_events(self, cluster=None, limit=100):
+        return [e.as_dict() for e in self.db.list_events(cluster, limit)]
+
+    def _check_accepting(self):
+        if not self._accepting:
+            raise exceptions.ConductorBusy(
+                host=self.host, reason='it is shutting down')
+
+    @contextlib.contextmanager
+    def _allocating(self):
+        """Scheduling, one at a time across threads and processes."""
+        path = os.path.join(self.lock_dir, 'allocation.lock')
+        with self._allocation_mutex, fasteners.InterProcessLock(path):
+            yield
 
     def _interrupted(self, name):
         """The last operation a dead process left running, if any.
 
-        Called under the cluster's lock, so nothing else runs it now;
+        Called with the cluster locked, so nothing else runs it now;
         older ones are closed as interrupted.
         """
-        running = self.db.unfinished_operations(name)
+        running = self.db.list_operations(
+            cluster=name, state=db_api.OPERATION_RUNNING)
         for operation in running[:-1]:
-            self.db.finish_operation(operation.id, 'interrupted')
+            self.db.finish_operation(operation.id, INTERRUPTED)
         if not running:
             return None
         last = running[-1]
         if last.kind != 'deploy':
-            self.db.finish_operation(last.id, 'interrupted')
+            self.db.finish_operation(last.id, INTERRUPTED)
+            return None
         return last
 
     def _inspect(self, spec):
         """Ask each hypervisor what it has; fail before creating anything."""
-        mappings = spec['physnet_mappings']
         ports = list(range(spec['ipmi_port_range_start'],
                            spec['ipmi_port_range_end'] + 1))
         facts = {}
         for host in self.hypervisors():
             facts[host] = self.agents.request(
                 host, 'inspect', 'inspect/%s' % uuid.uuid4(),
-                interfaces=sorted(set(mappings.values())),
+                physnet_mappings=spec['physnet_mappings'],
                 ipmi_address=spec['ipmi_address'], ipmi_ports=ports)
-        for physnet, source in sorted(mappings.items()):
-            missing = [h for h, f in facts.items()
-                       if source in f['missing_interfaces']]
-            if len(missing) == len(facts):
+        missing = {}
+        for host, host_facts in facts.items():
+            for physnet, source in host_facts['missing_interfaces']:
+                missing.setdefault((physnet, source), []).append(host)
+        for (physnet, source), hosts in sorted(missing.items()):
+            if len(hosts) == len(facts):
                 raise exceptions.InterfaceNotFound(
                     'Interface %s mapped to physical network %s does not '
-                    'exist on %s' % (source, physnet, ', '.join(missing)))
+                    'exist on %s' % (source, physnet, ', '.join(hosts)))
         return facts
 
-    def _run(self, kind, name, existed, factory, factory_kwargs):
+    def _new_operation(self, kind, name, existed, factory, factory_kwargs):
         operation_id = str(uuid.uuid4())
-        self.db.create_operation(operation_id, name, kind)
+        self.db.create_operation(operation_id, name, kind, self.host)
         store = {'operation_id': operation_id, 'cluster': name}
-        return self._finish(operation_id, kind, name, existed,
-                            self.runner.run,
-                            operation_id, '%s:%s' % (kind, name), factory,
-                            factory_kwargs, store)
+        return self._submit(operation_id, kind, name, existed,
+                            self.runner.run, operation_id,
+                            '%s:%s' % (kind, name), factory, factory_kwargs,
+                            store)
 
-    def _finish(self, operation_id, kind, name, existed, run, *args):
+    def _submit(self, operation_id, kind, name, existed, run, *args):
+        """Run ``run(*args, on_progress)`` in the pool; the cluster's lock
+        is released when it ends."""
+        self.notifier.emit('tenks.cluster.%s.start' % kind, name,
+                           {'operation': operation_id})
+        resumed = run == self.runner.resume
+        with self._running_mutex:
+            future = self._pool.submit(self._execute, operation_id, kind,
+                                       name, existed, resumed, run, *args)
+            self._running[operation_id] = future
+        return operation_id
+
+    def _execute(self, operation_id, kind, name, existed, resumed, run,
+                 *args):
+        progress = ProgressRecorder(self.db, operation_id)
         try:
-            outcome = run(*args)
+            outcome = run(*args, on_progress=progress)
         except exceptions.OperationFailed as e:
-            self.db.finish_operation(operation_id, 'failed', str(e))
-            raise exceptions.OperationFailed(
+            error = exceptions.OperationFailed(
                 operation=kind.capitalize(), cluster=name,
                 reason='%s%s' % (e, self._after_failure(kind, name,
                                                         existed)),
-                failed_tasks=e.kwargs.get('failed_tasks', [])) from None
-        self.db.finish_operation(operation_id, 'succeeded')
-        return {'operation': operation_id, 'changed': outcome.changed,
-                'resumed': False}
+                failed_tasks=e.kwargs.get('failed_tasks', []))
+            self.db.finish_operation(operation_id, FAILED, str(error))
+            self.notifier.emit('tenks.cluster.%s.error' % kind, name,
+                               {'operation': operation_id,
+                                'error': str(error)}, error=True)
+            raise error from None
+        finally:
+            progress.flush()
+            self.locks.release(name)
+            with self._running_mutex:
+                self._running.pop(operation_id, None)
+        result = {'changed': outcome.changed, 'resumed': resumed}
+        self.db.finish_operation(operation_id, SUCCEEDED, result=result)
+        self.notifier.emit('tenks.cluster.%s.end' % kind, name,
+                           {'operation': operation_id,
+                            'changed': len(outcome.changed)})
+        return dict(result, operation=operation_id)
 
     def _after_failure(self, kind, name, existed):
         if self.db.get_cluster(name) is None:
@@ -202,6 +375,34 @@ class Conductor:
                 'deployed before is kept')
 
 
+class ProgressRecorder:
+    """Writes an operation's progress, at most a few times a second."""
+
+    INTERVAL = 0.25
+
+    def __init__(self, db, operation_id):
+        self.db = db
+        self.operation_id = operation_id
+        self.progress = None
+        self._written = 0.0
+
+    def __call__(self, progress):
+        self.progress = progress
+        if time.monotonic() - self._written >= self.INTERVAL:
+            self.flush()
+
+    def flush(self):
+        if self.progress is not None:
+            self.db.set_operation_progress(self.operation_id, self.progress)
+            self._written = time.monotonic()
+
+
 def main():
     from tenks import service
-    service.run('conductor', lambda conf, bus: Conductor(conf, bus))
+    service.run('conductor', run_conductor)
+
+
+def run_conductor(conf, bus):
+    conductor = Conductor(conf, bus)
+    conductor.resume_interrupted()
+    return conductor

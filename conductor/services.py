@@ -1,4 +1,4 @@
-"""The live services flow tasks use: state database and hostagents.
+"""The live services flow tasks use: state database, hostagents, events.
 
 Tasks are rebuilt from their persisted flow on resume, so they hold no
 clients of their own; the conductor process installs these once.
@@ -13,6 +13,7 @@ _installed = None
 class Services:
     db: object
     agents: object
+    notifier: object
 
 
 def install(services):

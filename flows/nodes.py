@@ -58,12 +58,12 @@ def node_flow(plan, node):
            'port': node['bmc_port'], 'username': plan['ipmi_username']}
     flow = linear_flow.Flow('node:%s' % node['uuid'])
     flow.add(
-        records.MarkNode(node['uuid'], records.NODE_DEPLOYING),
+        records.StartNode(node['uuid']),
         parts,
         EnsureDomain(host, node['name'], {'domain': domain, 'owner': owner},
                      {'name': node['name'], 'owner': owner}),
         EnsureBmc(host, node['name'], bmc, {'domain': node['name']}),
-        records.MarkNode(node['uuid'], records.NODE_DEPLOYED),
+        records.FinishNode(node['uuid']),
     )
     return flow
 

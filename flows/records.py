@@ -45,23 +45,31 @@ class MarkCluster(task.Task):
             db.set_cluster_state(cluster, CLUSTER_FAILED)
 
 
-class MarkNode(task.Task):
-    """Move a node to ``state``; return the state it had.
+def node_payload(node):
+    """What other services get to know of a node in its events."""
+    return {'name': node.name, 'uuid': node.uuid,
+            'hypervisor': node.hypervisor, 'bmc_type': node.bmc_type,
+            'bmc_address': node.bmc_address, 'bmc_port': node.bmc_port,
+            'macs': [nic['mac'] for nic in node.nics]}
+
+
+class StartNode(task.Task):
+    """Mark a node deploying; provide the state it had.
 
     Reversion strategy: a node this operation scheduled is forgotten,
     its resources being reverted by their own tasks; any other gets the
     state it had back.
     """
 
-    def __init__(self, node_uuid, state):
-        super().__init__(name='node:%s:%s' % (node_uuid, state))
+    def __init__(self, node_uuid):
+        super().__init__(name='node:%s:start' % node_uuid,
+                         provides='node-before:%s' % node_uuid)
         self.node_uuid = node_uuid
-        self.state = state
 
     def execute(self):
         db = services.get().db
         previous = db.get_node(self.node_uuid).state
-        db.set_node_state(self.node_uuid, self.state)
+        db.set_node_state(self.node_uuid, NODE_DEPLOYING)
         return previous
 
     def revert(self, result, **kwargs):
@@ -70,6 +78,30 @@ class MarkNode(task.Task):
             db.delete_node(self.node_uuid)
         elif isinstance(result, str):
             db.set_node_state(self.node_uuid, result)
+
+
+class FinishNode(task.Task):
+    """Mark a node deployed; announce it if this operation created it.
+
+    Reversion strategy: back to deploying, for StartNode's revert to
+    settle.
+    """
+
+    def __init__(self, node_uuid):
+        super().__init__(name='node:%s:finish' % node_uuid,
+                         requires=(base.CLUSTER,),
+                         rebind={'before': 'node-before:%s' % node_uuid})
+        self.node_uuid = node_uuid
+
+    def execute(self, cluster, before):
+        svc = services.get()
+        svc.db.set_node_state(self.node_uuid, NODE_DEPLOYED)
+        if before == NODE_SCHEDULED:
+            svc.notifier.emit('tenks.node.create.end', cluster,
+                              node_payload(svc.db.get_node(self.node_uuid)))
+
+    def revert(self, cluster, before, **kwargs):
+        services.get().db.set_node_state(self.node_uuid, NODE_DEPLOYING)
 
 
 class ForgetCluster(task.Task):
@@ -83,10 +115,12 @@ class ForgetCluster(task.Task):
         super().__init__(name='cluster:forget', requires=(base.CLUSTER,))
 
     def execute(self, cluster):
-        db = services.get().db
-        for node in db.list_nodes(cluster=cluster):
-            db.delete_node(node.uuid)
-        db.delete_cluster(cluster)
+        svc = services.get()
+        for node in svc.db.list_nodes(cluster=cluster):
+            svc.db.delete_node(node.uuid)
+            svc.notifier.emit('tenks.node.delete.end', cluster,
+                              node_payload(node))
+        svc.db.delete_cluster(cluster)
 
     def revert(self, result, **kwargs):
         pass

@@ -87,19 +87,34 @@ class HostAgentManager:
             return {'result': dict(extra, changed=changed)}
         return {'result': {'changed': bool(value)}}
 
-    def _inspect(self, interfaces, ipmi_address, ipmi_ports):
-        facts = dict(self.virt.facts(), host=self.host,
-                     pool_dir=self.conf.hostagent.pool_dir)
-        facts['missing_interfaces'] = [
-            name for name in interfaces
-            if not os.path.exists(os.path.join('/sys/class/net', name))]
-        facts['busy_ports'] = [port for port in ipmi_ports
-                               if not udp_port_free(ipmi_address, port)]
+    def facts(self):
+        """What this hypervisor is and has, for registration."""
+        return dict(self.virt.facts(), host=self.host,
+                    pool_dir=self.conf.hostagent.pool_dir,
+                    physnet_mappings=self.conf.hostagent.physnet_mappings,
+                    ipmi_address=self.conf.hostagent.ipmi_address,
+                    resource_prefix=self.conf.hostagent.resource_prefix)
+
+    def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports):
+        """Facts, with this host's own mappings and BMC address applied to
+        a spec's, and what of them is missing or taken here."""
+        facts = self.facts()
+        mappings = dict(physnet_mappings, **facts['physnet_mappings'])
+        address = facts['ipmi_address'] or ipmi_address
+        facts.update(
+            physnet_mappings=mappings, ipmi_address=address,
+            missing_interfaces=[
+                (physnet, source)
+                for physnet, source in sorted(mappings.items())
+                if not os.path.exists(os.path.join('/sys/class/net',
+                                                   source))],
+            busy_ports=[port for port in ipmi_ports
+                        if not udp_port_free(address, port)])
         return False, facts
 
-    def inspect(self, context, request_id, reply_to, interfaces,
+    def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports):
-        self._run(request_id, reply_to, self._inspect, interfaces,
+        self._run(request_id, reply_to, self._inspect, physnet_mappings,
                   ipmi_address, ipmi_ports)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner):

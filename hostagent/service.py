@@ -1,22 +1,50 @@
-"""The hostagent: serves requests for one hypervisor."""
+"""The hostagent: serves requests for one hypervisor.
 
+It registers with the conductors when it starts, and again every
+heartbeat_interval seconds with its current facts: that is its
+heartbeat.
+"""
+
+import threading
+
+from oslo_log import log as logging
+
+from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager
 from tenks import rpc
+
+LOG = logging.getLogger(__name__)
 
 
 class HostAgent:
 
     def __init__(self, conf, bus):
+        self.conf = conf
         self.manager = manager.HostAgentManager(conf, bus)
+        self.conductors = conductor_rpcapi.ConductorAPI(bus)
         self.server = bus.get_server(rpc.HOSTAGENT_TOPIC,
                                      conf.hostagent.host, [self.manager])
+        self._stopping = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._register_forever, name='heartbeat', daemon=True)
 
     def start(self):
         self.server.start()
+        self._heartbeat.start()
 
     def stop(self):
+        self._stopping.set()
         self.server.stop()
         self.server.wait()
+
+    def _register_forever(self):
+        while not self._stopping.is_set():
+            try:
+                self.conductors.register_agent(self.conf.hostagent.host,
+                                               self.manager.facts())
+            except Exception as e:
+                LOG.warning('Could not register with the conductors: %s', e)
+            self._stopping.wait(self.conf.hostagent.heartbeat_interval)
 
 
 def main():

@@ -46,6 +46,18 @@ conductor_opts = [
     cfg.IntOpt('workers',
                default=16, min=1,
                help='Tasks of one flow that run at the same time.'),
+    cfg.IntOpt('max_operations',
+               default=8, min=1,
+               help='Operations (deploys, teardowns) that run at the same '
+                    'time; more are refused until one ends.'),
+    cfg.IntOpt('agent_down_time',
+               default=30, min=1,
+               help='Seconds without a heartbeat after which a hostagent '
+                    'counts as down and gets no new nodes.'),
+    cfg.IntOpt('graceful_shutdown_timeout',
+               default=60, min=0,
+               help='Seconds a stopping conductor lets running operations '
+                    'finish; what still runs is resumed at its next start.'),
     cfg.StrOpt('database_connection',
                help='SQLAlchemy URL of the state database. Default: a '
                     'SQLite file in state_dir.'),
@@ -81,6 +93,23 @@ hostagent_opts = [
     cfg.IntOpt('workers',
                default=32, min=1,
                help='Requests the hostagent serves at the same time.'),
+    cfg.IntOpt('heartbeat_interval',
+               default=10, min=1,
+               help='Seconds between the registrations a hostagent sends '
+                    'the conductors, with its current facts.'),
+    cfg.DictOpt('physnet_mappings',
+                default={},
+                help="physnet:interface mappings of this hypervisor; they "
+                     "take precedence over a cluster spec's."),
+    cfg.StrOpt('ipmi_address',
+               help="Address this hypervisor's BMCs listen on, instead of "
+                    "the cluster spec's ipmi_address."),
+    cfg.StrOpt('resource_prefix',
+               default='',
+               regex=r'^[a-z0-9]{0,4}$',
+               help='Prefix of the bridges and storage pools made on this '
+                    'hypervisor, so several hostagents can share a '
+                    'machine as distinct hypervisors.'),
 ]
 
 

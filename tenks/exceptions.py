@@ -8,7 +8,11 @@ where, in words an operator can act on.
 
 
 class TenksError(Exception):
-    """Base class; ``msg_fmt`` is filled from the keyword arguments."""
+    """Base class; ``msg_fmt`` is filled from the keyword arguments.
+
+    An error rebuilt from its message and keyword arguments is the same
+    error: that is how oslo.messaging brings it over the bus.
+    """
 
     msg_fmt = 'An unknown error occurred'
 
@@ -20,16 +24,19 @@ class TenksError(Exception):
 
 
 class SpecError(TenksError):
-    """A cluster spec is malformed; nothing was created."""
+    """A cluster spec is malformed; nothing was created.
 
-    msg_fmt = '%(source)s: %(problems)s'
+    ``source`` names the file (or request), ``problems`` lists each
+    problem as '<field path>: <what is wrong>'.
+    """
 
-    def __init__(self, source, problems):
+    def __init__(self, message=None, *, source, problems):
         self.source = source
         self.problems = list(problems)
-        message = '%s: invalid cluster spec:\n  %s' % (
-            source, '\n  '.join(self.problems))
-        super().__init__(message)
+        if message is None:
+            message = '%s: invalid cluster spec:\n  %s' % (
+                source, '\n  '.join(self.problems))
+        super().__init__(message, source=source, problems=self.problems)
 
 
 class ConfigError(TenksError):
@@ -43,6 +50,18 @@ class ClusterNotFound(TenksError):
 class ClusterBusy(TenksError):
     msg_fmt = ('Cluster %(name)s is locked by another operation; '
                'try again when it has finished')
+
+
+class OperationNotFound(TenksError):
+    msg_fmt = 'No operation %(id)s'
+
+
+class HypervisorNotFound(TenksError):
+    msg_fmt = 'No hypervisor %(host)s has registered'
+
+
+class ConductorBusy(TenksError):
+    msg_fmt = 'Conductor %(host)s takes no new operation: %(reason)s'
 
 
 class SpecChanged(TenksError):

@@ -23,9 +23,9 @@ def ifname(*parts):
     return '%s-%s' % (name[:IFNAMSIZ - 5], digest)
 
 
-def bridge(spec, physnet):
-    return '%s%d' % (spec['bridge_prefix'],
-                     spec['physical_networks'].index(physnet))
+def bridge(spec, physnet, host_prefix=''):
+    return ifname('%s%s%d' % (host_prefix, spec['bridge_prefix'],
+                              spec['physical_networks'].index(physnet)))
 
 
 def uplink_veths(bridge_name):
@@ -37,8 +37,8 @@ def tap(node_name, index):
     return ifname('p', node_name, str(index))
 
 
-def pool(cluster):
-    return 'tenks-%s' % cluster
+def pool(cluster, host_prefix=''):
+    return 'tenks-%s%s' % (host_prefix, cluster)
 
 
 def volume(node_name, vol_name_prefix, index):

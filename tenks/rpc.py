@@ -7,6 +7,7 @@ bus. With no ``transport_url`` configured, Tenks runs embedded on the
 in-memory transport: the same code path, in one process.
 """
 
+import functools
 import logging
 
 import oslo_messaging as messaging
@@ -57,6 +58,11 @@ class Bus:
         self.transport = messaging.get_rpc_transport(
             conf, url=self.url, allowed_remote_exmods=ALLOWED_EXMODS)
 
+    @functools.cached_property
+    def notification_transport(self):
+        return messaging.get_notification_transport(
+            self.conf, url=self.url, allowed_remote_exmods=ALLOWED_EXMODS)
+
     @property
     def embedded(self):
         return self.url == EMBEDDED_TRANSPORT_URL
@@ -73,3 +79,5 @@ class Bus:
 
     def cleanup(self):
         self.transport.cleanup()
+        if 'notification_transport' in self.__dict__:
+            self.notification_transport.cleanup()

@@ -17,12 +17,18 @@ NODE_SCHEDULED = 'scheduled'
 class HostState:
     """What is left on one hypervisor while nodes are being placed."""
 
-    def __init__(self, facts, nodes, spec):
+    def __init__(self, facts, recorded, spec):
         self.name = facts['host']
         self.facts = facts
+        self.bmc_address = facts['ipmi_address']
+        self.prefix = facts['resource_prefix']
         self.free_memory_mb = facts['memory_mb'] - sum(
-            n['memory_mb'] for n in nodes)
-        taken = set(facts['busy_ports']) | {n['bmc_port'] for n in nodes}
+            n['memory_mb'] for n in recorded if n['hypervisor'] == self.name)
+        # Ports are unique per address: Ironic dials address and port.
+        taken = set(facts['busy_ports']) | {
+            n['bmc_port'] for n in recorded
+            if n['hypervisor'] == self.name
+            or n['bmc_address'] == self.bmc_address}
         self.free_ports = [
             port for port in range(spec['ipmi_port_range_start'],
                                    spec['ipmi_port_range_end'] + 1)
@@ -33,7 +39,7 @@ class HostState:
         """Why this host cannot take a node of ``node_type``, or None."""
         if self.facts['missing_interfaces']:
             return 'interface(s) %s missing' % ', '.join(
-                self.facts['missing_interfaces'])
+                source for _, source in self.facts['missing_interfaces'])
         if not self.free_ports:
             return 'no free IPMI port'
         if self.free_memory_mb < node_type['memory_mb']:
@@ -70,9 +76,7 @@ def schedule(spec, facts, recorded):
     ``facts``: {host: inspect result}; ``recorded``: node records (dicts)
     of every cluster, which keep their names, MACs and ports.
     """
-    hosts = [HostState(f, [n for n in recorded if n['hypervisor'] == h],
-                       spec)
-             for h, f in sorted(facts.items())]
+    hosts = [HostState(f, recorded, spec) for _, f in sorted(facts.items())]
     taken_names = {n['name'] for n in recorded}
     taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
     name_pools = {}
@@ -106,12 +110,12 @@ def schedule(spec, facts, recorded):
                     for i, vol in enumerate(node_type['volumes'])],
                 'nics': [
                     {'physnet': physnet, 'mac': _new_mac(taken_macs),
-                     'bridge': names.bridge(spec, physnet),
+                     'bridge': names.bridge(spec, physnet, host.prefix),
                      'tap': names.tap(name, i)}
                     for i, physnet in enumerate(
                         node_type['physical_networks'])],
                 'bmc_type': 'ipmi',
-                'bmc_address': spec['ipmi_address'],
+                'bmc_address': host.bmc_address,
                 'bmc_port': port,
                 'state': NODE_SCHEDULED,
             })

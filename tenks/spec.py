@@ -181,15 +181,14 @@ def load(path):
         with open(path, encoding='utf-8') as f:
             data = yaml.load(f, Loader=_Loader)
     except OSError as exc:
-        raise exceptions.SpecError(
-            path, ['cannot read the file: %s' % (exc.strerror or exc)]
-        ) from exc
+        raise exceptions.SpecError(source=path, problems=[
+            'cannot read the file: %s' % (exc.strerror or exc)]) from exc
     except UnicodeDecodeError as exc:
-        raise exceptions.SpecError(
-            path, ['cannot read the file: not UTF-8 text (%s)' % exc]
-        ) from exc
+        raise exceptions.SpecError(source=path, problems=[
+            'cannot read the file: not UTF-8 text (%s)' % exc]) from exc
     except yaml.YAMLError as exc:
-        raise exceptions.SpecError(path, [_yaml_problem(exc)]) from exc
+        raise exceptions.SpecError(
+            source=path, problems=[_yaml_problem(exc)]) from exc
     return validate(data, source=path)
 
 
@@ -213,7 +212,8 @@ def validate(data, source='<spec>'):
         spec = _normalise(data)
         problems += _check_semantics(spec, 'physical_networks' in data)
     if problems:
-        raise exceptions.SpecError(source, list(dict.fromkeys(problems)))
+        raise exceptions.SpecError(
+            source=source, problems=list(dict.fromkeys(problems)))
     for node_type in spec['node_types'].values():
         for volume in node_type['volumes']:
             volume['capacity'] = units.parse_capacity(volume['capacity'])

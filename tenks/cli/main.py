@@ -37,7 +37,10 @@ class TenksApp(app.App):
         return parser
 
     def initialize_app(self, argv):
+        # Imported here, after main() has filtered eventlet's warning.
+        from tenks import rpc
         conf = tenks_conf.new_conf()
+        rpc.register_opts(conf)
         args = []
         for path in self.options.config_file:
             args += ['--config-file', path]

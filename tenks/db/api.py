@@ -15,6 +15,7 @@ from tenks.db import models
 
 RESOURCE_CREATING = 'creating'
 RESOURCE_PRESENT = 'present'
+OPERATION_RUNNING = 'running'
 
 
 def default_url(state_dir):
@@ -152,16 +153,23 @@ class StateDB:
 
     # Operations
 
-    def create_operation(self, operation_id, cluster, kind):
+    def create_operation(self, operation_id, cluster, kind, conductor):
         with self._session.begin() as session:
-            session.add(models.Operation(id=operation_id, cluster=cluster,
-                                         kind=kind, state='running'))
+            session.add(models.Operation(
+                id=operation_id, cluster=cluster, kind=kind,
+                state=OPERATION_RUNNING, conductor=conductor))
 
-    def finish_operation(self, operation_id, state, error=None):
+    def set_operation_progress(self, operation_id, progress):
+        with self._session.begin() as session:
+            session.get(models.Operation, operation_id).progress = progress
+
+    def finish_operation(self, operation_id, state, error=None,
+                         result=None):
         with self._session.begin() as session:
             operation = session.get(models.Operation, operation_id)
             operation.state = state
             operation.error = error
+            operation.result = result or {}
             operation.finished_at = datetime.datetime.now(
                 datetime.timezone.utc)
 
@@ -169,9 +177,50 @@ class StateDB:
         with self._session() as session:
             return session.get(models.Operation, operation_id)
 
-    def unfinished_operations(self, cluster):
+    def list_operations(self, cluster=None, state=None, conductor=None):
+        query = sa.select(models.Operation).order_by(
+            models.Operation.created_at)
+        for column, value in (('cluster', cluster), ('state', state),
+                              ('conductor', conductor)):
+            if value is not None:
+                query = query.where(
+                    getattr(models.Operation, column) == value)
         with self._session() as session:
-            return session.scalars(
-                sa.select(models.Operation).filter_by(
-                    cluster=cluster, state='running')
-                .order_by(models.Operation.created_at)).all()
+            return session.scalars(query).all()
+
+    # Hypervisors
+
+    def register_hypervisor(self, host, facts):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        with self._session.begin() as session:
+            row = session.get(models.Hypervisor, host)
+            if row is None:
+                session.add(models.Hypervisor(host=host, facts=facts,
+                                              last_seen=now))
+            else:
+                row.facts = facts
+                row.last_seen = now
+
+    def list_hypervisors(self):
+        with self._session() as session:
+            return session.scalars(sa.select(models.Hypervisor).order_by(
+                models.Hypervisor.host)).all()
+
+    def get_hypervisor(self, host):
+        with self._session() as session:
+            return session.get(models.Hypervisor, host)
+
+    # Events
+
+    def add_event(self, event_type, priority, cluster, payload):
+        with self._session.begin() as session:
+            session.add(models.Event(event_type=event_type,
+                                     priority=priority, cluster=cluster,
+                                     payload=payload))
+
+    def list_events(self, cluster=None, limit=100):
+        query = sa.select(models.Event).order_by(models.Event.id.desc())
+        if cluster is not None:
+            query = query.where(models.Event.cluster == cluster)
+        with self._session() as session:
+            return list(reversed(session.scalars(query.limit(limit)).all()))

@@ -16,6 +16,11 @@ def _now():
 class Base(orm.DeclarativeBase):
     type_annotation_map = {dict: sa.JSON, list: sa.JSON}
 
+    def as_dict(self):
+        """The row as JSON-serialisable data."""
+        return {c.name: _json(getattr(self, c.name))
+                for c in self.__table__.c}
+
 
 class Cluster(Base):
     __tablename__ = 'tenks_clusters'
@@ -55,9 +60,6 @@ class Node(Base):
     bmc_port: orm.Mapped[int]
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
 
-    def as_dict(self):
-        return {c.name: getattr(self, c.name) for c in self.__table__.c}
-
 
 class Resource(Base):
     """One thing created on a hypervisor, and how to remove it."""
@@ -86,7 +88,45 @@ class Operation(Base):
     cluster: orm.Mapped[str] = orm.mapped_column(sa.String(64), index=True)
     kind: orm.Mapped[str] = orm.mapped_column(sa.String(16))
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    # The conductor running it, which resumes it after a restart.
+    conductor: orm.Mapped[str] = orm.mapped_column(sa.String(255))
+    # {stage: [tasks done, tasks in all]}
+    progress: orm.Mapped[dict] = orm.mapped_column(default=dict)
+    # {'changed': [tasks that changed something], 'resumed': bool}
+    result: orm.Mapped[dict] = orm.mapped_column(default=dict)
     error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         default=_now)
     finished_at: orm.Mapped[datetime.datetime | None]
+
+
+class Hypervisor(Base):
+    """A hostagent as it registered, and when it was last heard of."""
+
+    __tablename__ = 'tenks_hypervisors'
+
+    host: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                              primary_key=True)
+    facts: orm.Mapped[dict]
+    enabled: orm.Mapped[bool] = orm.mapped_column(default=True)
+    last_seen: orm.Mapped[datetime.datetime]
+
+
+class Event(Base):
+    """A lifecycle notification, as sent on the bus."""
+
+    __tablename__ = 'tenks_events'
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    timestamp: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        default=_now)
+    event_type: orm.Mapped[str] = orm.mapped_column(sa.String(64))
+    priority: orm.Mapped[str] = orm.mapped_column(sa.String(8))
+    cluster: orm.Mapped[str] = orm.mapped_column(sa.String(64), index=True)
+    payload: orm.Mapped[dict]
+
+
+def _json(value):
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return value

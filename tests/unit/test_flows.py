@@ -17,8 +17,9 @@ def all_tasks(flow):
 
 def plan(count=2, **top):
     spec = make_spec(count=count, **top)
-    nodes = scheduler.schedule(spec, {'hv1': facts()}, [])
-    return plans.deploy_plan(spec, nodes, {'hv1': facts()})
+    host = {'hv1': facts(mappings=spec['physnet_mappings'])}
+    nodes = scheduler.schedule(spec, host, [])
+    return plans.deploy_plan(spec, nodes, host)
 
 
 def test_deploy_flow_has_a_task_per_resource_with_stable_names():

@@ -5,9 +5,12 @@ from tenks import scheduler
 from tests.unit.conftest import make_spec
 
 
-def facts(host='hv1', memory_mb=4096, busy=(), missing=()):
+def facts(host='hv1', memory_mb=4096, busy=(), missing=(), prefix='',
+          address='127.0.0.1', mappings=None):
     return {'host': host, 'memory_mb': memory_mb, 'busy_ports': list(busy),
-            'missing_interfaces': list(missing), 'pool_dir': '/p'}
+            'missing_interfaces': [('physnet1', m) for m in missing],
+            'pool_dir': '/p', 'ipmi_address': address,
+            'resource_prefix': prefix, 'physnet_mappings': mappings or {}}
 
 
 def test_names_ports_and_macs():

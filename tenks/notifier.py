@@ -1,0 +1,35 @@
+"""Lifecycle events: recorded in the state database, sent on the bus.
+
+Other services listen with an oslo.messaging notification listener on
+the topic ``tenks_notifications`` (event types ``tenks.cluster.deploy.
+start|end|error``, ``tenks.cluster.teardown.*``, ``tenks.node.create.end``,
+``tenks.node.delete.end``); ``tenks events`` shows the recorded ones.
+"""
+
+import oslo_messaging as messaging
+
+TOPIC = 'tenks_notifications'
+
+
+class Notifier:
+
+    def __init__(self, bus, db, publisher_id):
+        # Embedded, nobody can listen: the events are only recorded.
+        driver = 'noop' if bus.embedded else 'messagingv2'
+        self._notifier = messaging.Notifier(
+            bus.notification_transport, publisher_id=publisher_id,
+            driver=driver, topics=[TOPIC])
+        self.db = db
+
+    def emit(self, event_type, cluster, payload, error=False):
+        priority = 'error' if error else 'info'
+        payload = dict(payload, cluster=cluster)
+        self.db.add_event(event_type, priority, cluster, payload)
+        getattr(self._notifier, priority)({}, event_type, payload)
+
+
+def listener(bus, endpoint, pool=None):
+    """A notification listener calling ``endpoint.info``/``error``."""
+    return messaging.get_notification_listener(
+        bus.notification_transport, [messaging.Target(topic=TOPIC)],
+        [endpoint], pool=pool)
