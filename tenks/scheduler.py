@@ -15,40 +15,49 @@ NODE_SCHEDULED = 'scheduled'
 
 
 class HostState:
-    """What is left on one hypervisor while nodes are being placed."""
+    """What is left on one hypervisor while nodes are being placed.
 
-    def __init__(self, facts, recorded, spec):
+    ``taken_ports`` ({address: ports}) is shared by all hosts: a port is
+    unique per address, as Ironic dials address and port, whichever host
+    serves it.
+    """
+
+    def __init__(self, facts, recorded, spec, taken_ports):
         self.name = facts['host']
         self.facts = facts
         self.bmc_address = facts['ipmi_address']
         self.prefix = facts['resource_prefix']
+        mine = [n for n in recorded if n['hypervisor'] == self.name]
         self.free_memory_mb = facts['memory_mb'] - sum(
-            n['memory_mb'] for n in recorded if n['hypervisor'] == self.name)
-        # Ports are unique per address: Ironic dials address and port.
-        taken = set(facts['busy_ports']) | {
-            n['bmc_port'] for n in recorded
-            if n['hypervisor'] == self.name
-            or n['bmc_address'] == self.bmc_address}
-        self.free_ports = [
-            port for port in range(spec['ipmi_port_range_start'],
-                                   spec['ipmi_port_range_end'] + 1)
-            if port not in taken]
-        self.initially_free_ports = len(self.free_ports)
+            n['memory_mb'] for n in mine)
+        self.ports = range(spec['ipmi_port_range_start'],
+                           spec['ipmi_port_range_end'] + 1)
+        self.busy = set(facts['busy_ports']) | {n['bmc_port'] for n in mine}
+        self.taken = taken_ports.setdefault(self.bmc_address, set())
+        self.taken.update(n['bmc_port'] for n in recorded
+                          if n['bmc_address'] == self.bmc_address)
+        self.initially_free_ports = len(self.free_ports())
+
+    def free_ports(self):
+        return [port for port in self.ports
+                if port not in self.busy and port not in self.taken]
 
     def refusal(self, node_type):
         """Why this host cannot take a node of ``node_type``, or None."""
         if self.facts['missing_interfaces']:
             return 'interface(s) %s missing' % ', '.join(
                 source for _, source in self.facts['missing_interfaces'])
-        if not self.free_ports:
+        if not self.free_ports():
             return 'no free IPMI port'
         if self.free_memory_mb < node_type['memory_mb']:
             return 'only %d MiB of memory left' % self.free_memory_mb
         return None
 
     def take(self, node_type):
+        port = self.free_ports()[0]
+        self.taken.add(port)
         self.free_memory_mb -= node_type['memory_mb']
-        return self.free_ports.pop(0)
+        return port
 
 
 def _free_names(prefix, taken):
@@ -76,7 +85,9 @@ def schedule(spec, facts, recorded):
     ``facts``: {host: inspect result}; ``recorded``: node records (dicts)
     of every cluster, which keep their names, MACs and ports.
     """
-    hosts = [HostState(f, recorded, spec) for _, f in sorted(facts.items())]
+    taken_ports = {}
+    hosts = [HostState(f, recorded, spec, taken_ports)
+             for _, f in sorted(facts.items())]
     taken_names = {n['name'] for n in recorded}
     taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
     name_pools = {}
@@ -125,7 +136,7 @@ def schedule(spec, facts, recorded):
 def _no_valid_host(spec, entry, hosts, refusals):
     what = 'a node of type %s (specs[%d])' % (
         entry['type'], spec['specs'].index(entry))
-    if all(not h.free_ports for h in hosts) and len(hosts) == 1:
+    if len(hosts) == 1 and not hosts[0].free_ports():
         host = hosts[0]
         needed = sum(e['count'] for e in spec['specs'])
         raise exceptions.PortRangeExhausted(

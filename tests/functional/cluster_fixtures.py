@@ -48,13 +48,15 @@ def vbmcd_pid(state_dir):
 
 class ClusterEnv:
 
-    def __init__(self, tmp_path, port_base):
+    def __init__(self, tmp_path, port_base, state_dirs=()):
         token = secrets.token_hex(2)
         self.cluster = 'ft-%s' % token
         self.node_prefix = 'f%s' % token
         self.bridge_prefix = 'fb%s' % token
         self.port_base = port_base
         self.state_dir = str(tmp_path / 'state')
+        # Where vbmcds of this cluster's hypervisors keep their state.
+        self.state_dirs = [self.state_dir, *state_dirs]
         self.conf = tenks_conf.new_conf()
         self.conf([], default_config_files=[])
         self.conf.set_override('state_dir', self.state_dir)
@@ -96,8 +98,10 @@ class ClusterEnv:
                     conductor.db.list_nodes(cluster=self.cluster)]
 
     def _ours(self, name):
-        # Clusters named after this one (cluster-a, ...) count too.
-        return name.startswith((self.node_prefix, 'tenks-' + self.cluster))
+        # Pools carry a host prefix ('tenks-a<cluster>'); clusters named
+        # after this one (cluster-a, ...) count too.
+        return name.startswith(self.node_prefix) or (
+            name.startswith('tenks-') and self.cluster in name)
 
     def _links(self, ipr):
         owner = 'tenks:%s' % self.cluster
@@ -123,16 +127,17 @@ class ClusterEnv:
                       for link in self._links(ipr)]
         pool_root = self.conf.hostagent.pool_dir
         found += ['directory %s' % d for d in sorted(os.listdir(pool_root))
-                  if d.startswith(self.cluster)]
-        if vbmcd_pid(self.state_dir):
-            found.append('vbmcd %d' % vbmcd_pid(self.state_dir))
+                  if self.cluster in d]
+        found += ['vbmcd %d' % vbmcd_pid(d) for d in self.state_dirs
+                  if vbmcd_pid(d)]
         return found
 
     def force_clean(self):
-        pid = vbmcd_pid(self.state_dir)
-        if pid:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+        for state_dir in self.state_dirs:
+            pid = vbmcd_pid(state_dir)
+            if pid:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
         conn = libvirt.open(URI)
         try:
             for dom in conn.listAllDomains():
@@ -158,6 +163,6 @@ class ClusterEnv:
                     ipr.link('del', index=link['index'])
         pool_root = self.conf.hostagent.pool_dir
         for name in os.listdir(pool_root):
-            if name.startswith(self.cluster):
+            if self.cluster in name:
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.join(pool_root, name))

@@ -65,3 +65,17 @@ def test_memory_and_interfaces_are_respected_across_hosts():
         'No hypervisor can host a node of type small (specs[0]): hv1: only '
         '72 MiB of memory left; hv2: only 44 MiB of memory left; hv3: '
         'interface(s) eth9 missing')
+
+
+def test_hosts_sharing_an_address_share_its_ports():
+    hosts = {'hv1': facts('hv1', prefix='a'), 'hv2': facts('hv2',
+                                                          prefix='b')}
+    nodes = scheduler.schedule(make_spec(count=4), hosts, [])
+    assert sorted(n['bmc_port'] for n in nodes) == [6230, 6231, 6232, 6233]
+    assert {n['hypervisor'] for n in nodes} == {'hv1', 'hv2'}
+    assert {n['nics'][0]['bridge'] for n in nodes} == {'abrtenks0',
+                                                      'bbrtenks0'}
+    # Distinct addresses may reuse ports.
+    hosts['hv2']['ipmi_address'] = '192.0.2.2'
+    nodes = scheduler.schedule(make_spec(count=4), hosts, [])
+    assert sorted(n['bmc_port'] for n in nodes) == [6230, 6230, 6231, 6231]

@@ -1,0 +1,145 @@
+"""A distributed Tenks on this machine: RabbitMQ (a private vhost), a
+tenks-conductor and two tenks-hostagent processes that act as distinct
+hypervisors (own host names, name prefixes, state and vbmcd)."""
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+from conductor import rpcapi
+from tenks import conf as tenks_conf
+from tenks import rpc
+from tests.functional import cluster_fixtures as cf
+
+BIN = os.path.dirname(sys.executable)
+
+
+def rabbitmqctl(*args):
+    subprocess.run(['rabbitmqctl', '-n', 'rabbit@localhost', '-q', *args],
+                   check=True, capture_output=True, timeout=60,
+                   env=dict(os.environ, ERL_EPMD_ADDRESS='127.0.0.1'))
+
+
+class Service:
+    """One tenks-conductor or tenks-hostagent process."""
+
+    def __init__(self, name, config, log):
+        self.name = name
+        self.config = config
+        self.log = log
+        self.process = None
+
+    def start(self):
+        with open(self.log, 'ab') as log:
+            self.process = subprocess.Popen(
+                [os.path.join(BIN, 'tenks-' + self.name.split('-')[0]),
+                 '--config-file', self.config],
+                stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    def stop(self, sig=signal.SIGTERM, timeout=90):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class Deployment:
+
+    def __init__(self, tmp_path, agent_timeout=20):
+        self.token = secrets.token_hex(3)
+        self.vhost = 'tenks-test-%s' % self.token
+        self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
+        self.tmp = tmp_path
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.conductor_host = 'cond-%s' % self.token
+        self.hosts = ['hva-%s' % self.token, 'hvb-%s' % self.token]
+        self.state_dirs = {h: str(tmp_path / h) for h in self.hosts}
+        self.services = {}
+        self.conductor = self._service('conductor', self.conductor_host, '''
+[conductor]
+host = %s
+agent_timeout = %d
+agent_down_time = 5
+graceful_shutdown_timeout = 5
+''' % (self.conductor_host, agent_timeout))
+        for host, prefix in zip(self.hosts, 'ab', strict=True):
+            self._service('hostagent-' + prefix, host, '''
+[hostagent]
+host = %s
+resource_prefix = %s
+heartbeat_interval = 1
+vbmcd_control_port = %d
+''' % (host, prefix, cf.free_tcp_port()))
+
+    def _service(self, name, host, section):
+        state = str(self.tmp / host)
+        config = self.tmp / ('%s.conf' % host)
+        config.write_text('[DEFAULT]\ntransport_url = %s\nstate_dir = %s\n'
+                          % (self.url, state) + section)
+        self.services[name] = Service(name, str(config),
+                                      str(self.tmp / ('%s.log' % host)))
+        return self.services[name]
+
+    def agent(self, host):
+        return self.services['hostagent-' + 'ab'[self.hosts.index(host)]]
+
+    def __enter__(self):
+        rabbitmqctl('add_vhost', self.vhost)
+        rabbitmqctl('set_permissions', '-p', self.vhost, 'guest', '.*', '.*',
+                    '.*')
+        conf = tenks_conf.new_conf()
+        conf([], default_config_files=[])
+        self.bus = rpc.Bus(conf, url=self.url)
+        self.api = rpcapi.ConductorAPI(self.bus, timeout=60)
+        for service in self.services.values():
+            service.start()
+        self.wait_for_agents(self.hosts)
+        return self
+
+    def wait_for_agents(self, hosts, timeout=60):
+        # A call sent before the conductor's queue exists is lost: poll
+        # with a short timeout.
+        poll = rpcapi.ConductorAPI(self.bus, timeout=2)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                up = {h['host'] for h in poll.list_hypervisors()
+                      if h['state'] == 'up'}
+            except Exception:
+                up = set()
+            if set(hosts) <= up:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError('hostagents %s never came up; logs in '
+                                     '%s' % (hosts, self.tmp))
+            time.sleep(0.2)
+
+    def __exit__(self, *exc):
+        for service in self.services.values():
+            service.stop()
+        self.bus.cleanup()
+        with contextlib.suppress(subprocess.CalledProcessError):
+            rabbitmqctl('delete_vhost', self.vhost)
+
+    def wait(self, operation_id, timeout=180):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            operation = self.api.get_operation(operation_id)
+            if operation['state'] != 'running':
+                return operation
+            time.sleep(0.2)
+        raise AssertionError('operation %s did not end' % operation_id)
+
+    def cli(self, *args):
+        return subprocess.run(
+            [os.path.join(BIN, 'tenks'), *args], capture_output=True,
+            text=True, timeout=300,
+            env=dict(os.environ, TENKS_TRANSPORT_URL=self.url))

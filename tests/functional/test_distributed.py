@@ -1,0 +1,174 @@
+"""Distributed mode on a real RabbitMQ: a conductor and two hostagents as
+separate processes, driven by the CLI and by another service's client."""
+
+import json
+import signal
+import time
+
+import libvirt
+import pytest
+import yaml
+
+from tenks import exceptions
+from tenks import notifier
+from tests.functional import cluster_fixtures as cf
+from tests.functional import distributed_fixtures as df
+
+pytestmark = pytest.mark.functional
+
+
+@pytest.fixture(scope='module')
+def deployment(tmp_path_factory):
+    with df.Deployment(tmp_path_factory.mktemp('distributed')) as d:
+        yield d
+
+
+@pytest.fixture
+def env(tmp_path, deployment):
+    cluster = cf.ClusterEnv(tmp_path, port_base=7500,
+                            state_dirs=deployment.state_dirs.values())
+    yield cluster
+    left = cluster.leftovers()
+    cluster.force_clean()
+    assert left == [], 'the test left %s behind' % left
+
+
+class Collector:
+    """Notification endpoint keeping every event of one cluster."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.events = []
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        if payload.get('cluster') == self.cluster:
+            self.events.append((event_type, payload))
+
+    error = info
+
+
+def test_cli_deploys_over_both_hypervisors(deployment, env, tmp_path):
+    spec = env.spec(count=4)
+    path = tmp_path / 'cluster.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    collector = Collector(env.cluster)
+    listener = notifier.listener(deployment.bus, collector,
+                                 pool='test-' + env.cluster)
+    listener.start()
+    try:
+        done = deployment.cli('deploy', str(path))
+        assert done.returncode == 0, done.stderr
+        assert 'deployed: 4 node(s)' in done.stdout
+
+        listed = deployment.cli('node', 'list', '--cluster', env.cluster,
+                                '-f', 'json')
+        nodes = json.loads(listed.stdout)
+        by_host = {h: [n for n in nodes if n['hypervisor'] == h]
+                   for h in deployment.hosts}
+        assert [len(v) for v in by_host.values()] == [2, 2]
+        assert len({n['bmc_port'] for n in nodes}) == 4
+        conn = libvirt.open(cf.URI)
+        try:
+            for node in nodes:
+                port = node['bmc_port']
+                assert cf.ipmitool(port, 'power', 'on').returncode == 0
+                dom = conn.lookupByName(node['name'])
+                assert dom.isActive()
+                assert cf.ipmitool(port, 'power', 'off').returncode == 0
+                assert not dom.isActive()
+        finally:
+            conn.close()
+
+        hypervisors = json.loads(deployment.cli(
+            'hypervisor', 'list', '-f', 'json').stdout)
+        assert {h['host']: h['nodes'] for h in hypervisors} == {
+            h: 2 for h in deployment.hosts}
+
+        gone = deployment.cli('teardown', env.cluster)
+        assert gone.returncode == 0, gone.stderr
+        assert env.leftovers() == []
+        # Events arrive in order: start, one per node, end.
+        deadline = time.monotonic() + 10
+        while (len(collector.events) < 12
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+    finally:
+        listener.stop()
+        listener.wait()
+    types = [event_type for event_type, _ in collector.events]
+    assert types == (['tenks.cluster.deploy.start']
+                     + ['tenks.node.create.end'] * 4
+                     + ['tenks.cluster.deploy.end',
+                        'tenks.cluster.teardown.start']
+                     + ['tenks.node.delete.end'] * 4
+                     + ['tenks.cluster.teardown.end'])
+    created = [p for t, p in collector.events
+               if t == 'tenks.node.create.end']
+    assert {p['name'] for p in created} == {n['name'] for n in nodes}
+    assert {(p['bmc_address'], p['bmc_port']) for p in created} == {
+        (n['bmc_address'], n['bmc_port']) for n in nodes}
+
+
+def test_another_service_uses_the_rpc_api(deployment, env):
+    api = deployment.api
+    spec = env.spec(count=2)
+    operation = deployment.wait(api.deploy_cluster(spec))
+    assert operation['state'] == 'succeeded', operation['error']
+    assert operation['progress']['domain'] == [2, 2]
+
+    cluster = api.get_cluster(env.cluster)
+    assert cluster['state'] == 'deployed'
+    assert cluster['spec']['ipmi_password'] == '***'
+    assert len(cluster['nodes']) == 2
+
+    bad = dict(spec, specs=[{'type': 'nope', 'count': -1}])
+    with pytest.raises(exceptions.SpecError) as raised:
+        api.deploy_cluster(bad)
+    assert 'specs[0].count' in str(raised.value)
+    assert "unknown node type 'nope'" in str(raised.value)
+    with pytest.raises(exceptions.ClusterNotFound):
+        api.teardown_cluster('no-such-cluster')
+    with pytest.raises(exceptions.SpecChanged):
+        api.deploy_cluster(env.spec(count=3))
+
+    operation = deployment.wait(api.teardown_cluster(env.cluster))
+    assert operation['state'] == 'succeeded', operation['error']
+    assert env.leftovers() == []
+
+
+def test_killed_hostagent_fails_the_deploy_naming_it(tmp_path):
+    with df.Deployment(tmp_path / 'deployment', agent_timeout=3) as d:
+        env = cf.ClusterEnv(tmp_path, port_base=7550,
+                            state_dirs=d.state_dirs.values())
+        try:
+            _kill_agent_mid_deploy(d, env)
+        finally:
+            left = env.leftovers()
+            env.force_clean()
+        assert left == [], 'the test left %s behind' % left
+
+
+def _kill_agent_mid_deploy(d, env):
+    victim, survivor = d.hosts[1], d.hosts[0]
+    operation_id = d.api.deploy_cluster(env.spec(count=2))
+    d.agent(victim).stop(signal.SIGKILL)
+    operation = d.wait(operation_id)
+    assert operation['state'] == 'failed'
+    assert 'Hostagent on %s did not answer' % victim in operation['error']
+
+    # Nothing of the cluster is left on the surviving hypervisor.
+    conn = libvirt.open(cf.URI)
+    try:
+        assert not [p.name() for p in conn.listAllStoragePools()
+                    if p.name() == 'tenks-a%s' % env.cluster]
+        domains = {n['name']: n['hypervisor']
+                   for n in d.api.list_nodes(env.cluster)}
+        assert survivor not in domains.values()
+    finally:
+        conn.close()
+    # Back again, the agent lets a teardown remove what it had made.
+    d.agent(victim).start()
+    d.wait_for_agents([victim])
+    if any(c['name'] == env.cluster for c in d.api.list_clusters()):
+        operation = d.wait(d.api.teardown_cluster(env.cluster))
+        assert operation['state'] == 'succeeded', operation['error']
