@@ -15,6 +15,8 @@
 #   rabbitmq  start it on 127.0.0.1:5672 only, if not running
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
+#   openstack <repo>/.venv-openstack: Ironic, Placement and the Nova API
+#             for the functional tests (tools/openstack_services.py install)
 #
 # Environment:
 #   TENKS_PYTHON          interpreter for the venv (default: python3)
@@ -266,6 +268,13 @@ step_venv() {
     say "venv: installed in $((SECONDS - t0)) s"
 }
 
+step_openstack() {
+    local out
+    out=$("$VENV/bin/python" "$REPO/tools/openstack_services.py" install 2>&1) \
+        || { printf '%s\n' "$out" >&2; die "openstack services install failed"; }
+    say "openstack: $(tail -n1 <<<"$out" | sed 's/^openstack-services: //')"
+}
+
 main() {
     # One set-up at a time on this machine (apt, daemons, the venv).
     exec 9>/run/tenks-setup.lock
@@ -277,6 +286,7 @@ main() {
     step_libvirtd
     step_rabbitmq
     step_venv
+    step_openstack
 }
 
 main "$@"

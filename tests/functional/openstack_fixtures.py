@@ -1,0 +1,72 @@
+"""Real Ironic, Placement and Nova API for functional tests.
+
+The services are those of ``tools/openstack_services.py``: their own venv
+(``.venv-openstack``, installed on first use, about a minute), state in
+``.openstack-state`` or ``$TENKS_OPENSTACK_STATE``, ports 6385, 8778 and
+8774 unless overridden. The session fixture starts whichever are not
+running and stops at the end only those it started.
+"""
+
+import importlib.util
+import os
+import time
+
+import openstack
+import pytest
+from keystoneauth1 import noauth
+from keystoneauth1 import session
+
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'tools', 'openstack_services.py')
+_spec = importlib.util.spec_from_file_location('openstack_services', _PATH)
+services = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(services)
+
+# Placement's noauth2 makes "admin" an admin token; Nova, without its
+# authtoken filter, builds the request context from the other three.
+HEADERS = {'X-Auth-Token': 'admin', 'X-User-Id': 'tenks-test',
+           'X-Project-Id': 'tenks-test', 'X-Roles': 'admin'}
+POLL = 0.2  # s; openstacksdk's own waits poll every 2 s
+
+TIMINGS = {}
+
+
+@pytest.fixture(scope='session')
+def openstack_services():
+    """Ensure the services run; returns their endpoints."""
+    started_at = time.monotonic()
+    started = services.start()
+    TIMINGS['start'] = time.monotonic() - started_at
+    TIMINGS['started'] = started
+    yield services.endpoints()
+    if started:
+        services.stop(names=started)
+
+
+def connection():
+    """An openstacksdk Connection to Ironic, Placement and Nova."""
+    endpoints = services.endpoints()
+    sess = session.Session(auth=noauth.NoAuth(), additional_headers=HEADERS)
+    return openstack.connection.Connection(
+        session=sess,
+        baremetal_endpoint_override=endpoints['baremetal'],
+        placement_endpoint_override=endpoints['placement'],
+        compute_endpoint_override=endpoints['compute'])
+
+
+def wait_for_node(conn, node_id, timeout=60):
+    """The node once its provision and power actions are over."""
+    deadline = time.monotonic() + timeout
+    while True:
+        node = conn.baremetal.get_node(node_id)
+        if (node.target_provision_state is None
+                and node.target_power_state is None):
+            return node
+        if time.monotonic() > deadline:
+            raise TimeoutError('node %s still %s -> %s, power %s -> %s '
+                               'after %d s'
+                               % (node_id, node.provision_state,
+                                  node.target_provision_state,
+                                  node.power_state, node.target_power_state,
+                                  timeout))
+        time.sleep(POLL)
