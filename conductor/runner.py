@@ -33,6 +33,7 @@ class Outcome:
     def __init__(self, atom_names, on_progress=None):
         self.changed = []
         self.failures = []
+        self.warnings = []
         self.progress = {}
         for name in atom_names:
             self.progress.setdefault(stage(name), [0, 0])[1] += 1
@@ -42,8 +43,10 @@ class Outcome:
         name = details['task_name']
         if state == states.SUCCESS:
             result = details.get('result')
-            if isinstance(result, dict) and result.get('changed'):
-                self.changed.append(name)
+            if isinstance(result, dict):
+                if result.get('changed'):
+                    self.changed.append(name)
+                self.warnings += result.get('warnings', [])
             self.progress[stage(name)][0] += 1
             if self.on_progress is not None:
                 self.on_progress(self.progress)

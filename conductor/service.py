@@ -27,6 +27,7 @@ from conductor import waiters
 from flows import deploy
 from flows import records
 from flows import teardown
+from tenks import cloud
 from tenks import exceptions
 from tenks import notifier
 from tenks import rpc
@@ -70,8 +71,10 @@ class Conductor:
             bus, self.waiters, self.host, conf.conductor.agent_timeout)
         self.notifier = notifier.Notifier(bus, self.db,
                                           'tenks.conductor.%s' % self.host)
+        self.cloud = cloud.Cloud(conf)
         services.install(services.Services(
-            db=self.db, agents=self.agents, notifier=self.notifier))
+            db=self.db, agents=self.agents, notifier=self.notifier,
+            cloud=self.cloud))
         self.locks = locks.ClusterLocks(self.lock_dir)
         self._allocation_mutex = threading.Lock()
         self._pool = futures.ThreadPoolExecutor(
@@ -168,6 +171,7 @@ class Conductor:
                                 if spec.get(k) != cluster.spec.get(k))
                 raise exceptions.SpecChanged(name=name,
                                              fields=', '.join(fields))
+            self.cloud.check(cloud_services(spec))
             interrupted = self._interrupted(name)
             if interrupted is not None:
                 return self._submit(interrupted.id, 'deploy', name, False,
@@ -354,7 +358,10 @@ class Conductor:
             self.locks.release(name)
             with self._running_mutex:
                 self._running.pop(operation_id, None)
-        result = {'changed': outcome.changed, 'resumed': resumed}
+        result = {'changed': outcome.changed, 'resumed': resumed,
+                  'warnings': outcome.warnings}
+        for warning in outcome.warnings:
+            LOG.warning('Cluster %s: %s', name, warning)
         self.db.finish_operation(operation_id, SUCCEEDED, result=result)
         self.notifier.emit('tenks.cluster.%s.end' % kind, name,
                            {'operation': operation_id,
@@ -373,6 +380,18 @@ class Conductor:
                     'teardown %s" to remove them' % (left, name))
         return ('. What this deploy created was rolled back; the cluster '
                 'deployed before is kept')
+
+
+def cloud_services(spec):
+    """The OpenStack services a deploy of ``spec`` talks to."""
+    wanted = []
+    if any(s.get('ironic_config') for s in spec['specs']):
+        wanted.append('baremetal')
+    if spec['nova_flavors']:
+        wanted.append('compute')
+    if spec['wait_for_placement']:
+        wanted.append('placement')
+    return wanted
 
 
 class ProgressRecorder:

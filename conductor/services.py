@@ -1,4 +1,5 @@
-"""The live services flow tasks use: state database, hostagents, events.
+"""The live services flow tasks use: state database, hostagents, events
+and the OpenStack cloud.
 
 Tasks are rebuilt from their persisted flow on resume, so they hold no
 clients of their own; the conductor process installs these once.
@@ -14,6 +15,7 @@ class Services:
     db: object
     agents: object
     notifier: object
+    cloud: object
 
 
 def install(services):

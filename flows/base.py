@@ -47,15 +47,31 @@ class EnsureResource(task.Task):
         """Arguments of ensure_<kind>; secrets may be added here."""
         return self.ensure_args
 
+    def ensure(self, svc, operation_id, cluster, adopt):
+        """Create or check the thing; return {'changed': bool, ...}.
+
+        ``adopt`` is False when nothing was recorded: a thing found there
+        then is somebody else's. Hypervisor things carry owner marks, so
+        only other places (a cloud) need it.
+        """
+        return svc.agents.request(
+            self.host, 'ensure_' + self.kind,
+            request_id(operation_id, self.name),
+            **self.request_args(cluster))
+
+    def remove(self, svc, operation_id):
+        return svc.agents.request(
+            self.host, 'remove_' + self.kind,
+            request_id(operation_id, self.name, 'revert'),
+            **self.remove_args)
+
     def execute(self, operation_id, cluster):
         svc = services.get()
         before = svc.db.begin_resource(cluster, self.host, self.kind,
                                        self.resource, self.remove_args)
         try:
-            result = svc.agents.request(
-                self.host, 'ensure_' + self.kind,
-                request_id(operation_id, self.name),
-                **self.request_args(cluster))
+            result = self.ensure(svc, operation_id, cluster,
+                                 adopt=before is not None)
         except exceptions.ResourceConflict:
             # It belongs to somebody else: nothing of ours to remove.
             if before is None:
@@ -73,40 +89,10 @@ class EnsureResource(task.Task):
         elif not result['new']:
             return
         try:
-            svc.agents.request(
-                self.host, 'remove_' + self.kind,
-                request_id(operation_id, self.name, 'revert'),
-                **self.remove_args)
+            self.remove(svc, operation_id)
         except Exception as e:
             # Keep the record so a teardown can finish the job.
             LOG.warning('Could not remove %s %s on %s while reverting: %s',
                         self.kind, self.resource, self.host, e)
             return
         svc.db.delete_resource(self.host, self.kind, self.resource)
-
-
-class RemoveResource(task.Task):
-    """Remove one recorded thing from a hypervisor, then its record.
-
-    Reversion strategy: none. A removal is not undone; what is still
-    recorded lets the next teardown finish the job.
-    """
-
-    def __init__(self, row):
-        super().__init__(
-            name='remove-%s:%s:%s' % (row['kind'], row['hypervisor'],
-                                      row['name']),
-            requires=(OPERATION_ID,))
-        self.row = row
-
-    def execute(self, operation_id):
-        svc = services.get()
-        row = self.row
-        result = svc.agents.request(
-            row['hypervisor'], 'remove_' + row['kind'],
-            request_id(operation_id, self.name), **row['remove_args'])
-        svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
-        return result
-
-    def revert(self, result, **kwargs):
-        pass

@@ -1,10 +1,12 @@
-"""The deploy flow: host setup, network setup, then every node."""
+"""The deploy flow: host setup, network setup, every node (with its
+registration), then post-deploy (flavors, Placement)."""
 
 from taskflow.patterns import linear_flow
 
 from flows import host_setup
 from flows import network_setup
 from flows import nodes
+from flows import post_deploy
 from flows import records
 
 
@@ -19,6 +21,8 @@ def get_deploy_flow(plan):
         host_setup.host_setup_flow(plan),
         network_setup.network_setup_flow(plan),
         nodes.nodes_flow(plan),
-        records.MarkCluster(records.CLUSTER_DEPLOYED),
     )
+    if plan['flavors'] or any(n.get('ironic') for n in plan['nodes']):
+        flow.add(post_deploy.post_deploy_flow(plan))
+    flow.add(records.MarkCluster(records.CLUSTER_DEPLOYED))
     return flow

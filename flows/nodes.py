@@ -7,6 +7,7 @@ from taskflow.patterns import unordered_flow
 from conductor import services
 from flows import base
 from flows import records
+from flows import registration
 
 
 class EnsureVolume(base.EnsureResource):
@@ -63,8 +64,10 @@ def node_flow(plan, node):
         EnsureDomain(host, node['name'], {'domain': domain, 'owner': owner},
                      {'name': node['name'], 'owner': owner}),
         EnsureBmc(host, node['name'], bmc, {'domain': node['name']}),
-        records.FinishNode(node['uuid']),
     )
+    if node.get('ironic'):
+        flow.add(registration.EnsureIronicNode(node, node['ironic']))
+    flow.add(records.FinishNode(node['uuid']))
     return flow
 
 

@@ -1,14 +1,22 @@
 """The teardown flow, built from the recorded resources of a cluster."""
 
+from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
+from conductor import services
 from flows import base
+from flows import post_deploy
 from flows import records
+from flows import registration
 
-# What goes first: a BMC before its domain, a domain before its disks and
-# ports, ports before their bridge, volumes before their pool.
+# What goes first: flavors before the nodes they schedule to, Ironic
+# nodes (with their ports) before their BMC, a BMC before its domain, a
+# domain before its disks and ports, ports before their bridge, volumes
+# before their pool.
 REMOVAL_STAGES = (
+    ('nova_flavor',),
+    ('ironic_node',),
     ('bmc',),
     ('domain',),
     ('volume', 'port'),
@@ -18,13 +26,52 @@ REMOVAL_STAGES = (
 )
 
 
+# What lives in the cloud rather than on a hypervisor, by kind:
+# remover(svc, **remove_args) -> {'changed': bool}.
+CLOUD_REMOVERS = {
+    'ironic_node': registration.remove_node,
+    'nova_flavor': post_deploy.remove_flavor,
+}
+
+
+class RemoveResource(task.Task):
+    """Remove one recorded thing, then its record.
+
+    Reversion strategy: none. A removal is not undone; what is still
+    recorded lets the next teardown finish the job.
+    """
+
+    def __init__(self, row):
+        super().__init__(
+            name='remove-%s:%s:%s' % (row['kind'], row['hypervisor'],
+                                      row['name']),
+            requires=(base.OPERATION_ID,))
+        self.row = row
+
+    def execute(self, operation_id):
+        svc = services.get()
+        row = self.row
+        if row['kind'] in CLOUD_REMOVERS:
+            result = CLOUD_REMOVERS[row['kind']](svc, **row['remove_args'])
+        else:
+            result = svc.agents.request(
+                row['hypervisor'], 'remove_' + row['kind'],
+                base.request_id(operation_id, self.name),
+                **row['remove_args'])
+        svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
+        return result
+
+    def revert(self, result, **kwargs):
+        pass
+
+
 def get_teardown_flow(cluster, resources):
     """Flow factory. ``resources``: recorded rows as dicts."""
     flow = linear_flow.Flow('teardown:%s' % cluster)
     flow.add(records.MarkCluster(records.CLUSTER_DELETING))
     for kinds in REMOVAL_STAGES:
         stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
-        stage.add(*[base.RemoveResource(row) for row in resources
+        stage.add(*[RemoveResource(row) for row in resources
                     if row['kind'] in kinds])
         flow.add(stage)
     flow.add(records.ForgetCluster())

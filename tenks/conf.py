@@ -113,10 +113,32 @@ hostagent_opts = [
 ]
 
 
+openstack_opts = [
+    cfg.StrOpt('cloud',
+               help='Cloud of clouds.yaml that Ironic, Nova and Placement '
+                    'are reached through (openstacksdk).'),
+    cfg.URIOpt('ironic_url',
+               help='Ironic endpoint of a standalone cloud without '
+                    'Keystone (used when no cloud is set).'),
+    cfg.URIOpt('nova_url',
+               help='Nova API endpoint of a standalone cloud.'),
+    cfg.URIOpt('placement_url',
+               help='Placement endpoint of a standalone cloud.'),
+    cfg.IntOpt('provision_timeout',
+               default=300, min=1,
+               help='Seconds a node may take to become manageable, then '
+                    'available.'),
+    cfg.FloatOpt('poll_interval',
+                 default=0.5, min=0.05,
+                 help='Seconds between two looks at a node in transition.'),
+]
+
+
 def register(conf):
     conf.register_opts(default_opts)
     conf.register_opts(conductor_opts, group='conductor')
     conf.register_opts(hostagent_opts, group='hostagent')
+    conf.register_opts(openstack_opts, group='openstack')
     return conf
 
 
@@ -130,6 +152,7 @@ def list_opts():
         ('DEFAULT', default_opts),
         ('conductor', conductor_opts),
         ('hostagent', hostagent_opts),
+        ('openstack', openstack_opts),
     ]
 
 

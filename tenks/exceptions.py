@@ -78,6 +78,19 @@ class PortRangeExhausted(NoValidHost):
                '%(needed)d port(s) needed, %(free)d free')
 
 
+class CloudUnavailable(TenksError):
+    msg_fmt = 'Cannot reach %(service)s at %(endpoint)s: %(reason)s'
+
+
+class CloudError(TenksError):
+    msg_fmt = '%(service)s refused to %(action)s: %(reason)s'
+
+
+class PlacementTimeout(TenksError):
+    msg_fmt = ('Placement did not report the nodes within %(timeout)d s: '
+               '%(short)s')
+
+
 class OperationFailed(TenksError):
     msg_fmt = '%(operation)s of cluster %(cluster)s failed: %(reason)s'
 

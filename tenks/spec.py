@@ -9,14 +9,17 @@ import collections.abc
 import copy
 import difflib
 import ipaddress
+import re
 
 import jsonschema
+import os_traits
 import yaml
 
 from tenks import exceptions
 from tenks import units
 
 TOP_LEVEL = '(top level)'
+_STANDARD_TRAITS = frozenset(os_traits.get_traits())
 
 
 def _pattern(regex, description, **extra):
@@ -41,6 +44,8 @@ _VOLUME = {
     },
 }
 
+_IRONIC_DRIVER = {'enum': ['ipmi'], 'x-not-supported-yet': ['redfish']}
+
 _NODE_TYPE = {
     'type': 'object',
     'additionalProperties': False,
@@ -50,6 +55,55 @@ _NODE_TYPE = {
         'vcpus': {'type': 'integer', 'minimum': 1, 'maximum': 256},
         'volumes': {'type': 'array', 'items': _VOLUME, 'default': []},
         'physical_networks': dict(_PHYSNET_LIST, default=[]),
+        # Default: the top-level default_ironic_driver.
+        'ironic_driver': _IRONIC_DRIVER,
+    },
+}
+
+_TRAITS = {
+    'type': 'array',
+    'uniqueItems': True,
+    'items': {'type': 'string', 'format': 'trait'},
+    'default': [],
+}
+
+_RESOURCE_CLASS = _pattern(
+    '^[A-Za-z0-9_.-]{1,80}', "1 to 80 letters, digits, '_', '.' or '-'")
+
+_IRONIC_CONFIG = {
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['resource_class'],
+    # Per-interface overrides: deploy_interface, boot_interface, ...
+    'patternProperties': {
+        '^[a-z]+_interface$': {'type': 'string', 'minLength': 1},
+    },
+    'properties': {
+        'resource_class': _RESOURCE_CLASS,
+        'traits': _TRAITS,
+        'properties': {'type': 'object', 'default': {}},
+        'conductor_group': {'type': 'string'},
+        'shard': {'type': 'string', 'minLength': 1},
+    },
+}
+
+_FLAVOR = {
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['resource_class', 'node_type'],
+    'properties': {
+        # Default: the resource class.
+        'name': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+        'resource_class': _RESOURCE_CLASS,
+        'node_type': {'type': 'string'},
+        'required_traits': _TRAITS,
+        'forbidden_traits': _TRAITS,
+        'custom_specs': {
+            'type': 'object',
+            'additionalProperties': {'type': ['string', 'integer',
+                                              'boolean']},
+            'default': {},
+        },
     },
 }
 
@@ -68,6 +122,8 @@ _SPEC = {
             '^[a-z][a-z0-9_-]{0,15}',
             'a lowercase letter, then up to 15 lowercase letters, digits, '
             "'_' or '-'", default='vol'),
+        # Without it the nodes are not enrolled in Ironic.
+        'ironic_config': _IRONIC_CONFIG,
     },
 }
 
@@ -121,6 +177,18 @@ SCHEMA = {
         'ipmi_password': {'type': 'string', 'minLength': 1,
                           'default': 'password'},
         'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
+        'default_ironic_driver': dict(_IRONIC_DRIVER, default='ipmi'),
+        # The nodes are BIOS machines (UEFI comes with firmware support).
+        'default_boot_mode': {'enum': ['bios'],
+                              'x-not-supported-yet': ['uefi'],
+                              'default': 'bios'},
+        # Glance image name or UUID, or an http(s):// or file:// URL.
+        'deploy_kernel': {'type': 'string', 'minLength': 1},
+        'deploy_ramdisk': {'type': 'string', 'minLength': 1},
+        'nova_flavors': {'type': 'array', 'items': _FLAVOR, 'default': []},
+        'wait_for_placement': {'type': 'boolean', 'default': False},
+        'placement_timeout': {'type': 'integer', 'minimum': 1,
+                              'default': 150},
     },
 }
 
@@ -139,6 +207,17 @@ def _is_capacity(value):
 def _is_ip_address(value):
     if isinstance(value, str):
         ipaddress.ip_address(value)
+    return True
+
+
+@_FORMATS.checks('trait', raises=ValueError)
+def _is_trait(value):
+    if isinstance(value, str) and not (
+            value in _STANDARD_TRAITS or (
+                re.fullmatch('CUSTOM_[A-Z0-9_]{1,248}', value))):
+        raise ValueError(
+            '%r is neither a standard trait (os-traits) nor CUSTOM_ '
+            'followed by upper-case letters, digits and _' % value)
     return True
 
 
@@ -378,6 +457,28 @@ def _check_semantics(spec, physnets_explicit):
                         '%s: physical network %r is not declared (%s)'
                         % (_path(['physnet_mappings', physnet]), physnet,
                            known))
+
+    flavors = spec.get('nova_flavors')
+    classes = {s['ironic_config']['resource_class'] for s in specs
+               if isinstance(s.get('ironic_config'), dict)
+               and isinstance(s['ironic_config'].get('resource_class'), str)}
+    for i, flavor in enumerate(flavors if isinstance(flavors, list) else []):
+        if not isinstance(flavor, dict):
+            continue
+        name = flavor.get('node_type')
+        if node_types is not None and isinstance(name, str) and (
+                name not in node_types):
+            problems.append(
+                '%s: unknown node type %r (node_types declares: %s)'
+                % (_path(['nova_flavors', i, 'node_type']), name,
+                   ', '.join(map(str, node_types)) or 'none'))
+        rc = flavor.get('resource_class')
+        if isinstance(rc, str) and rc not in classes:
+            problems.append(
+                '%s: no spec enrols nodes of resource class %r (the '
+                'specs\' ironic_config have: %s)'
+                % (_path(['nova_flavors', i, 'resource_class']), rc,
+                   ', '.join(sorted(classes)) or 'none'))
 
     start = spec['ipmi_port_range_start']
     end = spec['ipmi_port_range_end']

@@ -67,6 +67,8 @@ class OperationCommand(command.Command):
             operation = tenks.wait(operation_id)
         if operation['state'] != 'succeeded':
             raise exceptions.OperationFailed(operation['error'])
+        for warning in operation['result'].get('warnings', []):
+            self.app.stderr.write('Warning: %s\n' % warning)
         if operation['result'].get('resumed'):
             self.app.stdout.write(
                 'Resumed deploy %s, interrupted earlier.\n' % operation_id)

@@ -24,7 +24,6 @@ from hostagent.drivers.bmc import virtualbmc
 from tests.functional import cluster_fixtures as cf
 from tests.functional import drivers_fixtures as df
 from tests.functional import openstack_fixtures as osf
-from tests.functional.openstack_fixtures import openstack_services  # noqa: F401
 
 pytestmark = pytest.mark.functional
 
@@ -221,7 +220,7 @@ def test_placement_provider_inventory(conn, cleanups):
                                conn.placement.resource_providers()]
 
 
-def test_services_listen_on_loopback_only(openstack_services):  # noqa: F811
+def test_services_listen_on_loopback_only(openstack_services):
     services = osf.services
     out = subprocess.run(['ss', '-Htulnp'], capture_output=True, text=True,
                          check=True).stdout

@@ -2,6 +2,8 @@ from taskflow import task
 
 from conductor import plans
 from flows import deploy
+from flows import post_deploy
+from flows import registration
 from flows import teardown
 from tenks import scheduler
 from tests.unit.conftest import make_spec
@@ -59,3 +61,45 @@ def test_mapped_physnet_gets_an_uplink():
         'name': 'brtenks0', 'physnet': 'physnet1',
         'uplink': {'source': 'eth1',
                    'veth_names': ['p-brtenks0-br', 'p-brtenks0-phy']}}]
+
+
+def test_resource_class_normalisation_is_one_rule():
+    assert registration.normalise_resource_class('tenks-gold') == (
+        'CUSTOM_TENKS_GOLD')
+    assert registration.normalise_resource_class('baremetal.x86 big') == (
+        'CUSTOM_BAREMETAL_X86_BIG')
+    assert registration.normalise_resource_class('CUSTOM_GOLD') == (
+        'CUSTOM_GOLD')
+
+
+def test_flavor_extra_specs():
+    assert post_deploy.flavor_extra_specs({
+        'resource_class': 'gold', 'required_traits': ['CUSTOM_A'],
+        'forbidden_traits': ['CUSTOM_B'], 'custom_specs': {'x:y': 1},
+    }) == {'resources:CUSTOM_GOLD': '1', 'resources:VCPU': '0',
+           'resources:MEMORY_MB': '0', 'resources:DISK_GB': '0',
+           'trait:CUSTOM_A': 'required', 'trait:CUSTOM_B': 'forbidden',
+           'x:y': '1'}
+
+
+def test_enrolled_nodes_get_registration_and_post_deploy_tasks():
+    ironic = {'resource_class': 'gold', 'traits': ['CUSTOM_A'],
+              'boot_interface': 'pxe'}
+    p = plan(count=2, specs=[{'type': 'small', 'count': 2,
+                              'ironic_config': ironic}],
+             nova_flavors=[{'resource_class': 'gold', 'node_type': 'small'}],
+             wait_for_placement=True)
+    names = [t.name for t in all_tasks(deploy.get_deploy_flow(p))]
+    node = p['nodes'][0]
+    assert 'ironic_node:openstack:%s' % node['uuid'] in names
+    assert 'nova_flavor:openstack:gold' in names
+    assert names[-3:] == ['placement:wait', 'placement:check',
+                          'cluster:deployed']
+    assert node['ironic']['fields'] == {
+        'name': 'tk0', 'driver': 'ipmi', 'resource_class': 'gold',
+        'boot_interface': 'pxe',
+        'properties': {'cpus': 1, 'memory_mb': 128, 'local_gb': 1,
+                       'cpu_arch': 'x86_64',
+                       'capabilities': 'boot_mode:bios'}}
+    assert p['placement_wait'] == [['CUSTOM_GOLD', ['CUSTOM_A'], 2]]
+    assert p['flavors'][0]['disk'] == 1

@@ -74,6 +74,11 @@ def test_defaults_are_filled_in(tmp_path):
         'ipmi_username': 'admin',
         'ipmi_password': 'password',
         'libvirt_domain_type': 'qemu',
+        'default_ironic_driver': 'ipmi',
+        'default_boot_mode': 'bios',
+        'nova_flavors': [],
+        'wait_for_placement': False,
+        'placement_timeout': 150,
     }
 
 
@@ -173,13 +178,53 @@ def test_unknown_nested_keys(tmp_path):
     del data['node_types']['small']['memory_mb']
     data['node_types']['small']['memroy_mb'] = 256
     data['node_types']['small']['volumes'] = [{'capacity': 512, 'sise': 1}]
-    data['specs'][0]['ironic_config'] = {}
+    data['specs'][0]['ironic_cfg'] = {}
     assert problems(tmp_path, data) == [
         "node_types.small: unknown key 'memroy_mb' "
         "(did you mean 'memory_mb'?)",
         "node_types.small: missing required key 'memory_mb'",
         "node_types.small.volumes[0]: unknown key 'sise'",
-        "specs[0]: unknown key 'ironic_config'",
+        "specs[0]: unknown key 'ironic_cfg' (did you mean 'ironic_config'?)",
+    ]
+
+
+def test_ironic_config_and_flavors(tmp_path):
+    data = minimal()
+    data['specs'][0]['ironic_config'] = {
+        'resource_class': 'gold', 'traits': ['CUSTOM_FAST', 'HW_CPU_X86_AVX2'],
+        'deploy_interface': 'direct', 'properties': {'cpu_arch': 'x86_64'}}
+    data['nova_flavors'] = [{'resource_class': 'gold', 'node_type': 'small',
+                             'required_traits': ['CUSTOM_FAST']}]
+    result = spec.validate(data)
+    assert result['specs'][0]['ironic_config']['deploy_interface'] == (
+        'direct')
+    assert result['nova_flavors'][0]['forbidden_traits'] == []
+    assert result['nova_flavors'][0]['custom_specs'] == {}
+
+
+def test_bad_traits_resource_classes_and_flavors(tmp_path):
+    data = minimal()
+    data['specs'][0]['ironic_config'] = {
+        'resource_class': 'gold rush', 'traits': ['fast', 'CUSTOM_OK'],
+        'flux_interface': 7}
+    data['nova_flavors'] = [
+        {'resource_class': 'silver', 'node_type': 'huge',
+         'forbidden_traits': ['CUSTOM_bad']}]
+    assert problems(tmp_path, data) == [
+        "specs[0].ironic_config.resource_class: 'gold rush' is invalid: "
+        "expected 1 to 80 letters, digits, '_', '.' or '-'",
+        "specs[0].ironic_config.traits[0]: 'fast' is neither a standard "
+        "trait (os-traits) nor CUSTOM_ followed by upper-case letters, "
+        "digits and _",
+        'specs[0].ironic_config.flux_interface: expected a string, got 7 '
+        '(put it in quotes)',
+        "nova_flavors[0].forbidden_traits[0]: 'CUSTOM_bad' is neither a "
+        "standard trait (os-traits) nor CUSTOM_ followed by upper-case "
+        "letters, digits and _",
+        "nova_flavors[0].node_type: unknown node type 'huge' (node_types "
+        "declares: small)",
+        "nova_flavors[0].resource_class: no spec enrols nodes of resource "
+        "class 'silver' (the specs' ironic_config have: gold rush)",
     ]
 
 

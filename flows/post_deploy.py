@@ -1,0 +1,219 @@
+"""Post-deploy: Nova flavors for the nodes, then (optionally) the wait
+until Placement reports them, then a check that bare metal and VMs
+cannot land on each other's hosts."""
+
+import time
+
+from openstack import exceptions as sdk_exceptions
+from taskflow import task
+from taskflow.patterns import linear_flow
+from taskflow.patterns import unordered_flow
+
+from conductor import services
+from flows import base
+from flows import registration
+from tenks import exceptions
+
+STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
+PLACEMENT_POLL = 1.0
+PLACEMENT_VERSION = '1.18'  # 'required' traits in queries
+
+
+def flavor_extra_specs(flavor):
+    """Nova extra specs that schedule onto nodes of ``flavor``'s class,
+    and only by that class."""
+    specs = {'resources:%s' % registration.normalise_resource_class(
+        flavor['resource_class']): '1'}
+    specs.update({'resources:%s' % rc: '0' for rc in STANDARD_CLASSES})
+    specs.update({'trait:%s' % t: 'required'
+                  for t in flavor['required_traits']})
+    specs.update({'trait:%s' % t: 'forbidden'
+                  for t in flavor['forbidden_traits']})
+    specs.update({k: str(v) for k, v in flavor['custom_specs'].items()})
+    return specs
+
+
+def ensure_flavor(conn, flavor, adopt):
+    """Create the flavor, or fix its extra specs; True if it changed."""
+    current = conn.compute.find_flavor(flavor['name'], ignore_missing=True)
+    if current is not None and not adopt:
+        raise exceptions.ResourceConflict(
+            kind='Nova flavor', name=flavor['name'], owner='this cluster',
+            reason='Tenks has no record of creating it')
+    sizes = {k: flavor[k] for k in ('vcpus', 'ram', 'disk')}
+    if current is not None and any(
+            getattr(current, k) != v for k, v in sizes.items()):
+        # Flavors cannot change size: replace it.
+        conn.compute.delete_flavor(current)
+        current = None
+    if current is None:
+        current = conn.compute.create_flavor(name=flavor['name'], **sizes)
+        conn.compute.create_flavor_extra_specs(current,
+                                               flavor['extra_specs'])
+        return True
+    have = conn.compute.fetch_flavor_extra_specs(current).extra_specs or {}
+    wanted = flavor['extra_specs']
+    changed = {k: v for k, v in wanted.items() if have.get(k) != v}
+    if changed:
+        conn.compute.create_flavor_extra_specs(current, changed)
+    for key in set(have) - set(wanted):
+        conn.compute.delete_flavor_extra_specs_property(current, key)
+    return bool(changed) or bool(set(have) - set(wanted))
+
+
+def remove_flavor(svc, name):
+    conn = svc.cloud.connection
+    flavor = conn.compute.find_flavor(name, ignore_missing=True)
+    if flavor is None:
+        return {'changed': False}
+    conn.compute.delete_flavor(flavor)
+    return {'changed': True}
+
+
+class EnsureFlavor(base.EnsureResource):
+    """A Nova flavor for one resource class.
+
+    Reversion strategy: delete the flavor when this operation created
+    it; see EnsureResource.
+    """
+
+    kind = 'nova_flavor'
+
+    def __init__(self, flavor):
+        super().__init__(registration.CLOUD_HOST, flavor['name'], flavor,
+                         {'name': flavor['name']})
+
+    def remove(self, svc, operation_id):
+        return remove_flavor(svc, **self.remove_args)
+
+    def ensure(self, svc, operation_id, cluster, adopt):
+        try:
+            changed = ensure_flavor(svc.cloud.connection, self.ensure_args,
+                                    adopt)
+        except sdk_exceptions.SDKException as e:
+            raise exceptions.CloudError(
+                service='Nova', action='create flavor %s' % self.resource,
+                reason=str(e)) from e
+        return {'changed': changed}
+
+
+def count_units(conn, resource_class, traits):
+    """How many providers offer a unit of ``resource_class`` and every
+    trait in ``traits``."""
+    # Placement refuses to query a class or trait it does not know yet:
+    # nobody has reported it, so nobody offers it.
+    for path in ['/resource_classes/%s' % resource_class] + [
+            '/traits/%s' % trait for trait in traits]:
+        if conn.placement.get(path, microversion=PLACEMENT_VERSION,
+                              raise_exc=False).status_code == 404:
+            return 0
+    query = 'resources=%s:1' % resource_class
+    if traits:
+        query += '&required=%s' % ','.join(sorted(traits))
+    response = conn.placement.get('/resource_providers?' + query,
+                                  microversion=PLACEMENT_VERSION)
+    response.raise_for_status()
+    return len(response.json()['resource_providers'])
+
+
+class WaitForPlacement(task.Task):
+    """Wait until Placement offers, for every enrolled spec, ``count``
+    units of its class with its traits (nova-compute reports them).
+
+    Reversion strategy: none; it waits and changes nothing.
+    """
+
+    def __init__(self, wanted, timeout):
+        super().__init__(name='placement:wait')
+        self.wanted = wanted  # [(resource class, traits, count)]
+        self.timeout = timeout
+
+    def execute(self):
+        conn = services.get().cloud.connection
+        deadline = time.monotonic() + self.timeout
+        while True:
+            short = []
+            for rc, traits, count in self.wanted:
+                have = count_units(conn, rc, traits)
+                if have < count:
+                    short.append('%s%s: %d of %d units (%d short)' % (
+                        rc, ' with %s' % ', '.join(traits) if traits else '',
+                        have, count, count - have))
+            if not short:
+                return
+            if time.monotonic() > deadline:
+                raise exceptions.PlacementTimeout(timeout=self.timeout,
+                                                  short='; '.join(short))
+            time.sleep(PLACEMENT_POLL)
+
+    def revert(self, result, **kwargs):
+        pass
+
+
+class CheckCoexistence(task.Task):
+    """Warn where VMs could land on bare metal: a node's provider that
+    still has standard inventory, or a bare-metal flavor asking for it.
+
+    Reversion strategy: none; it only reads.
+    """
+
+    def __init__(self, node_uuids, resource_classes):
+        super().__init__(name='placement:check')
+        self.node_uuids = node_uuids
+        self.resource_classes = resource_classes
+
+    def execute(self):
+        conn = services.get().cloud.connection
+        return {'warnings': coexistence_warnings(
+            conn, self.node_uuids, self.resource_classes)}
+
+    def revert(self, result, **kwargs):
+        pass
+
+
+def coexistence_warnings(conn, node_uuids, resource_classes):
+    warnings = []
+    if conn.endpoint_for('placement'):
+        for uuid in node_uuids:
+            response = conn.placement.get(
+                '/resource_providers/%s/inventories' % uuid)
+            if response.status_code == 404:
+                continue  # not reported by nova-compute (yet)
+            standard = sorted(
+                rc for rc, inventory in response.json()[
+                    'inventories'].items()
+                if rc in STANDARD_CLASSES and inventory['total'] > 0)
+            if standard:
+                warnings.append(
+                    'Placement provider of node %s still offers %s: VM '
+                    'flavors can land on it' % (uuid, ', '.join(standard)))
+    if conn.endpoint_for('compute'):
+        for flavor in conn.compute.flavors(details=True):
+            specs = flavor.extra_specs or {}
+            if not any(specs.get('resources:%s' % rc) for rc in
+                       resource_classes):
+                continue
+            asked = sorted(rc for rc in STANDARD_CLASSES
+                           if specs.get('resources:%s' % rc) != '0')
+            if asked:
+                warnings.append(
+                    'Bare-metal flavor %s does not zero %s: it also asks '
+                    'for standard resources' % (flavor.name,
+                                                ', '.join(asked)))
+    return warnings
+
+
+def post_deploy_flow(plan):
+    flow = linear_flow.Flow('post-deploy')
+    flavors = unordered_flow.Flow('flavors')
+    flavors.add(*[EnsureFlavor(f) for f in plan['flavors']])
+    flow.add(flavors)
+    if plan['placement_wait']:
+        flow.add(WaitForPlacement(plan['placement_wait'],
+                                  plan['placement_timeout']))
+    enrolled = [n['uuid'] for n in plan['nodes'] if n.get('ironic')]
+    if enrolled:
+        flow.add(CheckCoexistence(enrolled, sorted(
+            {registration.normalise_resource_class(n['ironic']['rc'])
+             for n in plan['nodes'] if n.get('ironic')})))
+    return flow

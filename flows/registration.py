@@ -1,0 +1,204 @@
+"""Registration: each node in Ironic, with its ports, made available.
+
+A node reaches ``available`` only after Ironic has reached its BMC (the
+``manage`` step checks the power credentials), so an available node is
+one Ironic can really drive.
+"""
+
+import time
+import uuid as uuidlib
+
+from openstack import exceptions as sdk_exceptions
+
+from flows import base
+from tenks import exceptions
+
+CLOUD_HOST = 'openstack'
+# Fields of a node that registration manages, besides interfaces.
+NODE_FIELDS = ('name', 'driver', 'properties', 'resource_class',
+               'conductor_group', 'shard')
+
+
+def normalise_resource_class(name):
+    """Placement's class for an Ironic resource class: CUSTOM_<NAME>."""
+    normal = ''.join(c if c.isalnum() else '_' for c in name.upper())
+    return normal if normal.startswith('CUSTOM_') else 'CUSTOM_' + normal
+
+
+def resolve_image(conn, value):
+    """A deploy image as Ironic wants it: URL or Glance UUID kept, a
+    Glance name resolved."""
+    if value is None or '://' in value:
+        return value
+    try:
+        uuidlib.UUID(value)
+        return value
+    except ValueError:
+        pass
+    try:
+        return conn.image.find_image(value, ignore_missing=False).id
+    except Exception as e:
+        raise exceptions.CloudError(
+            service='Glance', action='find deploy image %s' % value,
+            reason='%s (give a URL or a UUID where there is no Glance)'
+            % e) from e
+
+
+def _wait(conn, node_uuid, target, timeout, interval):
+    deadline = time.monotonic() + timeout
+    while True:
+        node = conn.baremetal.get_node(node_uuid)
+        if node.provision_state == target and not (
+                node.target_provision_state):
+            return node
+        if node.last_error and not node.target_provision_state:
+            raise exceptions.CloudError(
+                service='Ironic', action='move node %s to %s' % (
+                    node.name, target), reason=node.last_error)
+        if time.monotonic() > deadline:
+            raise exceptions.CloudError(
+                service='Ironic', action='move node %s to %s' % (
+                    node.name, target),
+                reason='still %s after %d s' % (node.provision_state,
+                                                timeout))
+        time.sleep(interval)
+
+
+def ensure_node(conn, conf, node, traits, ports, adopt):
+    """The Ironic node ``node`` with ``traits`` and ``ports``, available.
+
+    Only what differs is changed on a node that exists. ``adopt`` False:
+    a node found with this UUID is somebody else's.
+    """
+    changed = False
+    try:
+        current = conn.baremetal.get_node(node['id'])
+    except sdk_exceptions.NotFoundException:
+        current = None
+    if current is None:
+        current = conn.baremetal.create_node(**node)
+        changed = True
+    elif not adopt:
+        raise exceptions.ResourceConflict(
+            kind='Ironic node', name=node['id'], owner=node['name'],
+            reason='Tenks has no record of creating it')
+    else:
+        updates = {k: v for k, v in node.items()
+                   if k not in ('id', 'driver_info')
+                   and getattr(current, k, None) != v}
+        info = {k: v for k, v in node['driver_info'].items()
+                if current.driver_info.get(k) != v
+                and not k.endswith('password')}
+        if info:
+            # A stored password reads back masked: send it with any change.
+            updates['driver_info'] = node['driver_info']
+        if updates:
+            conn.baremetal.update_node(current, **updates)
+            changed = True
+    if sorted(current.traits or []) != sorted(traits):
+        conn.baremetal.set_node_traits(node['id'], traits)
+        changed = True
+    changed = _ensure_ports(conn, node['id'], ports) or changed
+    state = conn.baremetal.get_node(node['id']).provision_state
+    if state == 'enroll':
+        conn.baremetal.set_node_provision_state(node['id'], 'manage')
+        _wait(conn, node['id'], 'manageable', conf.provision_timeout,
+              conf.poll_interval)
+        state = 'manageable'
+        changed = True
+    if state == 'manageable':
+        conn.baremetal.set_node_provision_state(node['id'], 'provide')
+        _wait(conn, node['id'], 'available', conf.provision_timeout,
+              conf.poll_interval)
+        changed = True
+    return changed
+
+
+def _ensure_ports(conn, node_uuid, ports):
+    changed = False
+    existing = {p.address: p for p in conn.baremetal.ports(
+        node_id=node_uuid, details=True)}
+    for port in ports:
+        current = existing.get(port['address'])
+        if current is None:
+            conn.baremetal.create_port(node_id=node_uuid, **port)
+            changed = True
+        elif (current.physical_network != port['physical_network']
+              or current.local_link_connection
+              != port['local_link_connection']):
+            conn.baremetal.update_port(
+                current, physical_network=port['physical_network'],
+                local_link_connection=port['local_link_connection'])
+            changed = True
+    return changed
+
+
+def remove_node(svc, uuid):
+    """Delete the node (and so its ports)."""
+    conn = svc.cloud.connection
+    try:
+        node = conn.baremetal.get_node(uuid)
+    except sdk_exceptions.NotFoundException:
+        return {'changed': False}
+    if node.target_provision_state:
+        _wait(conn, uuid, node.target_provision_state,
+              svc.cloud.conf.provision_timeout, svc.cloud.conf.poll_interval)
+    conn.baremetal.delete_node(uuid)
+    return {'changed': True}
+
+
+class EnsureIronicNode(base.EnsureResource):
+    """Enrol one node in Ironic and make it available.
+
+    Reversion strategy: delete the node (its ports go with it) when this
+    operation created it; see EnsureResource.
+    """
+
+    kind = 'ironic_node'
+
+    def __init__(self, node, ironic):
+        super().__init__(CLOUD_HOST, node['uuid'], ironic,
+                         {'uuid': node['uuid']})
+        self.node = node
+
+    def remove(self, svc, operation_id):
+        return remove_node(svc, **self.remove_args)
+
+    def ensure(self, svc, operation_id, cluster, adopt):
+        config = self.ensure_args  # {'fields', 'traits', 'rc'}
+        db = svc.db
+        conn = svc.cloud.connection
+        spec = db.get_cluster(cluster).spec
+        driver_info = {
+            'ipmi_address': self.node['bmc_address'],
+            'ipmi_port': self.node['bmc_port'],
+            'ipmi_username': spec['ipmi_username'],
+            'ipmi_password': spec['ipmi_password'],
+        }
+        for key in ('deploy_kernel', 'deploy_ramdisk'):
+            image = resolve_image(conn, spec.get(key))
+            if image:
+                driver_info[key] = image
+        node = dict(config['fields'], id=self.node['uuid'],
+                    driver_info=driver_info)
+        ports = []
+        for nic in self.node['nics']:
+            bridge = db.get_resource(self.node['hypervisor'], 'bridge',
+                                     nic['bridge'])
+            ports.append({
+                'address': nic['mac'],
+                'physical_network': nic['physnet'],
+                'local_link_connection': {
+                    'switch_id': bridge.data['mac'],
+                    'switch_info': nic['bridge'],
+                    'port_id': nic['tap'],
+                },
+            })
+        try:
+            changed = ensure_node(conn, svc.cloud.conf, node,
+                                  config['traits'], ports, adopt)
+        except sdk_exceptions.SDKException as e:
+            raise exceptions.CloudError(
+                service='Ironic', action='enrol node %s' % self.node['name'],
+                reason=str(e)) from e
+        return {'changed': changed}

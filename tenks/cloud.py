@@ -1,0 +1,77 @@
+"""The OpenStack cloud the nodes are enrolled in: Ironic, Nova, Placement.
+
+One openstacksdk connection, made on first use, from a clouds.yaml cloud
+or from standalone endpoints without Keystone ([openstack] options).
+Credentials stay in openstacksdk; nothing here logs them.
+"""
+
+import threading
+
+import openstack
+from keystoneauth1 import exceptions as ksa_exceptions
+from keystoneauth1 import noauth
+from keystoneauth1 import session as ksa_session
+
+from tenks import exceptions
+
+# What a standalone Nova and Placement without Keystone trust.
+STANDALONE_HEADERS = {
+    'X-Auth-Token': 'admin',
+    'X-User-Id': 'tenks',
+    'X-Project-Id': 'tenks',
+    'X-Roles': 'admin',
+}
+SERVICES = {'baremetal': 'Ironic', 'compute': 'Nova',
+            'placement': 'Placement'}
+
+
+class Cloud:
+
+    def __init__(self, conf):
+        self.conf = conf.openstack
+        self._connection = None
+        self._lock = threading.Lock()
+
+    @property
+    def connection(self):
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._connect()
+            return self._connection
+
+    def _connect(self):
+        if self.conf.cloud:
+            return openstack.connect(cloud=self.conf.cloud)
+        urls = {'baremetal': self.conf.ironic_url,
+                'compute': self.conf.nova_url,
+                'placement': self.conf.placement_url}
+        session = ksa_session.Session(auth=noauth.NoAuth(),
+                                      additional_headers=STANDALONE_HEADERS)
+        return openstack.connection.Connection(
+            session=session,
+            **{'%s_endpoint_override' % service: url
+               for service, url in urls.items() if url})
+
+    def endpoint(self, service):
+        try:
+            return self.connection.endpoint_for(service)
+        except Exception:
+            return None
+
+    def check(self, services):
+        """Raise CloudUnavailable unless every service answers."""
+        for service in services:
+            endpoint = self.endpoint(service)
+            if endpoint is None:
+                raise exceptions.CloudUnavailable(
+                    service=SERVICES[service], endpoint='(none configured)',
+                    reason='set [openstack] cloud, or %s_url' % {
+                        'baremetal': 'ironic', 'compute': 'nova',
+                        'placement': 'placement'}[service])
+            try:
+                self.connection.session.get(endpoint, raise_exc=False,
+                                            timeout=10)
+            except ksa_exceptions.ConnectionError as e:
+                raise exceptions.CloudUnavailable(
+                    service=SERVICES[service], endpoint=endpoint,
+                    reason=str(e)) from e

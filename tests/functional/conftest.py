@@ -1,0 +1,3 @@
+"""Fixtures every functional test module may use."""
+
+from tests.functional.openstack_fixtures import openstack_services  # noqa

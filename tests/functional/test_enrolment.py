@@ -1,0 +1,194 @@
+"""Enrolment in a real standalone Ironic, flavors in a real Nova API,
+Placement checks against a real Placement."""
+
+import uuid
+
+import pytest
+from openstack import exceptions as sdk_exceptions
+
+from tenks import exceptions
+from tests.functional import cluster_fixtures as cf
+from tests.functional import openstack_fixtures as of
+
+pytestmark = pytest.mark.functional
+
+GOLD = 'CUSTOM_TENKS_GOLD'
+
+
+@pytest.fixture
+def cloud(openstack_services):
+    return of.connection()
+
+
+@pytest.fixture
+def env(tmp_path, openstack_services, cloud):
+    cluster = cf.ClusterEnv(tmp_path, port_base=7650)
+    for service, option in (('baremetal', 'ironic_url'),
+                            ('compute', 'nova_url'),
+                            ('placement', 'placement_url')):
+        cluster.conf.set_override(option, openstack_services[service],
+                                  group='openstack')
+    yield cluster
+    left = cluster.leftovers()
+    left += ['ironic node %s' % n.name for n in cloud.baremetal.nodes()
+             if n.name.startswith(cluster.node_prefix)]
+    left += ['flavor %s' % f.name for f in cloud.compute.flavors()
+             if f.name.startswith(cluster.cluster)]
+    for node in cloud.baremetal.nodes():
+        if node.name.startswith(cluster.node_prefix):
+            of.wait_for_node(cloud, node.id)
+            cloud.baremetal.delete_node(node.id)
+    for flavor in cloud.compute.flavors():
+        if flavor.name.startswith(cluster.cluster):
+            cloud.compute.delete_flavor(flavor)
+    cluster.force_clean()
+    assert left == [], 'the test left %s behind' % left
+
+
+def enrolled_spec(env, count=2, **top):
+    return env.spec(
+        count=count,
+        specs=[{'type': 'small', 'count': count,
+                'node_name_prefix': env.node_prefix,
+                'ironic_config': {
+                    'resource_class': 'tenks-gold',
+                    'traits': ['CUSTOM_FAST'],
+                    'properties': {'vendor': 'tenks'},
+                    'deploy_interface': 'ramdisk',
+                }}],
+        nova_flavors=[{'name': env.cluster + '-gold',
+                       'resource_class': 'tenks-gold', 'node_type': 'small',
+                       'required_traits': ['CUSTOM_FAST'],
+                       'forbidden_traits': ['CUSTOM_SLOW'],
+                       'custom_specs': {'capabilities:boot_mode': 'bios'}}],
+        deploy_kernel='http://127.0.0.1:8080/ipa.kernel',
+        deploy_ramdisk='http://127.0.0.1:8080/ipa.initramfs',
+        **top)
+
+
+def test_nodes_reach_available_with_ports_and_flavor(env, cloud):
+    spec = enrolled_spec(env)
+    env.deploy(spec)
+    nodes = env.nodes()
+    assert len(nodes) == 2
+    bridge = env.bridge_prefix + '0'
+    with open('/sys/class/net/%s/address' % bridge) as f:
+        bridge_mac = f.read().strip()
+    for node in nodes:
+        ironic = cloud.baremetal.get_node(node['uuid'])
+        # Available: Ironic reached the node's BMC over IPMI.
+        assert ironic.provision_state == 'available'
+        assert ironic.name == node['name']
+        assert ironic.driver == 'ipmi'
+        assert ironic.resource_class == 'tenks-gold'
+        assert ironic.traits == ['CUSTOM_FAST']
+        assert ironic.deploy_interface == 'ramdisk'
+        info = ironic.driver_info
+        assert (info['ipmi_address'], int(info['ipmi_port'])) == (
+            node['bmc_address'], node['bmc_port'])
+        assert info['ipmi_username'] == 'admin'
+        assert info['ipmi_password'] == '******'
+        assert info['deploy_kernel'] == 'http://127.0.0.1:8080/ipa.kernel'
+        assert ironic.properties == {
+            'cpus': 1, 'memory_mb': 128, 'local_gb': 0, 'cpu_arch': 'x86_64',
+            'capabilities': 'boot_mode:bios', 'vendor': 'tenks'}
+        [port] = list(cloud.baremetal.ports(node_id=node['uuid'],
+                                            details=True))
+        nic = node['nics'][0]
+        assert port.address == nic['mac']
+        assert port.physical_network == 'physnet1'
+        assert port.local_link_connection == {
+            'switch_id': bridge_mac, 'switch_info': bridge,
+            'port_id': nic['tap']}
+
+    flavor = cloud.compute.find_flavor(env.cluster + '-gold')
+    assert (flavor.vcpus, flavor.ram, flavor.disk) == (1, 128, 0)
+    assert cloud.compute.fetch_flavor_extra_specs(flavor).extra_specs == {
+        'resources:%s' % GOLD: '1', 'resources:VCPU': '0',
+        'resources:MEMORY_MB': '0', 'resources:DISK_GB': '0',
+        'trait:CUSTOM_FAST': 'required', 'trait:CUSTOM_SLOW': 'forbidden',
+        'capabilities:boot_mode': 'bios'}
+
+    # A re-run changes nothing in Ironic or Nova.
+    assert env.deploy(spec)['changed'] == []
+
+    env.teardown()
+    for node in nodes:
+        with pytest.raises(sdk_exceptions.NotFoundException):
+            cloud.baremetal.get_node(node['uuid'])
+    assert cloud.compute.find_flavor(env.cluster + '-gold') is None
+    assert env.leftovers() == []
+
+
+def test_ironic_failure_reverts_the_nodes_already_enrolled(env, cloud):
+    # Ironic refuses the second node: its name is taken.
+    taken = cloud.baremetal.create_node(name=env.node_name(1),
+                                        driver='fake-hardware')
+    try:
+        with pytest.raises(exceptions.OperationFailed) as raised:
+            env.deploy(enrolled_spec(env))
+        assert 'ironic_node:openstack:' in str(raised.value)
+        assert 'rolled back' in str(raised.value)
+        assert [n.name for n in cloud.baremetal.nodes()
+                if n.name.startswith(env.node_prefix)] == [env.node_name(1)]
+        assert cloud.compute.find_flavor(env.cluster + '-gold') is None
+        assert env.leftovers() == []
+    finally:
+        cloud.baremetal.delete_node(taken.id)
+
+
+def test_unreachable_ironic_is_named_before_anything_is_made(env):
+    env.conf.set_override('ironic_url', 'http://127.0.0.1:9/',
+                          group='openstack')
+    with pytest.raises(exceptions.CloudUnavailable) as raised:
+        env.deploy(enrolled_spec(env))
+    assert 'Ironic at http://127.0.0.1:9/' in str(raised.value)
+    assert env.leftovers() == []
+    assert env.nodes() == []
+
+
+def test_placement_wait_and_coexistence_checks(env, cloud):
+    # Nobody reports the nodes to Placement: the wait names what is short.
+    spec = enrolled_spec(env, count=1, wait_for_placement=True,
+                         placement_timeout=2)
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        env.deploy(spec)
+    assert ('%s with CUSTOM_FAST: 0 of 1 units (1 short)' % GOLD
+            in str(raised.value))
+    assert env.leftovers() == []
+
+    # Playing nova-compute's part: a provider with the node's class...
+    for path in ('/resource_classes/%s' % GOLD, '/traits/CUSTOM_FAST'):
+        assert cloud.placement.put(path, microversion='1.18').ok
+    provider = cloud.placement.create_resource_provider(
+        name=env.cluster + '-rp', id=str(uuid.uuid4()))
+    foreign = None
+    try:
+        put = cloud.placement.put(
+            '/resource_providers/%s/inventories' % provider.id, json={
+                'resource_provider_generation': provider.generation,
+                'inventories': {GOLD: {'total': 1}, 'VCPU': {'total': 4}}},
+            microversion='1.18')
+        assert put.status_code == 200, put.text
+        put = cloud.placement.put(
+            '/resource_providers/%s/traits' % provider.id, json={
+                'resource_provider_generation': put.json()[
+                    'resource_provider_generation'],
+                'traits': ['CUSTOM_FAST']}, microversion='1.18')
+        assert put.status_code == 200, put.text
+        # ...and a flavor for that class that does not zero VCPU.
+        foreign = cloud.compute.create_flavor(
+            name=env.cluster + '-vmish', ram=64, vcpus=1, disk=0)
+        cloud.compute.create_flavor_extra_specs(
+            foreign, {'resources:%s' % GOLD: '1'})
+        result = env.deploy(spec)
+        assert result['warnings'] == [
+            'Bare-metal flavor %s-vmish does not zero DISK_GB, MEMORY_MB, '
+            'VCPU: it also asks for standard resources' % env.cluster]
+        env.teardown()
+    finally:
+        cloud.placement.delete_resource_provider(provider)
+        for path in ('/resource_classes/%s' % GOLD, '/traits/CUSTOM_FAST'):
+            cloud.placement.delete(path, microversion='1.18')
+        if foreign is not None:
+            cloud.compute.delete_flavor(foreign)
