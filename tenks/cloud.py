@@ -21,8 +21,10 @@ STANDALONE_HEADERS = {
     'X-Project-Id': 'tenks',
     'X-Roles': 'admin',
 }
-SERVICES = {'baremetal': 'Ironic', 'compute': 'Nova',
-            'placement': 'Placement'}
+# openstacksdk service -> (its name, [openstack] option of its endpoint)
+SERVICES = {'baremetal': ('Ironic', 'ironic_url'),
+            'compute': ('Nova', 'nova_url'),
+            'placement': ('Placement', 'placement_url')}
 
 
 class Cloud:
@@ -42,15 +44,13 @@ class Cloud:
     def _connect(self):
         if self.conf.cloud:
             return openstack.connect(cloud=self.conf.cloud)
-        urls = {'baremetal': self.conf.ironic_url,
-                'compute': self.conf.nova_url,
-                'placement': self.conf.placement_url}
         session = ksa_session.Session(auth=noauth.NoAuth(),
                                       additional_headers=STANDALONE_HEADERS)
         return openstack.connection.Connection(
             session=session,
-            **{'%s_endpoint_override' % service: url
-               for service, url in urls.items() if url})
+            **{'%s_endpoint_override' % service: self.conf[option]
+               for service, (_, option) in SERVICES.items()
+               if self.conf[option]})
 
     def endpoint(self, service):
         try:
@@ -61,17 +61,15 @@ class Cloud:
     def check(self, services):
         """Raise CloudUnavailable unless every service answers."""
         for service in services:
+            name, option = SERVICES[service]
             endpoint = self.endpoint(service)
             if endpoint is None:
                 raise exceptions.CloudUnavailable(
-                    service=SERVICES[service], endpoint='(none configured)',
-                    reason='set [openstack] cloud, or %s_url' % {
-                        'baremetal': 'ironic', 'compute': 'nova',
-                        'placement': 'placement'}[service])
+                    service=name, endpoint='(none configured)',
+                    reason='set [openstack] cloud, or %s' % option)
             try:
                 self.connection.session.get(endpoint, raise_exc=False,
                                             timeout=10)
             except ksa_exceptions.ConnectionError as e:
                 raise exceptions.CloudUnavailable(
-                    service=SERVICES[service], endpoint=endpoint,
-                    reason=str(e)) from e
+                    service=name, endpoint=endpoint, reason=str(e)) from e
