@@ -2,7 +2,6 @@
 
 from oslo_log import log as logging
 from taskflow import task
-from taskflow.types import failure
 
 from conductor import services
 from tenks import exceptions
@@ -82,12 +81,15 @@ class EnsureResource(task.Task):
 
     def revert(self, result, operation_id, cluster, **kwargs):
         svc = services.get()
-        if isinstance(result, failure.Failure):
+        if isinstance(result, dict):
+            if not result['new']:
+                return
+        else:
+            # It failed, or never finished (result None): the record says
+            # whether this operation had started creating the thing.
             row = svc.db.get_resource(self.host, self.kind, self.resource)
             if row is None or row.state != db_api.RESOURCE_CREATING:
                 return
-        elif not result['new']:
-            return
         try:
             self.remove(svc, operation_id)
         except Exception as e:

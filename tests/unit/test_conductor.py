@@ -186,3 +186,23 @@ def test_request_to_absent_agent_times_out_naming_the_host(conductor, conf):
     with pytest.raises(exceptions.AgentTimeout) as raised:
         conductor.agents.request('nohost', 'remove_bmc', 'r1', domain='x')
     assert 'nohost' in str(raised.value)
+
+
+def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
+    """A task that never finished is reverted with no result: what it had
+    recorded as being created is removed, nothing else."""
+    from flows import nodes
+    conductor.deploy(make_spec(count=1))
+    hypervisor.things[('volume', 'extra')] = 1
+    conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra',
+                                {'pool': 'tenks-unit', 'name': 'extra'})
+    task = nodes.EnsureVolume('hv1', 'extra', {}, {'pool': 'tenks-unit',
+                                                   'name': 'extra'})
+    task.revert(None, operation_id='op', cluster='unit')
+    assert ('volume', 'extra') not in hypervisor.things
+    assert conductor.db.get_resource('hv1', 'volume', 'extra') is None
+    # Recorded as present before: kept.
+    kept = nodes.EnsureVolume('hv1', 'tk0vol0', {}, {'pool': 'tenks-unit',
+                                                     'name': 'tk0vol0'})
+    kept.revert(None, operation_id='op', cluster='unit')
+    assert ('volume', 'tk0vol0') in hypervisor.things
