@@ -68,7 +68,8 @@ class Conductor:
         self.runner = runner.FlowRunner(engine, conf.conductor.workers)
         self.waiters = waiters.Waiters()
         self.agents = agents.AgentClient(
-            bus, self.waiters, self.host, conf.conductor.agent_timeout)
+            bus, self.waiters, self.host, conf.conductor.agent_timeout,
+            conf.conductor.agent_retries)
         self.notifier = notifier.Notifier(bus, self.db,
                                           'tenks.conductor.%s' % self.host)
         self.cloud = cloud.Cloud(conf)

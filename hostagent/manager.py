@@ -9,6 +9,7 @@ request is answered at once without running again.
 import collections
 import errno
 import os
+import shutil
 import socket
 import threading
 
@@ -24,6 +25,7 @@ LOG = logging.getLogger(__name__)
 
 RPC_API_VERSION = rpcapi.RPC_API_VERSION
 RECENT_RESULTS = 4096
+GIB = 1024 ** 3
 
 
 def load_driver(namespace, name, conf):
@@ -89,8 +91,14 @@ class HostAgentManager:
 
     def facts(self):
         """What this hypervisor is and has, for registration."""
+        pool_dir = self.conf.hostagent.pool_dir
+        # The pool directory may not exist yet: its file system's space.
+        existing = pool_dir
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
         return dict(self.virt.facts(), host=self.host,
-                    pool_dir=self.conf.hostagent.pool_dir,
+                    pool_dir=pool_dir,
+                    pool_free_gb=shutil.disk_usage(existing).free // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
                     resource_prefix=self.conf.hostagent.resource_prefix)

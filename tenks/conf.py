@@ -43,6 +43,10 @@ conductor_opts = [
                default=120, min=1,
                help='Seconds a flow task waits for a hostagent to report '
                     'the result of one request.'),
+    cfg.IntOpt('agent_retries',
+               default=1, min=0,
+               help='Times a request a hostagent did not answer within '
+                    'agent_timeout is sent again before the task fails.'),
     cfg.IntOpt('workers',
                default=16, min=1,
                help='Tasks of one flow that run at the same time.'),

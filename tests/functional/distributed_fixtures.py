@@ -68,6 +68,7 @@ class Deployment:
 host = %s
 agent_timeout = %d
 agent_down_time = 5
+agent_retries = 0
 graceful_shutdown_timeout = 5
 ''' % (self.conductor_host, agent_timeout))
         for host, prefix in zip(self.hosts, 'ab', strict=True):

@@ -4,6 +4,7 @@ real hostagent manager in front of fake drivers."""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -206,3 +207,21 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
                                                      'name': 'tk0vol0'})
     kept.revert(None, operation_id='op', cluster='unit')
     assert ('volume', 'tk0vol0') in hypervisor.things
+
+
+def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
+                                                       hypervisor):
+    """An agent that comes back within the retry window just answers."""
+    from hostagent import service as hostagent_service
+    conductor.agents.timeout = 0.3
+    conductor.agents.retries = 3
+    conf.set_override('host', 'late', group='hostagent')
+    late = hostagent_service.HostAgent(conf, conductor.bus)
+    timer = threading.Timer(0.4, late.start)
+    timer.start()
+    try:
+        assert conductor.agents.request(
+            'late', 'remove_bmc', 'late-1', domain='x') == {'changed': False}
+    finally:
+        timer.join()
+        late.stop()
