@@ -8,6 +8,7 @@ one Ironic can really drive.
 import time
 import uuid as uuidlib
 
+import tenacity
 from openstack import exceptions as sdk_exceptions
 
 from flows import base
@@ -62,6 +63,19 @@ def _wait(conn, node_uuid, target, timeout, interval):
                 reason='still %s after %d s' % (node.provision_state,
                                                 timeout))
         time.sleep(interval)
+
+
+def _transient(error):
+    """Ironic busy (node locked) or failing for a moment (5xx)."""
+    return isinstance(error, sdk_exceptions.HttpException) and (
+        error.status_code == 409 or (error.status_code or 0) >= 500)
+
+
+# ensure_node is idempotent: an attempt that failed half way can run again.
+_retrying = tenacity.retry(
+    retry=tenacity.retry_if_exception(_transient), reraise=True,
+    stop=tenacity.stop_after_attempt(5),
+    wait=tenacity.wait_exponential(multiplier=0.5, max=5))
 
 
 def ensure_node(conn, conf, node, traits, ports, adopt):
@@ -194,9 +208,17 @@ class EnsureIronicNode(base.EnsureResource):
                     'port_id': nic['tap'],
                 },
             })
+        attempts = []
+
+        @_retrying
+        def attempt():
+            # What an earlier attempt of this task created is ours.
+            attempts.append(True)
+            return ensure_node(conn, svc.cloud.conf, node, config['traits'],
+                               ports, adopt or len(attempts) > 1)
+
         try:
-            changed = ensure_node(conn, svc.cloud.conf, node,
-                                  config['traits'], ports, adopt)
+            changed = attempt() or len(attempts) > 1
         except sdk_exceptions.SDKException as e:
             raise exceptions.CloudError(
                 service='Ironic', action='enrol node %s' % self.node['name'],

@@ -222,7 +222,9 @@ def gunicorn_conf(name, app):
 
 
 def sqlite(d, name):
-    return 'sqlite:///%s' % os.path.join(d, name + '.sqlite')
+    # An all-in-one service writes from several threads: wait up to a
+    # minute for SQLite's lock instead of the default 5 s.
+    return 'sqlite:///%s?timeout=60' % os.path.join(d, name + '.sqlite')
 
 
 def write(path, text):

@@ -25,11 +25,11 @@ import pytest
 from hostagent.drivers.bmc import virtualbmc
 from tenks import conf as tenks_conf
 from tenks import exceptions
+from tests.functional.cluster_fixtures import free_tcp_port
 
 pytestmark = pytest.mark.functional
 
 URI = 'qemu:///system'
-CONTROL_PORT = 50960
 PORTS = itertools.cycle(range(6900, 6950))
 NAMES = itertools.count()
 ADDRESS = '127.0.0.1'
@@ -40,13 +40,17 @@ DOMAIN_XML = """<domain type='qemu'><name>%s</name>
 <os><type arch='x86_64'>hvm</type></os></domain>"""
 
 
-def make_conf(state_dir):
+def make_conf(state_dir, control_port):
     conf = tenks_conf.new_conf()
     conf([])
     conf.set_override('state_dir', str(state_dir))
     conf.set_override('libvirt_uri', URI, group='hostagent')
-    conf.set_override('vbmcd_control_port', CONTROL_PORT, group='hostagent')
+    conf.set_override('vbmcd_control_port', control_port, group='hostagent')
     return conf
+
+
+def control_port(driver):
+    return driver.conf.hostagent.vbmcd_control_port
 
 
 def alive(pid):
@@ -143,12 +147,17 @@ def domains(conn):
 
 @pytest.fixture
 def make_driver(tmp_path):
-    """make(name) returns a driver with state_dir tmp_path/name."""
+    """make(name) returns a driver with state_dir tmp_path/name.
+
+    The drivers of one test share a control port of their own, so what
+    one test leaves cannot hold another's.
+    """
     drivers = []
+    port = free_tcp_port()
 
     def make(name='state'):
         drivers.append(virtualbmc.VirtualBmcDriver(
-            make_conf(tmp_path / name)))
+            make_conf(tmp_path / name, port)))
         return drivers[-1]
 
     yield make
@@ -206,11 +215,13 @@ def test_vbmcd_outlives_the_hostagent_process(driver, domains):
     port = next(PORTS)
     script = ('import sys; from tests.functional import '
               'test_virtualbmc_driver as t; '
-              'd = t.virtualbmc.VirtualBmcDriver(t.make_conf(sys.argv[1])); '
+              'd = t.virtualbmc.VirtualBmcDriver(t.make_conf(sys.argv[1], '
+              'int(sys.argv[4]))); '
               'assert d.ensure_bmc(sys.argv[2], t.ADDRESS, int(sys.argv[3]), '
               't.USER, t.PASSWORD)')
     subprocess.run([sys.executable, '-c', script, driver.conf.state_dir,
-                    name, str(port)], check=True, timeout=60,
+                    name, str(port), str(control_port(driver))],
+                   check=True, timeout=60,
                    cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                        os.path.abspath(__file__)))))
     assert ipmi(port, 'power', 'status').returncode == 0
@@ -266,7 +277,7 @@ def test_remove_frees_port_and_last_stops_vbmcd(driver, domains):
     assert udp_free(ports[1])
     assert not alive(pid)
     assert not os.path.exists(os.path.join(state_dir, 'vbmc', 'vbmcd.pid'))
-    assert not tcp_open(CONTROL_PORT)
+    assert not tcp_open(control_port(driver))
     assert vbmcd_pids(state_dir) == set()
     assert driver.list_bmcs() == []
 
@@ -307,7 +318,7 @@ def test_foreign_vbmcd_on_control_port(make_driver, domains):
                                      PASSWORD)
     driver = make_driver('ours')
     with pytest.raises(exceptions.ResourceConflict,
-                       match='127.0.0.1:%d' % CONTROL_PORT):
+                       match='127.0.0.1:%d' % control_port(driver)):
         driver.ensure_bmc(ours, ADDRESS, next(PORTS), USER, PASSWORD)
     with pytest.raises(exceptions.ResourceConflict):
         driver.remove_bmc(theirs)
