@@ -12,6 +12,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 
 import libvirt
 from pyroute2 import IPRoute
@@ -21,6 +22,9 @@ from tenks import embedded
 from tenks import spec as tenks_spec
 
 URI = 'qemu:///system'
+# The console scripts installed beside this venv's python.
+BIN = os.path.dirname(sys.executable)
+TENKS = os.path.join(BIN, 'tenks')
 
 
 def ipmitool(port, *command, password='password'):
@@ -28,6 +32,16 @@ def ipmitool(port, *command, password='password'):
         ['ipmitool', '-I', 'lanplus', '-H', '127.0.0.1', '-p', str(port),
          '-U', 'admin', '-P', password, '-R', '3', '-N', '10', *command],
         capture_output=True, text=True, timeout=30)
+
+
+@contextlib.contextmanager
+def checked(cluster):
+    """Yield ``cluster``; then remove whatever of it the test left, and
+    fail the test if there was anything."""
+    yield cluster
+    left = cluster.leftovers()
+    cluster.force_clean()
+    assert left == [], 'the test left %s behind' % left
 
 
 def free_tcp_port():

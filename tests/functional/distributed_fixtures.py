@@ -7,7 +7,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 
 from conductor import rpcapi
@@ -15,7 +14,7 @@ from tenks import conf as tenks_conf
 from tenks import rpc
 from tests.functional import cluster_fixtures as cf
 
-BIN = os.path.dirname(sys.executable)
+BIN = cf.BIN
 
 
 def rabbitmqctl(*args):

@@ -3,7 +3,6 @@
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -12,17 +11,12 @@ from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional
 
-# The console script installed beside this venv's python.
-TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
 
 
 @pytest.fixture
 def env(tmp_path):
-    cluster = cf.ClusterEnv(tmp_path, port_base=7200)
-    yield cluster
-    left = cluster.leftovers()
-    cluster.force_clean()
-    assert left == [], 'the test left %s behind' % left
+    with cf.checked(cf.ClusterEnv(tmp_path, port_base=7200)) as cluster:
+        yield cluster
 
 
 def tenks(env, *args):
@@ -31,7 +25,7 @@ def tenks(env, *args):
         f.write('[hostagent]\nvbmcd_control_port = %d\n'
                 % env.conf.hostagent.vbmcd_control_port)
     return subprocess.run(
-        [TENKS, '--state-dir', env.state_dir, '--config-file', config,
+        [cf.TENKS, '--state-dir', env.state_dir, '--config-file', config,
          *args], capture_output=True, text=True, timeout=120)
 
 

@@ -19,11 +19,8 @@ pytestmark = pytest.mark.functional
 @pytest.fixture
 def env(tmp_path, request):
     # Distinct IPMI ports per test module keep parallel sessions apart.
-    cluster = cf.ClusterEnv(tmp_path, port_base=7100)
-    yield cluster
-    left = cluster.leftovers()
-    cluster.force_clean()
-    assert left == [], 'the test left %s behind' % left
+    with cf.checked(cf.ClusterEnv(tmp_path, port_base=7100)) as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -27,10 +27,8 @@ def deployment(tmp_path_factory):
 def env(tmp_path, deployment):
     cluster = cf.ClusterEnv(tmp_path, port_base=7500,
                             state_dirs=deployment.state_dirs.values())
-    yield cluster
-    left = cluster.leftovers()
-    cluster.force_clean()
-    assert left == [], 'the test left %s behind' % left
+    with cf.checked(cluster):
+        yield cluster
 
 
 class Collector:

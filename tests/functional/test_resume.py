@@ -5,7 +5,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 import pytest
@@ -15,16 +14,12 @@ from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional
 
-TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
 
 
 @pytest.fixture
 def env(tmp_path):
-    cluster = cf.ClusterEnv(tmp_path, port_base=7250)
-    yield cluster
-    left = cluster.leftovers()
-    cluster.force_clean()
-    assert left == [], 'the test left %s behind' % left
+    with cf.checked(cf.ClusterEnv(tmp_path, port_base=7250)) as cluster:
+        yield cluster
 
 
 def recorded(state_dir, kind, state='present'):
@@ -41,7 +36,7 @@ def test_killed_deploy_resumes(env, tmp_path):
     config = tmp_path / 'tenks.conf'
     config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
                       % env.conf.hostagent.vbmcd_control_port)
-    base = [TENKS, '--state-dir', env.state_dir, '--config-file',
+    base = [cf.TENKS, '--state-dir', env.state_dir, '--config-file',
             str(config)]
     path = tmp_path / 'cluster.yaml'
     path.write_text(yaml.safe_dump(env.spec(count=2)))
