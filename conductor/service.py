@@ -94,19 +94,24 @@ class Conductor:
     def stop(self, grace=None):
         """Take no more work, let running operations finish, then stop.
 
-        Operations still running after ``grace`` seconds are left to be
-        resumed by the next start of this conductor.
+        Operations still running after ``grace`` seconds (default:
+        graceful_shutdown_timeout) are handed back: their flows are
+        persisted, and the next start of this conductor resumes them.
+        Returns how many were handed back.
         """
+        if grace is None:
+            grace = self.conf.conductor.graceful_shutdown_timeout
         self._accepting = False
         with self._running_mutex:
             running = list(self._running.values())
-        done, left = futures.wait(running, timeout=grace)
+        left = futures.wait(running, timeout=grace).not_done
         if left:
             LOG.warning('Stopping with %d operation(s) still running; they '
                         'resume when this conductor starts again', len(left))
         self.server.stop()
         self.server.wait()
         self._pool.shutdown(wait=not left, cancel_futures=True)
+        return len(left)
 
     # Hypervisors
 

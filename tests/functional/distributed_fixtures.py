@@ -52,7 +52,7 @@ class Service:
 
 class Deployment:
 
-    def __init__(self, tmp_path, agent_timeout=20):
+    def __init__(self, tmp_path, agent_timeout=20, grace=5):
         self.token = secrets.token_hex(3)
         self.vhost = 'tenks-test-%s' % self.token
         self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
@@ -68,8 +68,8 @@ host = %s
 agent_timeout = %d
 agent_down_time = 5
 agent_retries = 0
-graceful_shutdown_timeout = 5
-''' % (self.conductor_host, agent_timeout))
+graceful_shutdown_timeout = %d
+''' % (self.conductor_host, agent_timeout, grace))
         for host, prefix in zip(self.hosts, 'ab', strict=True):
             self._service('hostagent-' + prefix, host, '''
 [hostagent]

@@ -2,7 +2,9 @@
 separate processes, driven by the CLI and by another service's client."""
 
 import json
+import os
 import signal
+import sqlite3
 import time
 
 import libvirt
@@ -170,3 +172,32 @@ def _kill_agent_mid_deploy(d, env):
     if any(c['name'] == env.cluster for c in d.api.list_clusters()):
         operation = d.wait(d.api.teardown_cluster(env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
+
+
+def test_stopped_conductor_hands_back_and_resumes(tmp_path):
+    """SIGTERM with no grace period: the running deploy is handed back,
+    and the restarted conductor finishes the same operation."""
+    with df.Deployment(tmp_path / 'deployment', grace=0) as d:
+        env = cf.ClusterEnv(tmp_path, port_base=7560,
+                            state_dirs=d.state_dirs.values())
+        with cf.checked(env):
+            operation_id = d.api.deploy_cluster(env.spec(count=4))
+            d.conductor.stop()
+            state_db = os.path.join(str(tmp_path / 'deployment'),
+                                    d.conductor_host, 'state.sqlite')
+            with sqlite3.connect(state_db) as db:
+                [(state,)] = db.execute(
+                    'SELECT state FROM tenks_operations WHERE id = ?',
+                    (operation_id,)).fetchall()
+            assert state == 'running'
+            d.conductor.start()
+            operation = d.wait(operation_id)
+            assert operation['state'] == 'succeeded', operation['error']
+            assert operation['result']['resumed']
+            nodes = d.api.list_nodes(env.cluster)
+            assert [n['state'] for n in nodes] == ['deployed'] * 4
+            for node in nodes:
+                assert cf.ipmitool(node['bmc_port'], 'power',
+                                   'status').returncode == 0
+            operation = d.wait(d.api.teardown_cluster(env.cluster))
+            assert operation['state'] == 'succeeded', operation['error']
