@@ -4,7 +4,6 @@ cannot land on each other's hosts."""
 
 import time
 
-from openstack import exceptions as sdk_exceptions
 from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
@@ -12,6 +11,7 @@ from taskflow.patterns import unordered_flow
 from conductor import services
 from flows import base
 from flows import registration
+from tenks import cloud
 from tenks import exceptions
 
 STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
@@ -90,7 +90,7 @@ class EnsureFlavor(base.EnsureResource):
         try:
             changed = ensure_flavor(svc.cloud.connection, self.ensure_args,
                                     adopt)
-        except sdk_exceptions.SDKException as e:
+        except cloud.sdk_exceptions().SDKException as e:
             raise exceptions.CloudError(
                 service='Nova', action='create flavor %s' % self.resource,
                 reason=str(e)) from e

@@ -9,9 +9,9 @@ import time
 import uuid as uuidlib
 
 import tenacity
-from openstack import exceptions as sdk_exceptions
 
 from flows import base
+from tenks import cloud
 from tenks import exceptions
 
 CLOUD_HOST = 'openstack'
@@ -67,7 +67,7 @@ def _wait(conn, node_uuid, target, timeout, interval):
 
 def _transient(error):
     """Ironic busy (node locked) or failing for a moment (5xx)."""
-    return isinstance(error, sdk_exceptions.HttpException) and (
+    return isinstance(error, cloud.sdk_exceptions().HttpException) and (
         error.status_code == 409 or (error.status_code or 0) >= 500)
 
 
@@ -87,7 +87,7 @@ def ensure_node(conn, conf, node, traits, ports, adopt):
     changed = False
     try:
         current = conn.baremetal.get_node(node['id'])
-    except sdk_exceptions.NotFoundException:
+    except cloud.sdk_exceptions().NotFoundException:
         current = None
     if current is None:
         current = conn.baremetal.create_node(**node)
@@ -152,7 +152,7 @@ def remove_node(svc, uuid):
     conn = svc.cloud.connection
     try:
         node = conn.baremetal.get_node(uuid)
-    except sdk_exceptions.NotFoundException:
+    except cloud.sdk_exceptions().NotFoundException:
         return {'changed': False}
     if node.target_provision_state:
         _wait(conn, uuid, node.target_provision_state,
@@ -219,7 +219,7 @@ class EnsureIronicNode(base.EnsureResource):
 
         try:
             changed = attempt() or len(attempts) > 1
-        except sdk_exceptions.SDKException as e:
+        except cloud.sdk_exceptions().SDKException as e:
             raise exceptions.CloudError(
                 service='Ironic', action='enrol node %s' % self.node['name'],
                 reason=str(e)) from e

@@ -2,15 +2,12 @@
 
 One openstacksdk connection, made on first use, from a clouds.yaml cloud
 or from standalone endpoints without Keystone ([openstack] options).
-Credentials stay in openstacksdk; nothing here logs them.
+Credentials stay in openstacksdk; nothing here logs them. openstacksdk
+is imported on first use: it takes a third of a second, and only a
+deploy that enrols nodes needs it.
 """
 
 import threading
-
-import openstack
-from keystoneauth1 import exceptions as ksa_exceptions
-from keystoneauth1 import noauth
-from keystoneauth1 import session as ksa_session
 
 from tenks import exceptions
 
@@ -42,6 +39,9 @@ class Cloud:
             return self._connection
 
     def _connect(self):
+        import openstack
+        from keystoneauth1 import noauth
+        from keystoneauth1 import session as ksa_session
         if self.conf.cloud:
             return openstack.connect(cloud=self.conf.cloud)
         session = ksa_session.Session(auth=noauth.NoAuth(),
@@ -60,6 +60,7 @@ class Cloud:
 
     def check(self, services):
         """Raise CloudUnavailable unless every service answers."""
+        from keystoneauth1 import exceptions as ksa_exceptions
         for service in services:
             name, option = SERVICES[service]
             endpoint = self.endpoint(service)
@@ -73,3 +74,9 @@ class Cloud:
             except ksa_exceptions.ConnectionError as e:
                 raise exceptions.CloudUnavailable(
                     service=name, endpoint=endpoint, reason=str(e)) from e
+
+
+def sdk_exceptions():
+    """openstacksdk's exceptions module, imported when first needed."""
+    from openstack import exceptions as sdk
+    return sdk
