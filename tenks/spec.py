@@ -423,14 +423,16 @@ def _check_semantics(spec, physnets_explicit):
     specs = [s if isinstance(s, dict) else {}
              for s in (specs if isinstance(specs, list) else [])]
 
-    for i, node_spec in enumerate(specs):
-        name = node_spec.get('type')
+    def check_node_type(path, name):
         if node_types is not None and isinstance(name, str) and (
                 name not in node_types):
             problems.append(
                 '%s: unknown node type %r (node_types declares: %s)'
-                % (_path(['specs', i, 'type']), name,
+                % (_path(path), name,
                    ', '.join(map(str, node_types)) or 'none'))
+
+    for i, node_spec in enumerate(specs):
+        check_node_type(['specs', i, 'type'], node_spec.get('type'))
 
     declared = spec['physical_networks']
     if isinstance(declared, list):
@@ -465,13 +467,8 @@ def _check_semantics(spec, physnets_explicit):
     for i, flavor in enumerate(flavors if isinstance(flavors, list) else []):
         if not isinstance(flavor, dict):
             continue
-        name = flavor.get('node_type')
-        if node_types is not None and isinstance(name, str) and (
-                name not in node_types):
-            problems.append(
-                '%s: unknown node type %r (node_types declares: %s)'
-                % (_path(['nova_flavors', i, 'node_type']), name,
-                   ', '.join(map(str, node_types)) or 'none'))
+        check_node_type(['nova_flavors', i, 'node_type'],
+                        flavor.get('node_type'))
         rc = flavor.get('resource_class')
         if isinstance(rc, str) and rc not in classes:
             problems.append(

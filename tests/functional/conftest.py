@@ -1,3 +1,14 @@
 """Fixtures every functional test module may use."""
 
+import pytest
+
+from tests.functional import drivers_fixtures
 from tests.functional.openstack_fixtures import openstack_services  # noqa
+
+
+@pytest.fixture
+def left():
+    """Names for a driver test's things; fails it if any survive."""
+    leftovers = drivers_fixtures.Leftovers()
+    yield leftovers
+    assert leftovers.clean() == []

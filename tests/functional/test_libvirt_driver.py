@@ -21,13 +21,6 @@ GIB = 1024 ** 3
 
 
 @pytest.fixture
-def left():
-    leftovers = fx.Leftovers()
-    yield leftovers
-    assert leftovers.clean() == []
-
-
-@pytest.fixture
 def conf(tmp_path):
     return fx.make_conf(tmp_path)
 

@@ -11,13 +11,6 @@ pytestmark = pytest.mark.functional
 
 
 @pytest.fixture
-def left():
-    leftovers = fx.Leftovers()
-    yield leftovers
-    assert leftovers.clean() == []
-
-
-@pytest.fixture
 def driver(tmp_path):
     return linuxbridge.LinuxBridgeDriver(fx.make_conf(tmp_path))
 
