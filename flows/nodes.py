@@ -38,7 +38,7 @@ def node_flow(plan, node):
     pool = plan['hosts'][host]['pool']['name']
     parts = unordered_flow.Flow('parts:%s' % node['uuid'])
     for vol in node['volumes']:
-        remove = {'pool': pool, 'name': vol['name']}
+        remove = {'pool': pool, 'name': vol['name'], 'owner': owner}
         parts.add(EnsureVolume(host, vol['name'], dict(
             remove, capacity=vol['capacity'], fmt=vol['format']), remove))
     for nic in node['nics']:

@@ -1,9 +1,13 @@
 """Server side of the hostagent RPC API: runs requests on this hypervisor.
 
 Each method runs one driver operation and casts its outcome back to the
-conductor named in ``reply_to``: ``{'changed': bool, ...}`` or a typed
-error. Outcomes are kept for a while by request id, so a re-delivered
-request is answered at once without running again.
+conductor named in ``reply_to``: ``{'changed': bool, ...}`` (an
+``ensure_*`` adds ``'created': bool``, see hostagent.drivers.base) or a
+typed error. A request is run once per request id: a copy that arrives
+while the first still runs (a retry after the conductor's
+agent_timeout, a resumed operation) joins it, and one that arrives
+later gets the kept outcome at once; each copy's ``reply_to`` hears the
+outcome.
 """
 
 import collections
@@ -61,19 +65,38 @@ class HostAgentManager:
         self.bmc = load_driver('tenks.bmc_drivers',
                                conf.hostagent.bmc_driver, conf)
         self._recent = collections.OrderedDict()
+        # request id -> the reply_to of every copy waiting for it to end
+        self._running = {}
         self._lock = threading.Lock()
 
     def _run(self, request_id, reply_to, action, *args):
         with self._lock:
             outcome = self._recent.get(request_id)
-        if outcome is None:
+            if outcome is None:
+                waiting = self._running.get(request_id)
+                if waiting is not None:
+                    # The first copy reports to this one's reply_to too.
+                    LOG.info('Request %s runs already; joined it',
+                             request_id)
+                    waiting.append(reply_to)
+                    return
+                self._running[request_id] = [reply_to]
+        if outcome is not None:
+            self.conductor.report_result(reply_to, request_id, self.host,
+                                         **outcome)
+            return
+        try:
             outcome = self._outcome(request_id, action, *args)
+        finally:
             with self._lock:
-                self._recent[request_id] = outcome
-                while len(self._recent) > RECENT_RESULTS:
-                    self._recent.popitem(last=False)
-        self.conductor.report_result(reply_to, request_id, self.host,
-                                     **outcome)
+                reply_tos = self._running.pop(request_id)
+                if outcome is not None:
+                    self._recent[request_id] = outcome
+                    while len(self._recent) > RECENT_RESULTS:
+                        self._recent.popitem(last=False)
+        for conductor in reply_tos:
+            self.conductor.report_result(conductor, request_id, self.host,
+                                         **outcome)
 
     def _outcome(self, request_id, action, *args):
         try:
@@ -84,6 +107,8 @@ class HostAgentManager:
             else:
                 LOG.info('Request %s failed: %s', request_id, e)
             return {'error': exceptions.to_report(e)}
+        if isinstance(value, dict):
+            return {'result': value}
         if isinstance(value, tuple):
             changed, extra = value
             return {'result': dict(extra, changed=changed)}
@@ -134,12 +159,14 @@ class HostAgentManager:
                   name, path, owner)
 
     def ensure_volume(self, context, request_id, reply_to, pool, name,
-                      capacity, fmt):
+                      capacity, fmt, owner):
         self._run(request_id, reply_to, self.virt.ensure_volume,
-                  pool, name, capacity, fmt)
+                  pool, name, capacity, fmt, owner)
 
-    def remove_volume(self, context, request_id, reply_to, pool, name):
-        self._run(request_id, reply_to, self.virt.remove_volume, pool, name)
+    def remove_volume(self, context, request_id, reply_to, pool, name,
+                      owner):
+        self._run(request_id, reply_to, self.virt.remove_volume,
+                  pool, name, owner)
 
     def ensure_bridge(self, context, request_id, reply_to, name, owner):
         self._run(request_id, reply_to, self.network.ensure_bridge,

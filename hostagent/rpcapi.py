@@ -9,7 +9,9 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
 API version history:
 
 * 1.0 - Initial version: inspect; ensure/remove of pool, volume, bridge,
-  uplink, port, domain and bmc.
+  uplink, port, domain and bmc. Everything but BMCs carries an owner
+  mark (volumes too); every ensure_* result says whether it
+  ``created`` the thing.
 """
 
 from tenks import rpc
@@ -21,8 +23,8 @@ METHODS = {
     'inspect': ('physnet_mappings', 'ipmi_address', 'ipmi_ports'),
     'ensure_pool': ('name', 'path', 'owner'),
     'remove_pool': ('name', 'path', 'owner'),
-    'ensure_volume': ('pool', 'name', 'capacity', 'fmt'),
-    'remove_volume': ('pool', 'name'),
+    'ensure_volume': ('pool', 'name', 'capacity', 'fmt', 'owner'),
+    'remove_volume': ('pool', 'name', 'owner'),
     'ensure_bridge': ('name', 'owner'),
     'remove_bridge': ('name', 'owner'),
     'ensure_uplink': ('bridge', 'source', 'veth_names', 'owner'),

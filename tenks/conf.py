@@ -90,10 +90,11 @@ hostagent_opts = [
                help='Directory for the nodes\' serial console logs. '
                     'Default: logs/console in state_dir.'),
     cfg.PortOpt('vbmcd_control_port',
-                default=50895,
                 help='Loopback TCP port of the control channel of the '
-                     'virtualbmc daemon Tenks runs (not 50891, so a '
-                     'vbmcd of the host\'s own is left alone).'),
+                     'virtualbmc daemon Tenks runs. Default: a free port '
+                     'chosen when the daemon starts and remembered in '
+                     'state_dir, so that every state directory has a '
+                     'daemon of its own.'),
     cfg.IntOpt('workers',
                default=32, min=1,
                help='Requests the hostagent serves at the same time.'),

@@ -60,7 +60,8 @@ from tenks import spec as tenks_spec
 
 PARTS = ('latency', 'throughput', 'deploy')
 WARM_UP = 20  # round trips before measuring (connections, queues)
-VOLUME = {'pool': 'bench', 'name': 'bench', 'capacity': 512, 'fmt': 'raw'}
+VOLUME = {'pool': 'bench', 'name': 'bench', 'capacity': 512, 'fmt': 'raw',
+          'owner': 'tenks:bench:bench'}
 
 
 # Trivial drivers: the agent does nothing but count.
@@ -97,9 +98,9 @@ class NullVirt(base.VirtDriver):
     def facts(self):
         return {'libvirt_version': '0', 'cpus': 1, 'memory_mb': 1}
 
-    def ensure_volume(self, pool, name, capacity, fmt):
+    def ensure_volume(self, pool, name, capacity, fmt, owner):
         self.handled.add()
-        return True
+        return base.ensured(True)
 
     ensure_pool = remove_pool = remove_volume = _nothing
     ensure_domain = remove_domain = domain_state = _nothing

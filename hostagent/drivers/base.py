@@ -1,18 +1,34 @@
 """Interfaces of the hypervisor drivers the hostagent loads with stevedore.
 
-Every ``ensure_*`` is idempotent: when the thing already exists as asked
-and belongs to the same owner it succeeds without redoing anything and
-returns ``False`` (nothing changed); when it had to create or fix it, it
-returns ``True``. Every ``remove_*`` is idempotent too: removing what is
-not there returns ``False``. An existing thing that belongs to somebody
-else (no owner mark, or another owner's) is never adopted, changed or
-removed: ``ensure_*`` raises :class:`tenks.exceptions.ResourceConflict`.
+Every ``ensure_*`` is idempotent and returns a dict (see
+:func:`ensured`): ``created`` is True iff this call made the thing (it
+did not exist before), ``changed`` is True iff it made or fixed
+anything; some add facts (a bridge's MAC). When the thing already exists
+as asked and carries the same owner, nothing is redone. An ``ensure_*``
+that fails undoes what it created before raising, so a failed request
+leaves nothing of its own behind.
 
-``owner`` is the mark a cluster puts on what it creates, a short string
-such as ``tenks:mycluster``.
+Every ``remove_*`` is idempotent too: it returns True when it removed
+something, False when there was nothing to remove.
+
+An existing thing that belongs to somebody else (no owner mark, or
+another owner's) is never adopted, changed or removed: ``ensure_*`` and
+``remove_*`` raise :class:`tenks.exceptions.ResourceConflict` and touch
+nothing.
+
+``owner`` is the mark a deployment puts on what it creates, an opaque
+string compared for equality: ``tenks:<cluster>:<deployment uuid>``
+(:func:`tenks.names.owner`), so a same-named cluster of another state
+database is somebody else.
 """
 
 import abc
+
+
+def ensured(created, changed=False, **facts):
+    """The result of an ``ensure_*``: ``created``, ``changed``, facts."""
+    return dict(facts, created=bool(created),
+                changed=bool(created or changed))
 
 
 class VirtDriver(abc.ABC):
@@ -32,18 +48,27 @@ class VirtDriver(abc.ABC):
 
     @abc.abstractmethod
     def ensure_pool(self, name, path, owner):
-        """A directory storage pool ``name`` at ``path``, active."""
+        """A directory storage pool ``name`` at ``path``, active.
+
+        The pool and its directory carry ``owner``'s mark; a pool of
+        that name or at that path, or a directory there, without it:
+        ResourceConflict.
+        """
 
     @abc.abstractmethod
     def remove_pool(self, name, path, owner):
         """Destroy and undefine the pool and remove its directory."""
 
     @abc.abstractmethod
-    def ensure_volume(self, pool, name, capacity, fmt):
-        """A volume of ``capacity`` bytes and format ``fmt`` in ``pool``."""
+    def ensure_volume(self, pool, name, capacity, fmt, owner):
+        """A volume of ``capacity`` bytes and format ``fmt`` in ``pool``.
+
+        The volume carries ``owner``'s mark; a file of that name in the
+        pool without it: ResourceConflict.
+        """
 
     @abc.abstractmethod
-    def remove_volume(self, pool, name):
+    def remove_volume(self, pool, name, owner):
         """Delete the volume."""
 
     @abc.abstractmethod
@@ -73,7 +98,7 @@ class NetworkDriver(abc.ABC):
 
     @abc.abstractmethod
     def ensure_bridge(self, name, owner):
-        """A bridge ``name``, up. Returns (changed, {'mac': bridge MAC})."""
+        """A bridge ``name``, up; its result has its MAC (``mac``)."""
 
     @abc.abstractmethod
     def remove_bridge(self, name, owner):
@@ -85,8 +110,8 @@ class NetworkDriver(abc.ABC):
 
         ``source`` a bridge: a veth pair ``veth_names`` (bridge end,
         source end) links the two. ``source`` any other interface: it is
-        enslaved to ``bridge`` directly. Raises InterfaceNotFound when
-        ``source`` does not exist.
+        enslaved to ``bridge`` directly (``created``: this call did it).
+        Raises InterfaceNotFound when ``source`` does not exist.
         """
 
     @abc.abstractmethod

@@ -18,7 +18,14 @@ from pyroute2 import IPRoute
 from tenks import conf as tenks_conf
 
 URI = 'qemu:///system'
-OWNER = 'tenks:hxtest'
+# Owner marks of two deployments of one cluster name (two state dirs).
+OWNER = 'tenks:hxtest:9d3c8f0e-2b6a-4c1e-8f7d-0a5b6c7d8e9f'
+OTHER = 'tenks:hxtest:1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9'
+
+# ensure_* results
+CREATED = {'created': True, 'changed': True}
+FIXED = {'created': False, 'changed': True}
+UNCHANGED = {'created': False, 'changed': False}
 
 
 def make_conf(tmp_path, **hostagent):

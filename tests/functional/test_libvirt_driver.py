@@ -1,8 +1,10 @@
 """LibvirtDriver against the real qemu:///system and real taps."""
 
+import errno
 import os
 import re
 import stat
+import subprocess
 import uuid
 from concurrent import futures
 from xml.etree import ElementTree as ET
@@ -90,8 +92,8 @@ def test_reconnects_after_connection_died(driver):
 def test_pool_lifecycle(driver, conn, left):
     name = left.name('-pool')
     path = os.path.join(left.directory(), 'pool')
-    assert driver.ensure_pool(name, path, fx.OWNER) is True
-    assert driver.ensure_pool(name, path, fx.OWNER) is False
+    assert driver.ensure_pool(name, path, fx.OWNER) == fx.CREATED
+    assert driver.ensure_pool(name, path, fx.OWNER) == fx.UNCHANGED
     assert conn.storagePoolLookupByName(name).isActive()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o711
     with pytest.raises(exceptions.ResourceConflict):
@@ -102,7 +104,7 @@ def test_pool_lifecycle(driver, conn, left):
     # Inactive and without its directory: ensure repairs both.
     conn.storagePoolLookupByName(name).destroy()
     os.rmdir(path)
-    assert driver.ensure_pool(name, path, fx.OWNER) is True
+    assert driver.ensure_pool(name, path, fx.OWNER) == fx.FIXED
     assert conn.storagePoolLookupByName(name).isActive()
 
     assert driver.remove_pool(name, path, fx.OWNER) is True
@@ -122,53 +124,62 @@ def test_remove_pool_keeps_foreign_files(driver, left):
 
 
 def test_volume_lifecycle(driver, conn, pool):
-    assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2') is True
-    assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2') is False
+    assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2',
+                                fx.OWNER) == fx.CREATED
+    assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2',
+                                fx.OWNER) == fx.UNCHANGED
     vol = conn.storagePoolLookupByName(pool).storageVolLookupByName(
         'hx-v.qcow2')
     assert vol.info()[1] == GIB
     assert 'qcow2' in vol.XMLDesc()
     with pytest.raises(exceptions.ResourceConflict):
-        driver.ensure_volume(pool, 'hx-v.qcow2', 2 * GIB, 'qcow2')
+        driver.ensure_volume(pool, 'hx-v.qcow2', 2 * GIB, 'qcow2', fx.OWNER)
     with pytest.raises(exceptions.ResourceConflict):
-        driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'raw')
+        driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'raw', fx.OWNER)
 
     # An odd size is rounded to whole sectors, the same way every time.
-    assert driver.ensure_volume(pool, 'hx-v.raw', 1000, 'raw') is True
-    assert driver.ensure_volume(pool, 'hx-v.raw', 1000, 'raw') is False
+    assert driver.ensure_volume(pool, 'hx-v.raw', 1000, 'raw',
+                                fx.OWNER) == fx.CREATED
+    assert driver.ensure_volume(pool, 'hx-v.raw', 1000, 'raw',
+                                fx.OWNER) == fx.UNCHANGED
 
-    assert driver.remove_volume(pool, 'hx-v.qcow2') is True
-    assert driver.remove_volume(pool, 'hx-v.qcow2') is False
-    assert driver.remove_volume(pool, 'hx-v.raw') is True
-    assert driver.remove_volume(pool + '-missing', 'hx-v.raw') is False
+    assert driver.remove_volume(pool, 'hx-v.qcow2', fx.OWNER) is True
+    assert driver.remove_volume(pool, 'hx-v.qcow2', fx.OWNER) is False
+    assert driver.remove_volume(pool, 'hx-v.raw', fx.OWNER) is True
+    assert driver.remove_volume(pool + '-missing', 'hx-v.raw',
+                                fx.OWNER) is False
 
 
 def test_volume_in_missing_pool(driver, left):
     with pytest.raises(exceptions.DriverError, match='hx-v'):
-        driver.ensure_volume(left.name('-nopool'), 'hx-v', GIB, 'qcow2')
+        driver.ensure_volume(left.name('-nopool'), 'hx-v', GIB, 'qcow2',
+                             fx.OWNER)
 
 
 def test_parallel_volumes(driver, conn, pool):
     with futures.ThreadPoolExecutor(8) as executor:
         created = list(executor.map(
-            lambda i: driver.ensure_volume(pool, 'hx-p%d' % i, GIB, 'qcow2'),
+            lambda i: driver.ensure_volume(pool, 'hx-p%d' % i, GIB, 'qcow2',
+                                           fx.OWNER)['created'],
             range(8)))
         assert created == [True] * 8
         # The same volume from 8 threads: one creates it, all succeed.
         same = list(executor.map(
-            lambda i: driver.ensure_volume(pool, 'hx-same', GIB, 'qcow2'),
+            lambda i: driver.ensure_volume(pool, 'hx-same', GIB, 'qcow2',
+                                           fx.OWNER)['created'],
             range(8)))
         assert sorted(same) == [False] * 7 + [True]
         removed = list(executor.map(
-            lambda i: driver.remove_volume(pool, 'hx-p%d' % i), range(8)))
+            lambda i: driver.remove_volume(pool, 'hx-p%d' % i, fx.OWNER),
+            range(8)))
         assert removed == [True] * 8
     assert conn.storagePoolLookupByName(pool).listVolumes() == ['hx-same']
 
 
 def test_domain_definition(driver, conn, conf, left, pool):
     spec = domain_spec(left, pool)
-    assert driver.ensure_domain(spec, fx.OWNER) is True
-    assert driver.ensure_domain(spec, fx.OWNER) is False
+    assert driver.ensure_domain(spec, fx.OWNER) == fx.CREATED
+    assert driver.ensure_domain(spec, fx.OWNER) == fx.UNCHANGED
     assert driver.domain_state(spec['name']) == 'shut off'
 
     dom = conn.lookupByName(spec['name'])
@@ -220,8 +231,8 @@ def test_domain_redefined_when_changed(driver, conn, left, pool):
     spec = domain_spec(left, pool)
     driver.ensure_domain(spec, fx.OWNER)
     bigger = dict(spec, vcpus=2, memory_mb=256, nics=spec['nics'][:1])
-    assert driver.ensure_domain(bigger, fx.OWNER) is True
-    assert driver.ensure_domain(bigger, fx.OWNER) is False
+    assert driver.ensure_domain(bigger, fx.OWNER) == fx.FIXED
+    assert driver.ensure_domain(bigger, fx.OWNER) == fx.UNCHANGED
     root = ET.fromstring(conn.lookupByName(spec['name']).XMLDesc())
     assert root.findtext('vcpu') == '2'
     assert int(root.findtext('memory')) == 256 * 1024
@@ -275,7 +286,7 @@ def test_domain_starts_on_bridged_tap(driver, conn, conf, left, pool):
     network.ensure_bridge(bridge, fx.OWNER)
     spec = domain_spec(left, pool, disks=[], nics=[])
     disk = {'pool': pool, 'volume': left.name('-root'), 'format': 'qcow2'}
-    driver.ensure_volume(pool, disk['volume'], GIB, 'qcow2')
+    driver.ensure_volume(pool, disk['volume'], GIB, 'qcow2', fx.OWNER)
     spec['disks'] = [disk]
     tap = left.name('t0')
     network.ensure_port(bridge, tap, fx.OWNER)
@@ -303,3 +314,176 @@ def test_domain_starts_on_bridged_tap(driver, conn, conf, left, pool):
     assert os.path.exists(brif)
     assert network.remove_port(tap, fx.OWNER) is True
     assert network.remove_bridge(bridge, fx.OWNER) is True
+
+
+# Owner marks of pools and volumes (issue 7, items 1 and 2)
+
+def mark(path):
+    try:
+        return os.getxattr(path, 'user.tenks.owner').decode()
+    except OSError:
+        return None
+
+
+def pool_state(conn, name):
+    """Everything a user sees of pool ``name``: XML, active, autostart."""
+    pool = conn.storagePoolLookupByName(name)
+    return pool.XMLDesc(), pool.isActive(), pool.autostart()
+
+
+def hand_made_qcow2(path):
+    subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', path, '1M'],
+                   check=True)
+    subprocess.run(['qemu-io', '-f', 'qcow2', '-c', 'write -P 0x5a 0 64k',
+                    path], check=True, capture_output=True)
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def test_pool_and_volumes_carry_the_owner(driver, conn, left):
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    driver.ensure_pool(name, path, fx.OWNER)
+    assert mark(path) == fx.OWNER
+    driver.ensure_volume(name, 'hx-v', GIB, 'qcow2', fx.OWNER)
+    assert mark(os.path.join(path, 'hx-v')) == fx.OWNER
+    # A new driver (another hostagent process) recognises both.
+    again = libvirt_driver.LibvirtDriver(driver.conf)
+    assert again.ensure_pool(name, path, fx.OWNER) == fx.UNCHANGED
+    assert again.ensure_volume(name, 'hx-v', GIB, 'qcow2',
+                               fx.OWNER) == fx.UNCHANGED
+    assert again.remove_volume(name, 'hx-v', fx.OWNER) is True
+    assert again.remove_pool(name, path, fx.OWNER) is True
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize('refreshed', [False, True])
+def test_hand_made_volume_is_never_adopted(driver, conn, left, pool,
+                                           refreshed):
+    """A file with the volume's name, known to libvirt or not yet."""
+    lvpool = conn.storagePoolLookupByName(pool)
+    path = os.path.join(
+        ET.fromstring(lvpool.XMLDesc()).findtext('target/path'), 'hx-v')
+    data = hand_made_qcow2(path)
+    if refreshed:
+        lvpool.refresh()
+    with pytest.raises(exceptions.ResourceConflict,
+                       match='%s has no Tenks owner mark' % path):
+        driver.ensure_volume(pool, 'hx-v', 1024 * 1024, 'qcow2', fx.OWNER)
+    with pytest.raises(exceptions.ResourceConflict, match='hx-v'):
+        driver.remove_volume(pool, 'hx-v', fx.OWNER)
+    with open(path, 'rb') as f:
+        assert f.read() == data
+    assert mark(path) is None
+    os.remove(path)
+
+
+def test_hand_defined_pool_is_never_adopted(driver, conn, left):
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    os.mkdir(path)
+    # Same name and path as ours would have, made by hand.
+    hand = conn.storagePoolDefineXML(
+        "<pool type='dir'><name>%s</name><target><path>%s</path></target>"
+        "</pool>" % (name, path))
+    hand.create()
+    before = pool_state(conn, name)
+    for call in (driver.ensure_pool, driver.remove_pool):
+        with pytest.raises(exceptions.ResourceConflict, match=name):
+            call(name, path, fx.OWNER)
+    assert pool_state(conn, name) == before
+    assert os.path.isdir(path) and mark(path) is None
+
+    # Another name at our path.
+    hand.destroy()
+    hand.undefine()
+    other = left.name('-hand')
+    conn.storagePoolDefineXML(
+        "<pool type='dir'><name>%s</name><target><path>%s</path></target>"
+        "</pool>" % (other, path)).create()
+    before = pool_state(conn, other)
+    for call in (driver.ensure_pool, driver.remove_pool):
+        with pytest.raises(exceptions.ResourceConflict, match=other):
+            call(name, path, fx.OWNER)
+    assert pool_state(conn, other) == before
+    assert name not in [p.name() for p in conn.listAllStoragePools()]
+    assert mark(path) is None
+
+
+def test_hand_made_pool_directory_is_never_adopted(driver, conn, left):
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    os.mkdir(path)
+    hand_made_qcow2(os.path.join(path, 'hx-v'))
+    for call in (driver.ensure_pool, driver.remove_pool):
+        with pytest.raises(exceptions.ResourceConflict,
+                           match='%s has no Tenks owner mark' % path):
+            call(name, path, fx.OWNER)
+    assert os.listdir(path) == ['hx-v']
+    assert name not in [p.name() for p in conn.listAllStoragePools()]
+
+
+def test_another_deployment_is_foreign(driver, conn, left):
+    """Same cluster name, another deployment (state directory): its pool,
+    volumes and domains are neither used, changed nor removed."""
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    driver.ensure_pool(name, path, fx.OWNER)
+    driver.ensure_volume(name, 'hx-v', GIB, 'qcow2', fx.OWNER)
+    spec = domain_spec(left, name, disks=[], nics=[])
+    driver.ensure_domain(spec, fx.OWNER)
+    vol_path = os.path.join(path, 'hx-v')
+    before = (pool_state(conn, name), os.stat(vol_path).st_mtime_ns,
+              conn.lookupByName(spec['name']).XMLDesc())
+
+    for call, args in [
+            (driver.ensure_pool, (name, path)),
+            (driver.remove_pool, (name, path)),
+            (driver.ensure_volume, (name, 'hx-v', GIB, 'qcow2')),
+            (driver.remove_volume, (name, 'hx-v')),
+            (driver.ensure_domain, (spec,)),
+            (driver.remove_domain, (spec['name'],))]:
+        with pytest.raises(exceptions.ResourceConflict,
+                           match=re.escape(fx.OWNER)):
+            call(*args, fx.OTHER)
+    assert before == (pool_state(conn, name), os.stat(vol_path).st_mtime_ns,
+                      conn.lookupByName(spec['name']).XMLDesc())
+    assert mark(path) == mark(vol_path) == fx.OWNER
+
+    assert driver.remove_domain(spec['name'], fx.OWNER) is True
+    assert driver.remove_volume(name, 'hx-v', fx.OWNER) is True
+    assert driver.remove_pool(name, path, fx.OWNER) is True
+
+
+def test_failed_ensure_leaves_nothing_it_made(driver, conn, left,
+                                              monkeypatch):
+    """A volume made but not marked, a pool defined but not started:
+    the failing request removes them before it raises."""
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+
+    def fail(*args, **kwargs):
+        raise libvirt.libvirtError('injected failure')
+
+    with monkeypatch.context() as patch:
+        patch.setattr(libvirt.virStoragePool, 'create', fail)
+        with pytest.raises(exceptions.DriverError, match=name):
+            driver.ensure_pool(name, path, fx.OWNER)
+    assert name not in [p.name() for p in conn.listAllStoragePools()]
+    assert not os.path.exists(path)
+
+    driver.ensure_pool(name, path, fx.OWNER)
+    real_set_mark = libvirt_driver._set_mark
+
+    def set_mark(target, owner):
+        if target.endswith('hx-v'):
+            raise OSError(errno.ENOSPC, 'injected failure')
+        real_set_mark(target, owner)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(libvirt_driver, '_set_mark', set_mark)
+        with pytest.raises(exceptions.DriverError, match='injected'):
+            driver.ensure_volume(name, 'hx-v', GIB, 'qcow2', fx.OWNER)
+    assert conn.storagePoolLookupByName(name).listVolumes() == []
+    assert os.listdir(path) == []
+    assert driver.remove_pool(name, path, fx.OWNER) is True

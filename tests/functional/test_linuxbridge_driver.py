@@ -47,16 +47,17 @@ def bridge(driver, left):
 
 def test_bridge_lifecycle(driver, ipr, left):
     name = left.name('br')
-    changed, facts = driver.ensure_bridge(name, fx.OWNER)
-    assert changed is True
+    result = driver.ensure_bridge(name, fx.OWNER)
+    mac = result['mac']
+    assert result == dict(fx.CREATED, mac=mac)
     assert link(ipr, name) == {'kind': 'bridge', 'alias': fx.OWNER,
-                               'up': True, 'master': None,
-                               'mac': facts['mac']}
-    assert driver.ensure_bridge(name, fx.OWNER) == (False, facts)
+                               'up': True, 'master': None, 'mac': mac}
+    assert driver.ensure_bridge(name, fx.OWNER) == dict(fx.UNCHANGED,
+                                                        mac=mac)
 
     # Down again: ensure brings it up.
     ipr.link('set', index=ipr.link_lookup(ifname=name)[0], state='down')
-    assert driver.ensure_bridge(name, fx.OWNER) == (True, facts)
+    assert driver.ensure_bridge(name, fx.OWNER) == dict(fx.FIXED, mac=mac)
     assert link(ipr, name)['up']
 
     assert driver.remove_bridge(name, fx.OWNER) is True
@@ -69,7 +70,8 @@ def test_bridge_mac_stays_when_ports_join(driver, ipr, left, bridge):
     for index in range(3):
         driver.ensure_port(bridge, left.name('t%d' % index), fx.OWNER)
     assert link(ipr, bridge)['mac'] == mac
-    assert driver.ensure_bridge(bridge, fx.OWNER) == (False, {'mac': mac})
+    assert driver.ensure_bridge(bridge, fx.OWNER) == dict(fx.UNCHANGED,
+                                                          mac=mac)
 
 
 def test_foreign_interfaces_are_left_alone(driver, ipr, left, bridge):
@@ -97,8 +99,8 @@ def test_foreign_interfaces_are_left_alone(driver, ipr, left, bridge):
 
 def test_port_lifecycle(driver, ipr, left, bridge):
     tap = left.name('t0')
-    assert driver.ensure_port(bridge, tap, fx.OWNER) is True
-    assert driver.ensure_port(bridge, tap, fx.OWNER) is False
+    assert driver.ensure_port(bridge, tap, fx.OWNER) == fx.CREATED
+    assert driver.ensure_port(bridge, tap, fx.OWNER) == fx.UNCHANGED
     state = link(ipr, tap)
     assert state == {'kind': 'tun', 'alias': fx.OWNER, 'up': True,
                      'master': bridge, 'mac': state['mac']}
@@ -109,7 +111,7 @@ def test_port_lifecycle(driver, ipr, left, bridge):
 
     # Released from the bridge: ensure puts it back.
     ipr.link('set', index=ipr.link_lookup(ifname=tap)[0], master=0)
-    assert driver.ensure_port(bridge, tap, fx.OWNER) is True
+    assert driver.ensure_port(bridge, tap, fx.OWNER) == fx.FIXED
     assert link(ipr, tap)['master'] == bridge
 
     assert driver.remove_port(tap, fx.OWNER) is True
@@ -131,8 +133,10 @@ def test_uplink_to_bridge(driver, ipr, left, bridge):
     physical = left.name('phys')
     ipr.link('add', ifname=physical, kind='bridge')
     veths = [left.name('v0a'), left.name('v0b')]
-    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is True
-    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is False
+    assert driver.ensure_uplink(bridge, physical, veths,
+                                fx.OWNER) == fx.CREATED
+    assert driver.ensure_uplink(bridge, physical, veths,
+                                fx.OWNER) == fx.UNCHANGED
     for name, master in zip(veths, (bridge, physical), strict=True):
         assert link(ipr, name) == {'kind': 'veth', 'alias': fx.OWNER,
                                    'up': True, 'master': master,
@@ -154,8 +158,10 @@ def plain_interface(ipr, name):
 def test_uplink_to_interface(driver, ipr, left, bridge):
     physical = plain_interface(ipr, left.name('nic'))
     veths = [left.name('v0a'), left.name('v0b')]
-    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is True
-    assert driver.ensure_uplink(bridge, physical, veths, fx.OWNER) is False
+    assert driver.ensure_uplink(bridge, physical, veths,
+                                fx.OWNER) == fx.CREATED
+    assert driver.ensure_uplink(bridge, physical, veths,
+                                fx.OWNER) == fx.UNCHANGED
     state = link(ipr, physical)
     assert (state['master'], state['up'], state['alias']) == (
         bridge, True, None)
@@ -184,3 +190,61 @@ def test_uplink_to_missing_interface(driver, left, bridge):
     veths = [left.name('v0a'), left.name('v0b')]
     with pytest.raises(exceptions.InterfaceNotFound, match='hx'):
         driver.ensure_uplink(bridge, left.name('nope'), veths, fx.OWNER)
+
+
+def test_another_deployment_is_foreign(driver, ipr, left, bridge):
+    """Bridge, uplink veths and tap of the same cluster name made by another
+    deployment (state directory) are neither used, changed nor removed."""
+    physical = left.name('phys')
+    ipr.link('add', ifname=physical, kind='bridge')
+    veths = [left.name('v0a'), left.name('v0b')]
+    driver.ensure_uplink(bridge, physical, veths, fx.OWNER)
+    tap = left.name('t0')
+    driver.ensure_port(bridge, tap, fx.OWNER)
+    names = [bridge, physical, tap, *veths]
+    before = [link(ipr, name) for name in names]
+
+    for call, args in [
+            (driver.ensure_bridge, (bridge,)),
+            (driver.remove_bridge, (bridge,)),
+            (driver.ensure_uplink, (bridge, physical, veths)),
+            (driver.remove_uplink, (bridge, physical, veths)),
+            (driver.ensure_port, (bridge, tap)),
+            (driver.remove_port, (tap,))]:
+        with pytest.raises(exceptions.ResourceConflict,
+                           match=fx.OWNER) as error:
+            call(*args, fx.OTHER)
+        assert fx.OTHER in str(error.value)
+    assert [link(ipr, name) for name in names] == before
+    # Its veths stay even when the bridge named is the caller's own.
+    mine = left.name('brm')
+    driver.ensure_bridge(mine, fx.OTHER)
+    with pytest.raises(exceptions.ResourceConflict, match=veths[0]):
+        driver.remove_uplink(mine, physical, veths, fx.OTHER)
+    assert [link(ipr, name) for name in names] == before
+
+
+def test_failed_ensure_leaves_nothing_it_made(driver, ipr, left, bridge,
+                                              monkeypatch):
+    """A bridge, tap or veth pair made but not aliased (or not up) is
+    deleted by the request that failed."""
+    physical = left.name('phys')
+    ipr.link('add', ifname=physical, kind='bridge')
+    veths = [left.name('v0a'), left.name('v0b')]
+    new_bridge, tap = left.name('brn'), left.name('t0')
+
+    def fail(*args, **kwargs):
+        raise linuxbridge.NetlinkError(1, 'injected failure')
+
+    monkeypatch.setattr(linuxbridge, '_configure', fail)
+    for call, args in [
+            (driver.ensure_bridge, (new_bridge,)),
+            (driver.ensure_port, (bridge, tap)),
+            (driver.ensure_uplink, (bridge, physical, veths))]:
+        with pytest.raises(exceptions.DriverError, match='injected'):
+            call(*args, fx.OWNER)
+    for name in (new_bridge, tap, *veths):
+        assert link(ipr, name) is None
+    # What existed before the failing request stays.
+    assert link(ipr, bridge)['alias'] == fx.OWNER
+    assert link(ipr, physical)['kind'] == 'bridge'

@@ -11,6 +11,7 @@ import contextlib
 import glob
 import itertools
 import os
+import re
 import secrets
 import signal
 import socket
@@ -25,6 +26,7 @@ import pytest
 from hostagent.drivers.bmc import virtualbmc
 from tenks import conf as tenks_conf
 from tenks import exceptions
+from tests.functional import drivers_fixtures as fx
 from tests.functional.cluster_fixtures import free_tcp_port
 
 pytestmark = pytest.mark.functional
@@ -175,7 +177,8 @@ def driver(make_driver):
 def test_ipmi_power_controls_domain(driver, domains, conn):
     name, = domains()
     port = next(PORTS)
-    assert driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             PASSWORD) == fx.CREATED
 
     status = ipmi(port, 'power', 'status')
     assert status.returncode == 0, status.stderr
@@ -192,19 +195,24 @@ def test_ensure_is_idempotent_and_applies_changes(make_driver, domains):
     driver = make_driver()
     name, = domains()
     port = next(PORTS)
-    assert driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
-    assert not driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             PASSWORD) == fx.CREATED
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             PASSWORD) == fx.UNCHANGED
     # A new hostagent process uses the vbmcd the last one started.
-    assert not make_driver().ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    assert make_driver().ensure_bmc(name, ADDRESS, port, USER,
+                                    PASSWORD) == fx.UNCHANGED
     assert driver.list_bmcs() == [{'domain': name, 'address': ADDRESS,
                                    'port': port, 'status': 'running'}]
 
-    assert driver.ensure_bmc(name, ADDRESS, port, USER, 'other')
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             'other') == fx.FIXED
     assert ipmi(port, 'power', 'status', password='other').returncode == 0
     assert ipmi(port, 'power', 'status').returncode != 0
 
     new_port = next(PORTS)
-    assert driver.ensure_bmc(name, ADDRESS, new_port, USER, PASSWORD)
+    assert driver.ensure_bmc(name, ADDRESS, new_port, USER,
+                             PASSWORD) == fx.FIXED
     assert udp_free(port)
     assert ipmi(new_port, 'power', 'status').returncode == 0
 
@@ -218,14 +226,15 @@ def test_vbmcd_outlives_the_hostagent_process(driver, domains):
               'd = t.virtualbmc.VirtualBmcDriver(t.make_conf(sys.argv[1], '
               'int(sys.argv[4]))); '
               'assert d.ensure_bmc(sys.argv[2], t.ADDRESS, int(sys.argv[3]), '
-              't.USER, t.PASSWORD)')
+              't.USER, t.PASSWORD)["created"]')
     subprocess.run([sys.executable, '-c', script, driver.conf.state_dir,
                     name, str(port), str(control_port(driver))],
                    check=True, timeout=60,
                    cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                        os.path.abspath(__file__)))))
     assert ipmi(port, 'power', 'status').returncode == 0
-    assert not driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             PASSWORD) == fx.UNCHANGED
     assert driver.remove_bmc(name)
     assert vbmcd_pids(driver.conf.state_dir) == set()
 
@@ -305,7 +314,8 @@ def test_recovers_from_killed_vbmcd(driver, domains):
     assert driver.list_bmcs()[0]['status'] == 'down'
 
     # The restarted vbmcd serves the stored BMC once more.
-    assert not driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             PASSWORD) == fx.UNCHANGED
     assert ipmi(port, 'power', 'status').returncode == 0
     assert driver.remove_bmc(name)
     assert vbmcd_pids(state_dir) == set()
@@ -358,7 +368,7 @@ def test_parallel_ensure(driver, domains):
     with concurrent.futures.ThreadPoolExecutor(len(args)) as pool:
         changed = list(pool.map(
             lambda a: driver.ensure_bmc(a[0], ADDRESS, a[1], USER,
-                                        PASSWORD), args))
+                                        PASSWORD)['created'], args))
     assert changed[1:4] == [True] * 3
     assert sorted([changed[0], changed[4]]) == [False, True]
     for port in ports:
@@ -387,7 +397,7 @@ def test_timings(driver, domains, capsys):
     _, removal = timed(lambda: [driver.remove_bmc(n) for n in names])
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         changed, threaded = timed(lambda: list(pool.map(
-            lambda a: driver.ensure_bmc(*a), args)))
+            lambda a: driver.ensure_bmc(*a)['created'], args)))
     assert changed == [True] * 8
     _, last = timed(lambda: [driver.remove_bmc(n)
                              for n in [keeper, *names]])
@@ -399,3 +409,52 @@ def test_timings(driver, domains, capsys):
               % (cold, sum(serial), min(serial), max(serial), again,
                  removal, threaded, last))
     assert sum(serial) < 8 and threaded < 8 and cold < 10
+
+
+def served_port(state_dir):
+    """The control port our vbmcd of ``state_dir`` was started with."""
+    with open(os.path.join(state_dir, 'vbmc', 'virtualbmc.conf')) as f:
+        return int(re.search(r'server_port = (\d+)', f.read()).group(1))
+
+
+def test_state_dirs_get_a_vbmcd_each(tmp_path, domains):
+    """No control port configured: two state directories (two hostagents
+    on one machine) run a vbmcd each, each serving only its own BMCs,
+    and tearing one down leaves the other's BMC answering."""
+    state_dirs = [str(tmp_path / name) for name in ('a', 'b')]
+    drivers = [virtualbmc.VirtualBmcDriver(make_conf(state_dir, None))
+               for state_dir in state_dirs]
+    names = domains(2)
+    ports = [7800, 7801]
+    try:
+        for driver, name, port in zip(drivers, names, ports, strict=True):
+            assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                                     PASSWORD) == fx.CREATED
+        pids = [daemon_pid(state_dir) for state_dir in state_dirs]
+        assert pids[0] != pids[1]
+        control = [served_port(state_dir) for state_dir in state_dirs]
+        assert control[0] != control[1]
+        assert all(map(tcp_open, control))
+        for driver, name, port in zip(drivers, names, ports, strict=True):
+            assert driver.list_bmcs() == [{
+                'domain': name, 'address': ADDRESS, 'port': port,
+                'status': 'running'}]
+
+        # The next hostagent process of a state directory finds its vbmcd.
+        again = virtualbmc.VirtualBmcDriver(make_conf(state_dirs[0], None))
+        assert again.ensure_bmc(names[0], ADDRESS, ports[0], USER,
+                                PASSWORD) == fx.UNCHANGED
+        assert daemon_pid(state_dirs[0]) == pids[0]
+
+        assert drivers[0].remove_bmc(names[0])
+        assert vbmcd_pids(state_dirs[0]) == set()
+        assert alive(pids[1])
+        status = ipmi(ports[1], 'power', 'status')
+        assert status.returncode == 0, status.stderr
+        assert drivers[1].remove_bmc(names[1])
+        assert vbmcd_pids(state_dirs[1]) == set()
+    finally:
+        for driver in drivers:
+            kill_vbmcd(driver.conf.state_dir)
+            if driver._proc is not None:
+                driver._proc.wait()

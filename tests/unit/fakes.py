@@ -25,9 +25,9 @@ class Hypervisor:
         error = self.fail.get((kind, name))
         if error is not None:
             raise error
-        changed = (kind, name) not in self.things
+        created = (kind, name) not in self.things
         self.things[(kind, name)] = value
-        return changed
+        return base.ensured(created)
 
     def remove(self, kind, name):
         self.calls['remove_' + kind] += 1
@@ -53,10 +53,10 @@ class FakeVirt(base.VirtDriver):
     def remove_pool(self, name, path, owner):
         return self.hv.remove('pool', name)
 
-    def ensure_volume(self, pool, name, capacity, fmt):
+    def ensure_volume(self, pool, name, capacity, fmt, owner):
         return self.hv.ensure('volume', name, capacity)
 
-    def remove_volume(self, pool, name):
+    def remove_volume(self, pool, name, owner):
         return self.hv.remove('volume', name)
 
     def ensure_domain(self, domain, owner):
@@ -76,7 +76,7 @@ class FakeNetwork(base.NetworkDriver):
         self.hv = hv
 
     def ensure_bridge(self, name, owner):
-        return self.hv.ensure('bridge', name), {'mac': '02:00:00:00:00:01'}
+        return dict(self.hv.ensure('bridge', name), mac='02:00:00:00:00:01')
 
     def remove_bridge(self, name, owner):
         return self.hv.remove('bridge', name)

@@ -195,10 +195,9 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
     from flows import nodes
     conductor.deploy(make_spec(count=1))
     hypervisor.things[('volume', 'extra')] = 1
-    conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra',
-                                {'pool': 'tenks-unit', 'name': 'extra'})
-    task = nodes.EnsureVolume('hv1', 'extra', {}, {'pool': 'tenks-unit',
-                                                   'name': 'extra'})
+    remove = {'pool': 'tenks-unit', 'name': 'extra', 'owner': 'tenks:unit'}
+    conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra', remove)
+    task = nodes.EnsureVolume('hv1', 'extra', {}, remove)
     task.revert(None, operation_id='op', cluster='unit')
     assert ('volume', 'extra') not in hypervisor.things
     assert conductor.db.get_resource('hv1', 'volume', 'extra') is None

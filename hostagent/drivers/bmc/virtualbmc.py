@@ -3,9 +3,11 @@
 The driver starts its own vbmcd on demand, with its configuration and
 state under ``<state_dir>/vbmc`` (mode 0700: vbmcd stores the BMC
 passwords in plain text there), and talks to it over its ZeroMQ control
-channel on the loopback port ``[hostagent] vbmcd_control_port``. vbmcd
-runs one child process per BMC. It outlives the hostagent process and is
-stopped when its last BMC is removed.
+channel on a loopback port: ``[hostagent] vbmcd_control_port`` when set,
+else a port chosen free when the daemon starts and remembered in its
+configuration file, so that every state directory has a vbmcd of its
+own. vbmcd runs one child process per BMC. It outlives the hostagent
+process and is stopped when its last BMC is removed.
 """
 
 import configparser
@@ -51,7 +53,9 @@ class VirtualBmcDriver(base.BmcDriver):
         self._config_file = os.path.join(self._dir, 'virtualbmc.conf')
         self._pid_file = os.path.join(self._dir, 'vbmcd.pid')
         self._log_file = os.path.join(self._dir, 'vbmcd.log')
-        self._port = conf.hostagent.vbmcd_control_port
+        self._configured_port = conf.hostagent.vbmcd_control_port
+        # Read again under the lock: another process may have chosen it.
+        self._port = None
         # Every process of our vbmcd, its BMC children included, carries
         # this in its environment; that tells them from anybody else's.
         self._marker = ('%s=%s' % (CONFIG_ENV, self._config_file)).encode()
@@ -69,6 +73,7 @@ class VirtualBmcDriver(base.BmcDriver):
         with self._locked():
             self._ensure_daemon()
             entry = self._read_entry(domain)
+            created = entry is None
             wanted = {'address': address, 'port': str(port),
                       'username': username, 'password': password,
                       'libvirt_uri': self.conf.hostagent.libvirt_uri}
@@ -81,13 +86,20 @@ class VirtualBmcDriver(base.BmcDriver):
                     self._wait_gone(self._delete(domain),
                                     'release the old BMC of %s' % domain)
                 _check_port_free(address, port)
-                self._request('add', domain_name=domain, username=username,
-                              password=password, port=port,
-                              address=address,
-                              libvirt_uri=self.conf.hostagent.libvirt_uri,
-                              libvirt_sasl_username=None,
-                              libvirt_sasl_password=None)
-                self._request('start', domain_names=[domain])
+                try:
+                    self._request(
+                        'add', domain_name=domain, username=username,
+                        password=password, port=port, address=address,
+                        libvirt_uri=self.conf.hostagent.libvirt_uri,
+                        libvirt_sasl_username=None,
+                        libvirt_sasl_password=None)
+                    self._request('start', domain_names=[domain])
+                except exceptions.DriverError:
+                    # Leave no half-made BMC: vbmcd would respawn it.
+                    if self._exists(domain):
+                        self._wait_gone(self._delete(domain),
+                                        'delete the BMC of %s' % domain)
+                    raise
         # Also when unchanged: another thread may have just started it.
         if not _poll(lambda: _udp_bound(address, port), BIND_TIMEOUT):
             # vbmcd respawns a dead BMC every few seconds: leave none.
@@ -101,7 +113,7 @@ class VirtualBmcDriver(base.BmcDriver):
                                  self._log_file))
         if changed:
             LOG.info('Added BMC for %s on %s:%d', domain, address, port)
-        return changed
+        return base.ensured(created, changed)
 
     def remove_bmc(self, domain):
         """Stop and delete the BMC; stop vbmcd once it serves none.
@@ -159,9 +171,20 @@ class VirtualBmcDriver(base.BmcDriver):
                          os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                self._port = self._current_port()
                 yield
             finally:
                 os.close(fd)
+
+    def _current_port(self):
+        """The control port: that of the vbmcd that runs, else the
+        configured one, else the one our vbmcd had last (or None)."""
+        config = configparser.ConfigParser(interpolation=None)
+        config.read(self._config_file)
+        remembered = config.getint('default', 'server_port', fallback=None)
+        if remembered and self._daemon_pid() is not None:
+            return remembered
+        return self._configured_port or remembered
 
     def _error(self, action, reason):
         return exceptions.DriverError(driver=DRIVER, action=action,
@@ -275,7 +298,9 @@ class VirtualBmcDriver(base.BmcDriver):
         """
         if self._daemon_pid() is not None:
             return True
-        if _tcp_open(self._port) and not self._our_pids():
+        # A port of our own choosing that got taken is chosen anew.
+        if (self._configured_port and _tcp_open(self._port)
+                and not self._our_pids()):
             raise exceptions.ResourceConflict(
                 kind='vbmcd control port', name='127.0.0.1:%d' % self._port,
                 owner='the vbmcd of %s' % self._dir,
@@ -289,6 +314,9 @@ class VirtualBmcDriver(base.BmcDriver):
             return
         # Children of a vbmcd that died hard may still hold ports.
         self._kill(self._our_pids())
+        if not self._configured_port and (self._port is None
+                                          or _tcp_open(self._port)):
+            self._port = _free_tcp_port()
         config = configparser.ConfigParser(interpolation=None)
         config['default'] = {'config_dir': self._domains_dir,
                              'pid_file': self._pid_file,
@@ -389,6 +417,13 @@ def _alive(pid):
                     if f.read().rpartition(')')[2].split()[0] not in 'ZX':
                         return True
     return False
+
+
+def _free_tcp_port():
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
 
 
 def _tcp_open(port):

@@ -74,6 +74,24 @@ def _configure(ipr, link, master=None, owner=None):
     return bool(changes)
 
 
+@contextlib.contextmanager
+def _undone_on_error(ipr, name):
+    """Delete the link ``name`` this request made if what follows fails.
+
+    ``name`` None: nothing was made.
+    """
+    try:
+        yield
+    except Exception:
+        if name is not None:
+            # The first error is the one to report.
+            with contextlib.suppress(NetlinkError):
+                link = _get(ipr, name)
+                if link is not None:
+                    ipr.link('del', index=link['index'])
+        raise
+
+
 class LinuxBridgeDriver(base.NetworkDriver):
     """Linux bridges and their ports, marked with the owner as alias."""
 
@@ -105,15 +123,16 @@ class LinuxBridgeDriver(base.NetworkDriver):
                                        name) as ipr:
             link = _owned(ipr, name, owner, 'bridge')
             created = link is None
-            if created:
-                ipr.link('add', ifname=name, kind='bridge')
-                link = _get(ipr, name)
-                # Pin the MAC: a bridge would otherwise take the lowest
-                # MAC of its ports whenever they change.
-                ipr.link('set', index=link['index'],
-                         address=link.get('address'))
-            changed = _configure(ipr, link, owner=owner) or created
-            return changed, {'mac': link.get('address')}
+            with _undone_on_error(ipr, name if created else None):
+                if created:
+                    ipr.link('add', ifname=name, kind='bridge')
+                    link = _get(ipr, name)
+                    # Pin the MAC: a bridge would otherwise take the
+                    # lowest MAC of its ports whenever they change.
+                    ipr.link('set', index=link['index'],
+                             address=link.get('address'))
+                changed = _configure(ipr, link, owner=owner)
+            return base.ensured(created, changed, mac=link.get('address'))
 
     def remove_bridge(self, name, owner):
         return self._remove(name, owner, 'bridge')
@@ -141,43 +160,52 @@ class LinuxBridgeDriver(base.NetworkDriver):
             if src is None:
                 raise exceptions.InterfaceNotFound(name=source, physnet='?')
             if _kind(src) != 'bridge':
-                master = src.get('master')
-                if master not in (None, 0, bridge_index):
+                master = src.get('master') or 0
+                if master not in (0, bridge_index):
                     raise exceptions.ResourceConflict(
                         kind='Interface', name=source, owner=owner,
                         reason='it is enslaved to another master')
-                return _configure(ipr, src, bridge_index)
+                # One request: it is enslaved, or nothing changed.
+                changed = _configure(ipr, src, bridge_index)
+                return base.ensured(master != bridge_index, changed)
             ends = [_owned(ipr, n, owner, 'veth') for n in veth_names]
-            created = ends[0] is None
-            if created:
-                # One request to create the pair, another to enslave it:
-                # the kernel refuses both at once.
-                ipr.link('add', ifname=veth_names[0], kind='veth',
-                         peer=veth_names[1])
-                ends = [_get(ipr, n) for n in veth_names]
-            if None in ends:
+            if ends.count(None) == 1:
                 raise exceptions.DriverError(
                     driver='linuxbridge', action=action,
-                    reason='veth %s exists without its peer %s'
-                           % tuple(veth_names))
-            changed = _configure(ipr, ends[0], bridge_index, owner)
-            changed = _configure(ipr, ends[1], src['index'], owner) or changed
-            return changed or created
+                    reason='veth %s exists without its peer %s' % (
+                        (veth_names if ends[1] is None
+                         else veth_names[::-1])))
+            created = ends[0] is None
+            with _undone_on_error(ipr, veth_names[0] if created else None):
+                if created:
+                    # One request to create the pair, another to enslave
+                    # it: the kernel refuses both at once.
+                    ipr.link('add', ifname=veth_names[0], kind='veth',
+                             peer=veth_names[1])
+                    ends = [_get(ipr, n) for n in veth_names]
+                changed = _configure(ipr, ends[0], bridge_index, owner)
+                changed = (_configure(ipr, ends[1], src['index'], owner)
+                           or changed)
+            return base.ensured(created, changed)
 
     def remove_uplink(self, bridge, source, veth_names, owner):
-        """See base; ``source`` is released only from our ``bridge``."""
+        """See base; ``source`` is released only from our ``bridge``.
+
+        Everything is checked before anything is removed.
+        """
         action = 'disconnect bridge %s from %s' % (bridge, source)
         with self._netlink(action, bridge, source, *veth_names) as ipr:
-            changed = False
-            for name in veth_names:
-                link = _owned(ipr, name, owner, 'veth')
-                # Deleting one end deletes the other.
-                if link is not None:
-                    ipr.link('del', index=link['index'])
-                    changed = True
+            ends = [_owned(ipr, n, owner, 'veth') for n in veth_names]
             br = _owned(ipr, bridge, owner, 'bridge')
             src = _get(ipr, source)
+            changed = False
+            for name, end in zip(veth_names, ends, strict=True):
+                # Deleting one end deletes the other.
+                if end is not None and _get(ipr, name) is not None:
+                    ipr.link('del', index=end['index'])
+                    changed = True
             if (br is not None and src is not None
+                    and _kind(src) != 'bridge'
                     and src.get('master') == br['index']):
                 ipr.link('set', index=src['index'], master=0)
                 changed = True
@@ -190,12 +218,14 @@ class LinuxBridgeDriver(base.NetworkDriver):
             bridge_index = _bridge_index(ipr, bridge, owner)
             link = _owned(ipr, name, owner, 'tun')
             created = link is None
-            if created:
-                # Persistent, single queue: libvirt re-opens it by name
-                # for <interface type='ethernet'> with managed='no'.
-                ipr.link('add', ifname=name, kind='tuntap', mode='tap')
-                link = _get(ipr, name)
-            return _configure(ipr, link, bridge_index, owner) or created
+            with _undone_on_error(ipr, name if created else None):
+                if created:
+                    # Persistent, single queue: libvirt re-opens it by
+                    # name for <interface type='ethernet'> managed='no'.
+                    ipr.link('add', ifname=name, kind='tuntap', mode='tap')
+                    link = _get(ipr, name)
+                changed = _configure(ipr, link, bridge_index, owner)
+            return base.ensured(created, changed)
 
     def remove_port(self, name, owner):
         return self._remove(name, owner, 'tun')

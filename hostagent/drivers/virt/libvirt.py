@@ -21,6 +21,9 @@ LOG = logging.getLogger(__name__)
 OWNER_NS = 'https://opendev.org/openstack/tenks'
 OWNER_TAG = '{%s}owner' % OWNER_NS
 ET.register_namespace('tenks', OWNER_NS)
+# Extended attribute with the owner of a pool's directory or a volume.
+OWNER_XATTR = 'user.tenks.owner'
+POOL_UUID_NS = uuid.UUID('5f0b3c52-8f59-4a8e-9a41-6c1d2b7e0a10')
 
 # The words virsh uses for each state.
 STATES = {
@@ -55,6 +58,36 @@ def _lookup(func, name, missing_code):
         if e.get_error_code() == missing_code:
             return None
         raise
+
+
+def _pool_uuid(name, owner):
+    """The UUID of ``owner``'s pool ``name``: the pool's owner mark."""
+    return str(uuid.uuid5(POOL_UUID_NS, '%s\n%s' % (owner, name)))
+
+
+def _mark(path):
+    """The owner in the extended attributes of ``path``, or None."""
+    try:
+        return os.getxattr(path, OWNER_XATTR,
+                           follow_symlinks=False).decode()
+    except OSError as e:
+        if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EPERM):
+            return None
+        raise
+
+
+def _set_mark(path, owner):
+    os.setxattr(path, OWNER_XATTR, owner.encode(), follow_symlinks=False)
+
+
+def _check_mark(path, kind, name, owner):
+    """Raise ResourceConflict unless ``path`` carries ``owner``."""
+    mark = _mark(path)
+    if mark != owner:
+        raise exceptions.ResourceConflict(
+            kind=kind, name=name, owner=owner,
+            reason='%s %s' % (path, 'has no Tenks owner mark' if mark is None
+                              else 'belongs to %s' % mark))
 
 
 def _disk_dev(index):
@@ -169,59 +202,93 @@ class LibvirtDriver(base.VirtDriver):
 
     # Pools and volumes
 
-    @staticmethod
-    def _check_pool_path(pool, name, path, owner):
-        """Raise ResourceConflict unless ``pool`` lives at ``path``."""
-        current = ET.fromstring(pool.XMLDesc()).findtext('target/path')
-        if os.path.normpath(current) != path:
-            raise exceptions.ResourceConflict(
-                kind='Storage pool', name=name, owner=owner,
-                reason='its directory is %s, not %s' % (current, path))
+    def _pool_conflict(self, conn, name, path, owner):
+        """Raise ResourceConflict unless every pool called ``name`` or at
+        ``path``, and the directory at ``path``, is ``owner``'s.
+
+        Returns our pool ``name``, or None when it is not defined.
+        """
+        ours = None
+        for pool in conn.listAllStoragePools():
+            at = ET.fromstring(pool.XMLDesc()).findtext('target/path')
+            at = os.path.normpath(at) if at else None
+            if pool.name() != name and at != path:
+                continue
+            if pool.name() != name:
+                raise exceptions.ResourceConflict(
+                    kind='Storage pool', name=pool.name(), owner=owner,
+                    reason='it uses directory %s, which pool %s needs'
+                           % (path, name))
+            if at != path:
+                raise exceptions.ResourceConflict(
+                    kind='Storage pool', name=name, owner=owner,
+                    reason='its directory is %s, not %s' % (at, path))
+            if pool.UUIDString() != _pool_uuid(name, owner):
+                mark = _mark(path) if os.path.isdir(path) else None
+                raise exceptions.ResourceConflict(
+                    kind='Storage pool', name=name, owner=owner,
+                    reason=('it belongs to %s' % mark if mark
+                            else 'it was not made by Tenks for this owner'))
+            ours = pool
+        if os.path.lexists(path):
+            _check_mark(path, 'Directory of storage pool', name, owner)
+        return ours
 
     def ensure_pool(self, name, path, owner):
         """A dir pool, active and autostarted; its directory mode 0711.
 
-        Mode 0711 lets the qemu user reach the volumes. A pool ``name``
-        at another path is somebody else's: ResourceConflict.
+        Mode 0711 lets the qemu user reach the volumes. libvirt pools
+        have no metadata: the UUID of ours is derived from the owner and
+        the name, and the directory carries the owner in its extended
+        attribute user.tenks.owner.
         """
-        path = os.path.abspath(path)
+        path = os.path.normpath(os.path.abspath(path))
         root = ET.Element('pool', type='dir')
         ET.SubElement(root, 'name').text = name
+        ET.SubElement(root, 'uuid').text = _pool_uuid(name, owner)
         target = ET.SubElement(root, 'target')
         ET.SubElement(target, 'path').text = path
         perms = ET.SubElement(target, 'permissions')
         ET.SubElement(perms, 'mode').text = '0711'
         with self._pool_lock, \
                 self._libvirt('set up storage pool %s' % name) as conn:
-            changed = False
-            pool = _lookup(conn.storagePoolLookupByName, name,
-                           libvirt.VIR_ERR_NO_STORAGE_POOL)
-            if pool is None:
-                pool = conn.storagePoolDefineXML(
-                    ET.tostring(root, encoding='unicode'))
-                pool.setAutostart(1)
-                changed = True
-            else:
-                self._check_pool_path(pool, name, path, owner)
-            if not os.path.isdir(path):
-                os.makedirs(path)
-                os.chmod(path, 0o711)
-                changed = True
-            if not pool.isActive():
-                pool.create()
-                changed = True
-        return changed
+            pool = self._pool_conflict(conn, name, path, owner)
+            made_dir = defined = changed = False
+            try:
+                if not os.path.isdir(path):
+                    os.makedirs(path)
+                    made_dir = True
+                    os.chmod(path, 0o711)
+                    _set_mark(path, owner)
+                if pool is None:
+                    pool = conn.storagePoolDefineXML(
+                        ET.tostring(root, encoding='unicode'))
+                    defined = True
+                    pool.setAutostart(1)
+                if not pool.isActive():
+                    pool.create()
+                    changed = True
+            except Exception:
+                # Undo what this call made, and only that.
+                if defined:
+                    with contextlib.suppress(libvirt.libvirtError):
+                        if pool.isActive():
+                            pool.destroy()
+                        pool.undefine()
+                if made_dir:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(path)
+                raise
+        return base.ensured(defined, changed or made_dir)
 
     def remove_pool(self, name, path, owner):
         """Remove the pool; its directory too, but only when empty."""
-        path = os.path.abspath(path)
+        path = os.path.normpath(os.path.abspath(path))
         with self._pool_lock, \
                 self._libvirt('remove storage pool %s' % name) as conn:
             changed = False
-            pool = _lookup(conn.storagePoolLookupByName, name,
-                           libvirt.VIR_ERR_NO_STORAGE_POOL)
+            pool = self._pool_conflict(conn, name, path, owner)
             if pool is not None:
-                self._check_pool_path(pool, name, path, owner)
                 if pool.isActive():
                     pool.destroy()
                 pool.undefine()
@@ -242,10 +309,34 @@ class LibvirtDriver(base.VirtDriver):
         with self._volume_locks_lock:
             return self._volume_locks[(pool, name)]
 
-    def ensure_volume(self, pool, name, capacity, fmt):
+    @staticmethod
+    def _owned_volume(lvpool, pool, name, owner):
+        """Our volume ``name`` in ``lvpool``, or None when there is none.
+
+        A file of that name in the pool's directory that libvirt has not
+        listed yet counts too. Raises ResourceConflict when it is not
+        ``owner``'s.
+        """
+        directory = ET.fromstring(lvpool.XMLDesc()).findtext('target/path')
+        path = os.path.join(directory, name)
+        vol = _lookup(lvpool.storageVolLookupByName, name,
+                      libvirt.VIR_ERR_NO_STORAGE_VOL)
+        if vol is None and not os.path.lexists(path):
+            return None
+        kind = 'Volume %s in storage pool' % name
+        _check_mark(vol.path() if vol else path, kind, pool, owner)
+        if vol is None:
+            # Ours, made since the pool's last scan.
+            lvpool.refresh(0)
+            vol = lvpool.storageVolLookupByName(name)
+        return vol
+
+    def ensure_volume(self, pool, name, capacity, fmt, owner):
         """See base; ``capacity`` is rounded up to whole 512-byte sectors.
 
-        An existing volume of another size or format: ResourceConflict.
+        The volume file carries the owner in its extended attribute
+        user.tenks.owner. An existing volume of another size or format:
+        ResourceConflict.
         """
         # qemu-img rounds sizes up to whole sectors; so do we, for raw too,
         # so that a second call finds the size it asked for.
@@ -261,11 +352,16 @@ class LibvirtDriver(base.VirtDriver):
         action = 'create volume %s in storage pool %s' % (name, pool)
         with self._volume_lock(pool, name), self._libvirt(action) as conn:
             lvpool = conn.storagePoolLookupByName(pool)
-            vol = _lookup(lvpool.storageVolLookupByName, name,
-                          libvirt.VIR_ERR_NO_STORAGE_VOL)
+            vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
-                lvpool.createXML(ET.tostring(root, encoding='unicode'))
-                return True
+                vol = lvpool.createXML(ET.tostring(root, encoding='unicode'))
+                try:
+                    _set_mark(vol.path(), owner)
+                except Exception:
+                    with contextlib.suppress(libvirt.libvirtError):
+                        vol.delete()
+                    raise
+                return base.ensured(True)
             current_capacity = vol.info()[1]
             current_fmt = _attr(ET.fromstring(vol.XMLDesc()),
                                 'target/format', 'type')
@@ -275,17 +371,16 @@ class LibvirtDriver(base.VirtDriver):
                 'in format %s, not %d bytes in format %s' % (
                     name, pool, current_capacity, current_fmt, capacity,
                     fmt))
-        return False
+        return base.ensured(False)
 
-    def remove_volume(self, pool, name):
+    def remove_volume(self, pool, name, owner):
         action = 'delete volume %s in storage pool %s' % (name, pool)
         with self._volume_lock(pool, name), self._libvirt(action) as conn:
             lvpool = _lookup(conn.storagePoolLookupByName, pool,
                              libvirt.VIR_ERR_NO_STORAGE_POOL)
             if lvpool is None:
                 return False
-            vol = _lookup(lvpool.storageVolLookupByName, name,
-                          libvirt.VIR_ERR_NO_STORAGE_VOL)
+            vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
                 return False
             vol.delete()
@@ -368,14 +463,15 @@ class LibvirtDriver(base.VirtDriver):
                 current = _summary(
                     dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
                 if current == wanted:
-                    return False
+                    return base.ensured(False)
                 if current['uuid'] != wanted['uuid']:
                     raise exceptions.DriverError(
                         driver='libvirt', action='redefine domain %s' % name,
                         reason='it exists with UUID %s, not %s; remove it '
                                'first' % (current['uuid'], wanted['uuid']))
+            # One define: a domain appears with its owner mark or not at all.
             conn.defineXML(xml)
-        return True
+        return base.ensured(dom is None, True)
 
     def remove_domain(self, name, owner):
         """See base; ResourceConflict unless the domain is ``owner``'s."""
