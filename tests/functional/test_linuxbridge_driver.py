@@ -222,6 +222,14 @@ def test_another_deployment_is_foreign(driver, ipr, left, bridge):
     with pytest.raises(exceptions.ResourceConflict, match=veths[0]):
         driver.remove_uplink(mine, physical, veths, fx.OTHER)
     assert [link(ipr, name) for name in names] == before
+    # Everything is checked before anything goes: a removal naming a
+    # foreign bridge leaves even the caller's own veths.
+    own = [left.name('v1a'), left.name('v1b')]
+    driver.ensure_uplink(mine, physical, own, fx.OTHER)
+    own_before = [link(ipr, name) for name in own]
+    with pytest.raises(exceptions.ResourceConflict, match=bridge):
+        driver.remove_uplink(bridge, physical, own, fx.OTHER)
+    assert [link(ipr, name) for name in own] == own_before
 
 
 def test_failed_ensure_leaves_nothing_it_made(driver, ipr, left, bridge,
