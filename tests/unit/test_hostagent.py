@@ -1,0 +1,64 @@
+"""The hostagent manager runs each request id once."""
+
+import threading
+
+from hostagent import manager
+from tenks import rpc
+
+
+class Reports:
+
+    def __init__(self):
+        self.sent = []
+
+    def report_result(self, conductor, request_id, host, **outcome):
+        self.sent.append((conductor, request_id, outcome))
+
+
+def make_agent(conf):
+    agent = manager.HostAgentManager(conf, rpc.Bus(conf))
+    agent.conductor = Reports()
+    return agent
+
+
+def test_copy_of_a_running_request_joins_it(conf, hypervisor):
+    agent = make_agent(conf)
+    entered, release = threading.Event(), threading.Event()
+    ensure = agent.virt.ensure_volume
+
+    def blocking(*args):
+        entered.set()
+        release.wait(10)
+        return ensure(*args)
+
+    agent.virt.ensure_volume = blocking
+    args = ('pool', 'v0', 1024, 'qcow2', 'tenks:c:a')
+    first = threading.Thread(target=agent.ensure_volume,
+                             args=({}, 'r1', 'cond-a', *args))
+    first.start()
+    assert entered.wait(10)
+    agent.ensure_volume({}, 'r1', 'cond-b', *args)  # returns at once
+    agent.ensure_volume({}, 'r1', 'cond-a', *args)
+    assert agent.conductor.sent == []
+    release.set()
+    first.join(10)
+
+    outcome = {'result': {'created': True, 'changed': True}}
+    assert agent.conductor.sent == [('cond-a', 'r1', outcome),
+                                    ('cond-b', 'r1', outcome),
+                                    ('cond-a', 'r1', outcome)]
+    assert hypervisor.calls['ensure_volume'] == 1
+    # Later copies get the kept outcome.
+    agent.ensure_volume({}, 'r1', 'cond-c', *args)
+    assert agent.conductor.sent[-1] == ('cond-c', 'r1', outcome)
+    assert hypervisor.calls['ensure_volume'] == 1
+
+
+def test_failed_request_reports_its_error_to_every_copy(conf, hypervisor):
+    agent = make_agent(conf)
+    hypervisor.fail[('volume', 'v0')] = RuntimeError('disk on fire')
+    agent.ensure_volume({}, 'r1', 'cond-a', 'pool', 'v0', 1, 'raw', 'o')
+    agent.ensure_volume({}, 'r1', 'cond-b', 'pool', 'v0', 1, 'raw', 'o')
+    assert [(c, o['error']['type']) for c, _, o in agent.conductor.sent] == [
+        ('cond-a', 'HostAgentError'), ('cond-b', 'HostAgentError')]
+    assert hypervisor.calls['ensure_volume'] == 1
