@@ -458,3 +458,24 @@ def test_state_dirs_get_a_vbmcd_each(tmp_path, domains):
             kill_vbmcd(driver.conf.state_dir)
             if driver._proc is not None:
                 driver._proc.wait()
+
+
+def test_failed_ensure_leaves_no_bmc(driver, domains, monkeypatch):
+    """A BMC added but not started is deleted by the request that failed
+    (vbmcd would otherwise keep it, and start it with the next one)."""
+    name, = domains()
+    request = driver._request
+
+    def failing_start(command, **args):
+        if command == 'start':
+            raise driver._error('run vbmcd %r' % command, 'injected')
+        return request(command, **args)
+
+    monkeypatch.setattr(driver, '_request', failing_start)
+    with pytest.raises(exceptions.DriverError, match='injected'):
+        driver.ensure_bmc(name, ADDRESS, 7802, USER, PASSWORD)
+    monkeypatch.undo()
+    assert driver.list_bmcs() == []
+    assert not os.path.exists(os.path.join(
+        driver.conf.state_dir, 'vbmc', 'domains', name))
+    assert udp_free(7802)
