@@ -95,8 +95,13 @@ class HostAgentManager:
                     while len(self._recent) > RECENT_RESULTS:
                         self._recent.popitem(last=False)
         for conductor in reply_tos:
-            self.conductor.report_result(conductor, request_id, self.host,
-                                         **outcome)
+            # One conductor out of reach must not keep the others waiting.
+            try:
+                self.conductor.report_result(conductor, request_id,
+                                             self.host, **outcome)
+            except Exception as e:
+                LOG.warning('Could not report request %s to %s: %s',
+                            request_id, conductor, e)
 
     def _outcome(self, request_id, action, *args):
         try:
