@@ -1,7 +1,8 @@
 """The virtualbmc BMC driver against real libvirt, vbmcd and ipmitool.
 
 Domains are diskless 128 MiB TCG guests named ``hv-vbmc-*``; BMCs use
-UDP ports 6900-6949 and vbmcd the control port 50960. Fixtures undefine
+UDP ports 6900-6949 (7800-7802 for the tests of issue 7), and each test's
+vbmcd a free control port. Fixtures undefine
 the domains and kill every vbmcd process of the test even when the test
 fails, without relying on the driver.
 """
