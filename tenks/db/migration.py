@@ -18,6 +18,8 @@ import tempfile
 
 import fasteners
 import sqlalchemy as sa
+from alembic import command
+from alembic import config
 
 MIGRATIONS = os.path.join(os.path.dirname(__file__), 'migrations')
 # Not alembic_version: TaskFlow's own migrations use that table.
@@ -31,8 +33,6 @@ def schema_lock(lock_dir):
 
 
 def alembic_config(connection):
-    from alembic import config
-
     cfg = config.Config()
     cfg.set_main_option('script_location', MIGRATIONS)
     cfg.attributes['connection'] = connection
@@ -41,16 +41,12 @@ def alembic_config(connection):
 
 def upgrade(engine):
     """Upgrade the database to the newest revision (call under the lock)."""
-    from alembic import command
-
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), 'head')
 
 
 def new_revision(message):
     """Write a migration from the difference between models and head."""
-    from alembic import command
-
     with tempfile.TemporaryDirectory() as tmp:
         engine = sa.create_engine(
             'sqlite:///' + os.path.join(tmp, 'state.sqlite'))
