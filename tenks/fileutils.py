@@ -4,11 +4,12 @@ import os
 import stat
 
 
-def private_dir(path):
+def private_dir(path, fix_existing=True):
     """Make directory ``path`` mode 0700, with any missing parent.
 
     ``os.makedirs`` would give the parents the umask's mode (0755 with
-    the usual 022); an existing ``path`` is set to 0700 too.
+    the usual 022). An existing ``path`` is set to 0700 too, unless
+    ``fix_existing`` is false (a directory the operator chose).
     """
     missing = []
     head = os.path.abspath(path)
@@ -21,7 +22,8 @@ def private_dir(path):
         except FileExistsError:
             pass  # another process made it at the same moment
         _chmod(directory, 0o700)
-    _chmod(path, 0o700)
+    if fix_existing:
+        _chmod(path, 0o700)
     return path
 
 

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from alembic import command
 from alembic import config
 
+from tenks import exceptions
+
 MIGRATIONS = os.path.join(os.path.dirname(__file__), 'migrations')
 # Not alembic_version: TaskFlow's own migrations use that table.
 VERSION_TABLE = 'tenks_alembic_version'
@@ -42,6 +44,14 @@ def alembic_config(connection):
 def upgrade(engine):
     """Upgrade the database to the newest revision (call under the lock)."""
     with engine.begin() as connection:
+        tables = sa.inspect(connection).get_table_names()
+        if VERSION_TABLE not in tables and any(
+                t.startswith(TABLE_PREFIX) for t in tables):
+            raise exceptions.ConfigError(
+                reason='the state database %s was made by a Tenks older '
+                       'than its migrations: tear its clusters down with '
+                       'that Tenks, then remove the database'
+                       % engine.url.render_as_string())
         command.upgrade(alembic_config(connection), 'head')
 
 

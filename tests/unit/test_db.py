@@ -6,12 +6,14 @@ import os
 import secrets
 import stat
 
+import pytest
 import sqlalchemy as sa
 from alembic import autogenerate
 from alembic import script
 from alembic.runtime import migration as alembic_migration
 
 from tenks import embedded
+from tenks import exceptions
 from tenks import fileutils
 from tenks.db import api as db_api
 from tenks.db import migration
@@ -73,6 +75,15 @@ def test_upgrade_again_changes_nothing(tmp_path):
     assert db_api.StateDB(engine).get_cluster('c').spec == {'k': 'v'}
 
 
+def test_database_older_than_the_migrations_is_refused(tmp_path):
+    engine = db_api.create_engine(
+        'sqlite:///%s' % (tmp_path / 'state.sqlite'))
+    models.Base.metadata.create_all(engine)
+    with pytest.raises(exceptions.ConfigError, match='older than its '
+                       'migrations: tear its clusters down'):
+        migration.upgrade(engine)
+
+
 def test_state_files_are_private_whatever_the_umask(conf, hypervisor):
     state_dir = conf.state_dir
     with umask(0o022), embedded.embedded(conf) as conductor:
@@ -98,9 +109,16 @@ def test_existing_modes_are_corrected(tmp_path):
 def test_missing_parents_are_made_private(tmp_path):
     leaf = tmp_path / 'state' / 'logs' / 'console'
     with umask(0o022):
-        fileutils.private_dir(str(leaf))
+        fileutils.private_dir(str(leaf), fix_existing=False)
     assert [mode(tmp_path / 'state'), mode(leaf.parent), mode(leaf)] == [
         0o700] * 3
+
+
+def test_a_directory_the_operator_chose_keeps_its_mode(tmp_path):
+    chosen = tmp_path / 'console'
+    chosen.mkdir(mode=0o755)
+    fileutils.private_dir(str(chosen), fix_existing=False)
+    assert mode(chosen) == 0o755
 
 
 def test_teardown_forgets_the_bmc_password(conf, hypervisor):

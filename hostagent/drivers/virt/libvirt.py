@@ -361,7 +361,8 @@ class LibvirtDriver(base.VirtDriver):
         xml = self._domain_xml(domain, owner)
         wanted = _summary(xml)
         with self._libvirt('define domain %s' % name) as conn:
-            fileutils.private_dir(tenks_conf.console_log_dir(self.conf))
+            fileutils.private_dir(tenks_conf.console_log_dir(self.conf),
+                                  fix_existing=False)
             dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
             if dom is not None:
                 self._check_owner(dom, name, owner)
