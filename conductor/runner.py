@@ -74,6 +74,8 @@ class FlowRunner:
 
     def __init__(self, engine, workers):
         self.backend = PersistenceBackend(engine)
+        # TaskFlow's tables; the caller holds the schema lock
+        # (tenks.db.migration.schema_lock).
         self.backend.get_connection().upgrade()
         # Kept across runs: an engine shuts down only executors it made,
         # and futurist's take a second to stop.

@@ -29,23 +29,18 @@ from flows import records
 from flows import teardown
 from tenks import cloud
 from tenks import exceptions
+from tenks import fileutils
 from tenks import notifier
 from tenks import rpc
 from tenks import scheduler
 from tenks.db import api as db_api
+from tenks.db import migration
 
 LOG = logging.getLogger(__name__)
 
 SUCCEEDED = 'succeeded'
 FAILED = 'failed'
 INTERRUPTED = 'interrupted'
-
-
-def ensure_private_dir(path):
-    """Create ``path`` readable by its owner only (it holds secrets)."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
 
 
 def mask_spec(spec):
@@ -58,14 +53,17 @@ class Conductor:
         self.conf = conf
         self.bus = bus
         self.host = conf.conductor.host
-        self.state_dir = ensure_private_dir(conf.state_dir)
-        self.lock_dir = ensure_private_dir(
+        self.state_dir = fileutils.private_dir(conf.state_dir)
+        self.lock_dir = fileutils.private_dir(
             os.path.join(self.state_dir, 'locks'))
         engine = db_api.create_engine(
             conf.conductor.database_connection
             or db_api.default_url(self.state_dir))
+        # Once, even when several processes start on a fresh database.
+        with migration.schema_lock(self.lock_dir):
+            migration.upgrade(engine)
+            self.runner = runner.FlowRunner(engine, conf.conductor.workers)
         self.db = db_api.StateDB(engine)
-        self.runner = runner.FlowRunner(engine, conf.conductor.workers)
         self.waiters = waiters.Waiters()
         self.agents = agents.AgentClient(
             bus, self.waiters, self.host, conf.conductor.agent_timeout,

@@ -11,6 +11,7 @@ from oslo_log import log as logging
 
 from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager
+from tenks import fileutils
 from tenks import rpc
 
 LOG = logging.getLogger(__name__)
@@ -20,6 +21,8 @@ class HostAgent:
 
     def __init__(self, conf, bus):
         self.conf = conf
+        # Before any driver makes its files there: they hold secrets.
+        fileutils.private_dir(conf.state_dir)
         self.manager = manager.HostAgentManager(conf, bus)
         self.conductors = conductor_rpcapi.ConductorAPI(bus)
         self.server = bus.get_server(rpc.HOSTAGENT_TOPIC,

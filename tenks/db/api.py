@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from tenks import exceptions
+from tenks import fileutils
 from tenks.db import models
 
 RESOURCE_CREATING = 'creating'
@@ -23,16 +24,29 @@ def default_url(state_dir):
 
 
 def create_engine(url):
+    """An engine on the state database at ``url``.
+
+    A SQLite file is created mode 0600 (it holds BMC passwords), which
+    its WAL and shared-memory files inherit. Its schema is made by
+    tenks.db.migration.upgrade.
+    """
     engine = sa.create_engine(url)
     if engine.url.get_backend_name() == 'sqlite':
+        if engine.url.database not in (None, '', ':memory:'):
+            fileutils.private_file(engine.url.database)
+
         @sa.event.listens_for(engine, 'connect')
         def _pragmas(dbapi_connection, record):
+            cursor = dbapi_connection.cursor()
+            # First: switching to WAL waits for other processes too.
+            cursor.execute('PRAGMA busy_timeout=30000')
             # WAL lets readers and one writer work at once; NORMAL skips
             # an fsync per commit, which WAL keeps crash-safe.
-            cursor = dbapi_connection.cursor()
             cursor.execute('PRAGMA journal_mode=WAL')
             cursor.execute('PRAGMA synchronous=NORMAL')
-            cursor.execute('PRAGMA busy_timeout=30000')
+            # Deleted rows are overwritten with zeros, not left in free
+            # space: a deleted cluster's password leaves no trace.
+            cursor.execute('PRAGMA secure_delete=ON')
             cursor.close()
     return engine
 
@@ -41,7 +55,6 @@ class StateDB:
 
     def __init__(self, engine):
         self.engine = engine
-        models.Base.metadata.create_all(engine)
         self._session = orm.sessionmaker(engine, expire_on_commit=False)
 
     # Clusters
@@ -70,9 +83,17 @@ class StateDB:
             session.get(models.Cluster, name).state = state
 
     def delete_cluster(self, name):
+        """Delete the cluster's record, its spec and password with it."""
         with self._session.begin() as session:
             session.execute(sa.delete(models.Cluster).where(
                 models.Cluster.name == name))
+        if self.engine.url.get_backend_name() == 'sqlite':
+            # Copy the WAL, where earlier versions of the record stay,
+            # into the database (secure_delete zeroes the freed space),
+            # then truncate it.
+            with self.engine.connect().execution_options(
+                    isolation_level='AUTOCOMMIT') as connection:
+                connection.exec_driver_sql('PRAGMA wal_checkpoint(TRUNCATE)')
 
     # Nodes
 
@@ -191,15 +212,18 @@ class StateDB:
     # Hypervisors
 
     def register_hypervisor(self, host, facts):
-        now = datetime.datetime.now(datetime.timezone.utc)
-        with self._session.begin() as session:
-            row = session.get(models.Hypervisor, host)
-            if row is None:
-                session.add(models.Hypervisor(host=host, facts=facts,
-                                              last_seen=now))
-            else:
-                row.facts = facts
-                row.last_seen = now
+        values = {'facts': facts,
+                  'last_seen': datetime.datetime.now(datetime.timezone.utc)}
+        update = sa.update(models.Hypervisor).where(
+            models.Hypervisor.host == host).values(**values)
+        try:
+            with self._session.begin() as session:
+                if not session.execute(update).rowcount:
+                    session.add(models.Hypervisor(host=host, **values))
+        except sa.exc.IntegrityError:
+            # Another process registered it between the two statements.
+            with self._session.begin() as session:
+                session.execute(update)
 
     def list_hypervisors(self):
         with self._session() as session:

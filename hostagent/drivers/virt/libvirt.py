@@ -15,6 +15,7 @@ import libvirt
 from hostagent.drivers import base
 from tenks import conf as tenks_conf
 from tenks import exceptions
+from tenks import fileutils
 
 LOG = logging.getLogger(__name__)
 
@@ -455,8 +456,8 @@ class LibvirtDriver(base.VirtDriver):
         xml = self._domain_xml(domain, owner)
         wanted = _summary(xml)
         with self._libvirt('define domain %s' % name) as conn:
-            os.makedirs(tenks_conf.console_log_dir(self.conf), mode=0o700,
-                        exist_ok=True)
+            fileutils.private_dir(tenks_conf.console_log_dir(self.conf),
+                                  fix_existing=False)
             dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
             if dom is not None:
                 self._check_owner(dom, name, owner)

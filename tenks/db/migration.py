@@ -1,0 +1,80 @@
+"""The state database's schema, managed by alembic migrations.
+
+Every process that opens the database upgrades it to the newest
+revision first, under an inter-process lock in the state directory, so
+that two commands started at once on a fresh directory create the schema
+once. The migrations live in ``tenks/db/migrations`` (shipped in the
+package). To add one after changing ``tenks/db/models.py``::
+
+    python -m tenks.db.migration "what changed"
+
+writes ``migrations/versions/<rev>_<what_changed>.py`` from the models'
+difference with the newest revision: read it, then commit it.
+"""
+
+import os
+import sys
+import tempfile
+
+import fasteners
+import sqlalchemy as sa
+from alembic import command
+from alembic import config
+
+from tenks import exceptions
+
+MIGRATIONS = os.path.join(os.path.dirname(__file__), 'migrations')
+# Not alembic_version: TaskFlow's own migrations use that table.
+VERSION_TABLE = 'tenks_alembic_version'
+TABLE_PREFIX = 'tenks_'
+
+
+def schema_lock(lock_dir):
+    """The lock under which schemas are created or upgraded."""
+    return fasteners.InterProcessLock(os.path.join(lock_dir, 'schema.lock'))
+
+
+def alembic_config(connection):
+    cfg = config.Config()
+    cfg.set_main_option('script_location', MIGRATIONS)
+    cfg.attributes['connection'] = connection
+    return cfg
+
+
+def upgrade(engine):
+    """Upgrade the database to the newest revision (call under the lock)."""
+    with engine.begin() as connection:
+        tables = sa.inspect(connection).get_table_names()
+        if VERSION_TABLE not in tables and any(
+                t.startswith(TABLE_PREFIX) for t in tables):
+            raise exceptions.ConfigError(
+                reason='the state database %s was made by a Tenks older '
+                       'than its migrations: tear its clusters down with '
+                       'that Tenks, then remove the database'
+                       % engine.url.render_as_string())
+        command.upgrade(alembic_config(connection), 'head')
+
+
+def new_revision(message):
+    """Write a migration from the difference between models and head."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = sa.create_engine(
+            'sqlite:///' + os.path.join(tmp, 'state.sqlite'))
+        with engine.begin() as connection:
+            cfg = alembic_config(connection)
+            # Formatted by ruff to the project's style, as written.
+            cfg.set_section_option('post_write_hooks', 'hooks', 'ruff')
+            for key, value in (
+                    ('type', 'exec'), ('executable', sys.executable),
+                    ('options', '-m ruff format --config '
+                                '"format.quote-style=\'single\'" '
+                                'REVISION_SCRIPT_FILENAME')):
+                cfg.set_section_option('post_write_hooks', 'ruff.' + key,
+                                       value)
+            command.upgrade(cfg, 'head')
+            command.revision(cfg, message=message, autogenerate=True)
+        engine.dispose()
+
+
+if __name__ == '__main__':
+    new_revision(' '.join(sys.argv[1:]) or 'update')

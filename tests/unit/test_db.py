@@ -1,0 +1,141 @@
+"""The state database: its schema comes from the migrations, and its
+files keep secrets to their owner and forget them with the cluster."""
+
+import contextlib
+import os
+import secrets
+import stat
+
+import pytest
+import sqlalchemy as sa
+from alembic import autogenerate
+from alembic import script
+from alembic.runtime import migration as alembic_migration
+
+from tenks import embedded
+from tenks import exceptions
+from tenks import fileutils
+from tenks.db import api as db_api
+from tenks.db import migration
+from tenks.db import models
+from tests.unit.conftest import make_spec
+
+
+@contextlib.contextmanager
+def umask(mask):
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def files_holding(root, data):
+    found = []
+    for parent, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, 'rb') as f:
+                if data in f.read():
+                    found.append(os.path.relpath(path, root))
+    return found
+
+
+def upgraded_engine(tmp_path):
+    engine = db_api.create_engine(
+        'sqlite:///%s' % (tmp_path / 'state.sqlite'))
+    with migration.schema_lock(str(tmp_path)):
+        migration.upgrade(engine)
+    return engine
+
+
+def test_upgraded_empty_database_equals_the_models(tmp_path):
+    engine = upgraded_engine(tmp_path)
+    with engine.connect() as connection:
+        context = alembic_migration.MigrationContext.configure(
+            connection, opts={'version_table': migration.VERSION_TABLE})
+        assert autogenerate.compare_metadata(
+            context, models.Base.metadata) == []
+        assert sorted(sa.inspect(connection).get_table_names()) == sorted(
+            [*models.Base.metadata.tables, migration.VERSION_TABLE])
+        # One line of history: a merge is needed when two branches meet.
+        head = script.ScriptDirectory(migration.MIGRATIONS).get_heads()
+        assert [context.get_current_revision()] == head
+
+
+def test_upgrade_again_changes_nothing(tmp_path):
+    engine = upgraded_engine(tmp_path)
+    db_api.StateDB(engine).save_cluster('c', {'k': 'v'}, 'deployed')
+    with migration.schema_lock(str(tmp_path)):
+        migration.upgrade(engine)
+    assert db_api.StateDB(engine).get_cluster('c').spec == {'k': 'v'}
+
+
+def test_database_older_than_the_migrations_is_refused(tmp_path):
+    engine = db_api.create_engine(
+        'sqlite:///%s' % (tmp_path / 'state.sqlite'))
+    models.Base.metadata.create_all(engine)
+    with pytest.raises(exceptions.ConfigError, match='older than its '
+                       'migrations: tear its clusters down'):
+        migration.upgrade(engine)
+
+
+def test_state_files_are_private_whatever_the_umask(conf, hypervisor):
+    state_dir = conf.state_dir
+    with umask(0o022), embedded.embedded(conf) as conductor:
+        conductor.deploy(make_spec(count=1))
+        db = os.path.join(state_dir, 'state.sqlite')
+        # WAL and shared memory exist while a connection is open.
+        assert [mode(db + suffix) for suffix in ('', '-wal', '-shm')] == [
+            0o600] * 3
+        assert mode(state_dir) == mode(os.path.join(state_dir, 'locks')) == (
+            0o700)
+
+
+def test_existing_modes_are_corrected(tmp_path):
+    state_dir = tmp_path / 'state'
+    state_dir.mkdir(mode=0o755)
+    db = state_dir / 'state.sqlite'
+    db.touch(mode=0o644)
+    fileutils.private_dir(str(state_dir))
+    fileutils.private_file(str(db))
+    assert (mode(state_dir), mode(db)) == (0o700, 0o600)
+
+
+def test_missing_parents_are_made_private(tmp_path):
+    leaf = tmp_path / 'state' / 'logs' / 'console'
+    with umask(0o022):
+        fileutils.private_dir(str(leaf), fix_existing=False)
+    assert [mode(tmp_path / 'state'), mode(leaf.parent), mode(leaf)] == [
+        0o700] * 3
+
+
+def test_a_directory_the_operator_chose_keeps_its_mode(tmp_path):
+    chosen = tmp_path / 'console'
+    chosen.mkdir(mode=0o755)
+    fileutils.private_dir(str(chosen), fix_existing=False)
+    assert mode(chosen) == 0o755
+
+
+def test_teardown_forgets_the_bmc_password(conf, hypervisor):
+    password = secrets.token_hex(16)
+    with embedded.embedded(conf) as conductor:
+        conductor.deploy(make_spec(count=2, ipmi_password=password))
+        # Only the cluster's record holds it, not the flows' details.
+        holders = []
+        with conductor.db.engine.connect() as connection:
+            for table in sa.inspect(connection).get_table_names():
+                rows = connection.exec_driver_sql(
+                    'SELECT * FROM %s' % table).all()
+                if any(password in str(value)
+                       for row in rows for value in row):
+                    holders.append(table)
+        assert holders == ['tenks_clusters']
+        conductor.teardown('unit')
+        assert files_holding(conf.state_dir, password.encode()) == []
+    assert files_holding(conf.state_dir, password.encode()) == []
+
