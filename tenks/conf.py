@@ -53,7 +53,8 @@ conductor_opts = [
     cfg.IntOpt('max_operations',
                default=8, min=1,
                help='Operations (deploys, teardowns) that run at the same '
-                    'time; more are refused until one ends.'),
+                    'time; more are accepted and wait, in the order they '
+                    'came, until one ends.'),
     cfg.IntOpt('agent_down_time',
                default=30, min=1,
                help='Seconds without a heartbeat after which a hostagent '
@@ -94,9 +95,6 @@ hostagent_opts = [
                 help='Loopback TCP port of the control channel of the '
                      'virtualbmc daemon Tenks runs (not 50891, so a '
                      'vbmcd of the host\'s own is left alone).'),
-    cfg.IntOpt('workers',
-               default=32, min=1,
-               help='Requests the hostagent serves at the same time.'),
     cfg.IntOpt('heartbeat_interval',
                default=10, min=1,
                help='Seconds between the registrations a hostagent sends '
