@@ -44,6 +44,16 @@ def test_prefixes_giving_one_volume_name_are_refused_naming_the_fields():
         "vol_name_prefix 'a0v'): change one of the prefixes"]
 
 
+def test_the_rpc_api_refuses_them_too(conductor):
+    from conductor import rpcapi
+    with pytest.raises(exceptions.SpecError) as raised:
+        rpcapi.ConductorAPI(conductor.bus).deploy_cluster(
+            prefixed([(2, 'x', 'a0v'), (1, 'x1a', 'v')]))
+    assert raised.value.problems[0].startswith(
+        'specs[1].vol_name_prefix: volume x1a0v0 of node x1a0')
+    assert conductor.db.list_clusters() == []
+
+
 def test_prefixes_that_cannot_meet_are_accepted():
     # Too few nodes for x to reach x1: nothing can clash.
     tenks_spec.validate(prefixed([(1, 'x', 'a0v'), (0, 'x1a', 'v')]))
