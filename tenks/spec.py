@@ -517,7 +517,8 @@ def _volume_name_clashes(specs, node_types):
     """
     entries = []
     for node_spec in specs:
-        node_type = node_types.get(node_spec.get('type'))
+        type_name = node_spec.get('type')
+        node_type = isinstance(type_name, str) and node_types.get(type_name)
         prefixes = (node_spec.get('node_name_prefix'),
                     node_spec.get('vol_name_prefix'))
         volumes = isinstance(node_type, dict) and node_type.get('volumes')
@@ -555,6 +556,11 @@ def _first_clash(first, second, total):
     if not (node_prefix.startswith(node_prefix2)
             or node_prefix2.startswith(node_prefix)):
         return None  # names start with their node prefix
+    if node_prefix == node_prefix2 and not (
+            vol_prefix[:1].isdigit() or vol_prefix2[:1].isdigit()):
+        # The index is the whole run of digits after the prefix: equal
+        # names then come from one node.
+        return None
     for index in range(total):
         node = '%s%d' % (node_prefix, index)
         for vol_index in range(volumes):

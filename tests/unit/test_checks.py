@@ -54,6 +54,20 @@ def test_the_rpc_api_refuses_them_too(conductor):
     assert conductor.db.list_clusters() == []
 
 
+@pytest.mark.parametrize('entry', [
+    {'type': ['t'], 'count': 2},
+    {'type': {'t': 1}, 'count': 2},
+    {'type': 't', 'count': '2', 'node_name_prefix': 5},
+    {'type': 't', 'count': 2, 'vol_name_prefix': None},
+])
+def test_malformed_specs_get_schema_problems_not_a_crash(entry):
+    data = prefixed([])
+    data['specs'] = [entry, {'type': 't', 'count': 1}]
+    with pytest.raises(exceptions.SpecError) as raised:
+        tenks_spec.validate(data)
+    assert raised.value.problems[0].startswith('specs[0].')
+
+
 def test_prefixes_that_cannot_meet_are_accepted():
     # Too few nodes for x to reach x1: nothing can clash.
     tenks_spec.validate(prefixed([(1, 'x', 'a0v'), (0, 'x1a', 'v')]))
