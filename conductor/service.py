@@ -188,7 +188,7 @@ class Conductor:
             with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
                 missing = scheduler.schedule(spec, facts, recorded)
-                preflight.check_interfaces(
+                preflight.check_hosts(
                     self.agents, spec, facts, [
                         n for n in recorded if n['cluster'] == name
                     ] + missing, [r.as_dict() for c in self.db.list_clusters()

@@ -149,6 +149,18 @@ def test_a_host_of_another_network_driver_is_refused():
     assert [n['hypervisor'] for n in nodes] == ['hv2']
 
 
+def test_a_deployed_host_whose_driver_changed_is_refused(
+        conductor, hypervisor, conf):
+    conductor.deploy(make_spec(count=1))
+    # Nothing new to place: the check is on the plan's hosts.
+    conf.set_override('network_driver', 'openvswitch', group='hostagent')
+    with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
+        conductor.deploy(make_spec(count=1))
+    assert str(raised.value) == (
+        'Hypervisor hv1 runs the openvswitch network driver, but the spec '
+        'asks for bridge_type linuxbridge')
+
+
 def test_openvswitch_is_not_supported_yet():
     with pytest.raises(exceptions.SpecError) as raised:
         make_spec(bridge_type='openvswitch')
