@@ -11,6 +11,7 @@ RPC_API_VERSION = rpcapi.RPC_API_VERSION
 SUBMIT_ERRORS = (
     exceptions.SpecError, exceptions.ClusterBusy, exceptions.SpecChanged,
     exceptions.NoValidHost, exceptions.InterfaceNotFound,
+    exceptions.InterfaceConflict,
     exceptions.ConductorBusy, exceptions.HostAgentError,
     exceptions.AgentTimeout)
 

@@ -21,6 +21,7 @@ from conductor import agents
 from conductor import locks
 from conductor import manager
 from conductor import plans
+from conductor import preflight
 from conductor import runner
 from conductor import services
 from conductor import waiters
@@ -30,6 +31,7 @@ from flows import teardown
 from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
+from tenks import names
 from tenks import notifier
 from tenks import rpc
 from tenks import scheduler
@@ -184,6 +186,12 @@ class Conductor:
             with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
                 missing = scheduler.schedule(spec, facts, recorded)
+                preflight.check_hosts(
+                    self.agents, spec, facts, [
+                        n for n in recorded if n['cluster'] == name
+                    ] + missing, [r.as_dict() for c in self.db.list_clusters()
+                                  for r in self.db.list_resources(c.name)],
+                    names.owner(name) if cluster is not None else None)
                 if cluster is None:
                     self.db.save_cluster(name, spec,
                                          records.CLUSTER_SCHEDULED)
@@ -308,7 +316,8 @@ class Conductor:
             facts[host] = self.agents.request(
                 host, 'inspect', 'inspect/%s' % uuid.uuid4(),
                 physnet_mappings=spec['physnet_mappings'],
-                ipmi_address=spec['ipmi_address'], ipmi_ports=ports)
+                ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
+                interfaces=[], owner=None)
         missing = {}
         for host, host_facts in facts.items():
             for physnet, source in host_facts['missing_interfaces']:

@@ -50,6 +50,23 @@ def udp_port_free(address, port):
     return True
 
 
+def pool_free_bytes(pool_dir):
+    """Free bytes of the file system ``pool_dir`` is (or will be) on."""
+    existing = pool_dir
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    return shutil.disk_usage(existing).free
+
+
+def interface_mark(name):
+    """The alias of interface ``name`` ('' if none), None if absent."""
+    try:
+        with open(os.path.join('/sys/class/net', name, 'ifalias')) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
 class HostAgentManager:
 
     target = messaging.Target(version=RPC_API_VERSION)
@@ -122,20 +139,24 @@ class HostAgentManager:
     def facts(self):
         """What this hypervisor is and has, for registration."""
         pool_dir = self.conf.hostagent.pool_dir
-        # The pool directory may not exist yet: its file system's space.
-        existing = pool_dir
-        while not os.path.exists(existing):
-            existing = os.path.dirname(existing)
         return dict(self.virt.facts(), host=self.host,
                     pool_dir=pool_dir,
-                    pool_free_gb=shutil.disk_usage(existing).free // GIB,
+                    pool_free_gb=pool_free_bytes(pool_dir) // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
                     resource_prefix=self.conf.hostagent.resource_prefix)
 
-    def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports):
+    def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
+                 interfaces, owner):
         """Facts, with this host's own mappings and BMC address applied to
-        a spec's, and what of them is missing or taken here."""
+        a spec's, and what of them is missing or taken here.
+
+        Also: the network driver, the pool's free space in bytes, and
+        ``foreign_interfaces``, [name, mark] of those of ``interfaces``
+        (names a deploy would create) that exist without the mark
+        ``owner`` (None: nothing is ours yet). Marks are interface
+        aliases, as the network driver sets them.
+        """
         facts = self.facts()
         mappings = dict(physnet_mappings, **facts['physnet_mappings'])
         address = facts['ipmi_address'] or ipmi_address
@@ -147,13 +168,19 @@ class HostAgentManager:
                 if not os.path.exists(os.path.join('/sys/class/net',
                                                    source))],
             busy_ports=[port for port in ipmi_ports
-                        if not udp_port_free(address, port)])
+                        if not udp_port_free(address, port)],
+            network_driver=self.conf.hostagent.network_driver,
+            pool_free_bytes=pool_free_bytes(facts['pool_dir']),
+            foreign_interfaces=[
+                [name, mark] for name, mark in (
+                    (name, interface_mark(name)) for name in interfaces)
+                if mark is not None and (owner is None or mark != owner)])
         return False, facts
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
-                ipmi_address, ipmi_ports):
+                ipmi_address, ipmi_ports, interfaces, owner):
         self._run(request_id, reply_to, self._inspect, physnet_mappings,
-                  ipmi_address, ipmi_ports)
+                  ipmi_address, ipmi_ports, interfaces, owner)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner):
         self._run(request_id, reply_to, self.virt.ensure_pool,

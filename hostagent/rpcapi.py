@@ -20,7 +20,8 @@ RPC_API_VERSION = '1.0'
 
 # Methods of API 1.0, with the keyword arguments each takes.
 METHODS = {
-    'inspect': ('physnet_mappings', 'ipmi_address', 'ipmi_ports'),
+    'inspect': ('physnet_mappings', 'ipmi_address', 'ipmi_ports',
+                'interfaces', 'owner'),
     'ensure_pool': ('name', 'path', 'owner'),
     'remove_pool': ('name', 'path', 'owner'),
     'ensure_volume': ('pool', 'name', 'capacity', 'fmt', 'owner'),

@@ -53,7 +53,8 @@ conductor_opts = [
     cfg.IntOpt('max_operations',
                default=8, min=1,
                help='Operations (deploys, teardowns) that run at the same '
-                    'time; more are refused until one ends.'),
+                    'time; more are accepted and wait, in the order they '
+                    'came, until one ends.'),
     cfg.IntOpt('agent_down_time',
                default=30, min=1,
                help='Seconds without a heartbeat after which a hostagent '
@@ -95,9 +96,6 @@ hostagent_opts = [
                      'chosen when the daemon starts and remembered in '
                      'state_dir, so that every state directory has a '
                      'daemon of its own.'),
-    cfg.IntOpt('workers',
-               default=32, min=1,
-               help='Requests the hostagent serves at the same time.'),
     cfg.IntOpt('heartbeat_interval',
                default=10, min=1,
                help='Seconds between the registrations a hostagent sends '

@@ -78,6 +78,23 @@ class PortRangeExhausted(NoValidHost):
                '%(needed)d port(s) needed, %(free)d free')
 
 
+class PoolSpaceExhausted(NoValidHost):
+    msg_fmt = ('Hypervisor %(host)s has too little space for the new '
+               'volumes: they need %(needed)s, its pool directory '
+               '%(pool_dir)s has %(free)s free')
+
+
+class NetworkDriverMismatch(NoValidHost):
+    msg_fmt = ('Hypervisor %(host)s runs the %(driver)s network driver, '
+               'but the spec asks for bridge_type %(bridge_type)s')
+
+
+class InterfaceConflict(TenksError):
+    """Interfaces a deploy would create exist and are not its own."""
+
+    msg_fmt = 'Interface names of this deploy are taken: %(conflicts)s'
+
+
 class CloudUnavailable(TenksError):
     msg_fmt = 'Cannot reach %(service)s at %(endpoint)s: %(reason)s'
 

@@ -37,13 +37,19 @@ class HostState:
         self.taken.update(n['bmc_port'] for n in recorded
                           if n['bmc_address'] == self.bmc_address)
         self.initially_free_ports = len(self.free_ports())
+        self.free_bytes = facts['pool_free_bytes']
+        self.initially_free_bytes = self.free_bytes
+        self.network_driver = facts['network_driver']
 
     def free_ports(self):
         return [port for port in self.ports
                 if port not in self.busy and port not in self.taken]
 
-    def refusal(self, node_type):
+    def refusal(self, spec, node_type):
         """Why this host cannot take a node of ``node_type``, or None."""
+        if self.network_driver != spec['bridge_type']:
+            return ('its network driver is %s, not the spec\'s bridge_type '
+                    '%s' % (self.network_driver, spec['bridge_type']))
         if self.facts['missing_interfaces']:
             return 'interface(s) %s missing' % ', '.join(
                 source for _, source in self.facts['missing_interfaces'])
@@ -51,13 +57,27 @@ class HostState:
             return 'no free IPMI port'
         if self.free_memory_mb < node_type['memory_mb']:
             return 'only %d MiB of memory left' % self.free_memory_mb
+        if self.free_bytes < volume_bytes(node_type):
+            return 'its pool has %s free, a node of this type needs %s' % (
+                show_bytes(self.free_bytes),
+                show_bytes(volume_bytes(node_type)))
         return None
 
     def take(self, node_type):
         port = self.free_ports()[0]
         self.taken.add(port)
         self.free_memory_mb -= node_type['memory_mb']
+        self.free_bytes -= volume_bytes(node_type)
         return port
+
+
+def show_bytes(size):
+    return '%.1f GiB (%d bytes)' % (size / 1024 ** 3, size)
+
+
+def volume_bytes(node_type):
+    """Bytes a node's volumes may take (qcow2 ones grow to it)."""
+    return sum(vol['capacity'] for vol in node_type['volumes'])
 
 
 def _free_names(prefix, taken):
@@ -90,6 +110,13 @@ def schedule(spec, facts, recorded):
              for _, f in sorted(facts.items())]
     taken_names = {n['name'] for n in recorded}
     taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
+    # Volume names are unique per cluster (its pool). spec.validate
+    # proves the cluster's own names distinct, but only for node indices
+    # below its count: names taken by other clusters push indices
+    # higher, so a name whose volumes clash is passed over here.
+    taken_volumes = {vol['name'] for n in recorded
+                     if n['cluster'] == spec['cluster']
+                     for vol in n['volumes']}
     name_pools = {}
     nodes = []
     for index, entry in enumerate(spec['specs']):
@@ -99,13 +126,19 @@ def schedule(spec, facts, recorded):
         have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
                    and n['spec_index'] == index)
         for _ in range(entry['count'] - have):
-            refusals = {h.name: h.refusal(node_type) for h in hosts}
+            refusals = {h.name: h.refusal(spec, node_type) for h in hosts}
             usable = [h for h in hosts if refusals[h.name] is None]
             if not usable:
-                _no_valid_host(spec, entry, hosts, refusals)
+                _no_valid_host(spec, entry, hosts, refusals, recorded)
             host = max(usable, key=lambda h: h.free_memory_mb)
             port = host.take(node_type)
-            name = next(pool)
+            while True:
+                name = next(pool)
+                volumes = [names.volume(name, entry['vol_name_prefix'], i)
+                           for i in range(len(node_type['volumes']))]
+                if taken_volumes.isdisjoint(volumes):
+                    taken_volumes.update(volumes)
+                    break
             nodes.append({
                 'uuid': str(uuidlib.uuid4()),
                 'cluster': spec['cluster'],
@@ -116,9 +149,10 @@ def schedule(spec, facts, recorded):
                 'vcpus': node_type['vcpus'],
                 'memory_mb': node_type['memory_mb'],
                 'volumes': [
-                    {'name': names.volume(name, entry['vol_name_prefix'], i),
-                     'capacity': vol['capacity'], 'format': vol['format']}
-                    for i, vol in enumerate(node_type['volumes'])],
+                    {'name': volume, 'capacity': vol['capacity'],
+                     'format': vol['format']}
+                    for volume, vol in zip(volumes, node_type['volumes'],
+                                           strict=True)],
                 'nics': [
                     {'physnet': physnet, 'mac': _new_mac(taken_macs),
                      'bridge': names.bridge(spec, physnet, host.prefix),
@@ -133,9 +167,14 @@ def schedule(spec, facts, recorded):
     return nodes
 
 
-def _no_valid_host(spec, entry, hosts, refusals):
+def _no_valid_host(spec, entry, hosts, refusals, recorded):
     what = 'a node of type %s (specs[%d])' % (
         entry['type'], spec['specs'].index(entry))
+    if len(hosts) == 1 and refusals[hosts[0].name].startswith(
+            'its network driver'):
+        raise exceptions.NetworkDriverMismatch(
+            host=hosts[0].name, driver=hosts[0].network_driver,
+            bridge_type=spec['bridge_type'])
     if len(hosts) == 1 and not hosts[0].free_ports():
         host = hosts[0]
         needed = sum(e['count'] for e in spec['specs'])
@@ -143,5 +182,70 @@ def _no_valid_host(spec, entry, hosts, refusals):
             start=spec['ipmi_port_range_start'],
             end=spec['ipmi_port_range_end'], host=host.name,
             needed=needed, free=host.initially_free_ports)
+    if len(hosts) == 1 and refusals[hosts[0].name].startswith('its pool'):
+        host = hosts[0]
+        raise exceptions.PoolSpaceExhausted(
+            host=host.name, pool_dir=host.facts['pool_dir'],
+            needed=show_bytes(_new_volume_bytes(spec, recorded)),
+            free=show_bytes(host.initially_free_bytes))
     raise exceptions.NoValidHost(what=what, reason='; '.join(
         '%s: %s' % item for item in sorted(refusals.items())))
+
+
+def _new_volume_bytes(spec, recorded):
+    """Bytes of the volumes of the nodes of ``spec`` not recorded yet."""
+    total = 0
+    for index, entry in enumerate(spec['specs']):
+        have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
+                   and n['spec_index'] == index)
+        total += max(entry['count'] - have, 0) * volume_bytes(
+            spec['node_types'][entry['type']])
+    return total
+
+
+def planned_interfaces(spec, plan):
+    """{host: {interface name: spec field it comes from}} of the
+    interfaces ``plan`` creates: bridges, uplink veths, node taps."""
+    wanted = {}
+    for host, setup in plan['hosts'].items():
+        names_here = wanted.setdefault(host, {})
+        for bridge in setup['bridges']:
+            names_here[bridge['name']] = 'bridge_prefix'
+            for veth in (bridge['uplink'] or {}).get('veth_names', ()):
+                names_here[veth] = 'bridge_prefix'
+    for node in plan['nodes']:
+        field = 'specs[%d].node_name_prefix' % node['spec_index']
+        for nic in node['nics']:
+            wanted.setdefault(node['hypervisor'], {})[nic['tap']] = field
+    return wanted
+
+
+def interface_conflicts(spec, plan, facts, recorded):
+    """Problems with the interfaces ``plan`` would create, each naming
+    the spec field, the interface, the host and who holds it.
+
+    ``facts``: {host: inspect result for planned_interfaces(...)};
+    ``recorded``: resources (dicts: cluster, hypervisor, kind, name) of
+    every cluster of this state database. A name recorded for another
+    cluster, or present on the host without this deployment's mark, is
+    taken; a bridge's uplink is recorded under the bridge's name.
+    """
+    wanted = planned_interfaces(spec, plan)
+    problems = []
+    for resource in recorded:
+        if resource['cluster'] == spec['cluster'] or resource['kind'] not in (
+                'bridge', 'uplink', 'port'):
+            continue
+        field = wanted.get(resource['hypervisor'], {}).get(resource['name'])
+        if field is not None:
+            problems.append('%s: %s %s on %s is recorded for cluster %s' % (
+                field, 'tap' if resource['kind'] == 'port' else 'bridge',
+                resource['name'], resource['hypervisor'],
+                resource['cluster']))
+    for host, names_here in sorted(wanted.items()):
+        for name, mark in facts[host]['foreign_interfaces']:
+            problems.append('%s: interface %s exists on %s %s' % (
+                names_here.get(name, '?'), name, host,
+                'with owner mark %r' % mark if mark
+                else 'without an owner mark'))
+    return list(dict.fromkeys(problems))

@@ -477,6 +477,8 @@ def _check_semantics(spec, physnets_explicit):
                 % (_path(['nova_flavors', i, 'resource_class']), rc,
                    ', '.join(sorted(classes)) or 'none'))
 
+    problems += _volume_name_clashes(specs, node_types or {})
+
     start = spec['ipmi_port_range_start']
     end = spec['ipmi_port_range_end']
     if _is_int(start) and _is_int(end):
@@ -494,3 +496,91 @@ def _check_semantics(spec, physnets_explicit):
                     '%d-%d has only %d ports (one per node)'
                     % (total, start, end, end - start + 1))
     return problems
+
+
+def _volume_name_clashes(specs, node_types):
+    """Problems where two volumes of the cluster could get one name.
+
+    A volume is named <node prefix><node index><vol prefix><volume
+    index> (tenks.names). Node names are unique (the scheduler never
+    gives one name twice), and a fresh cluster's node indices all lie
+    below N, the cluster's total count: the scheduler takes the lowest
+    free index of a prefix, and when it names its m-th node (m < N) at
+    most m names are taken, so one of the indices 0..m is free. So every
+    name the cluster can get is made from an index below N and a volume
+    index below its node type's volume count, and checking those, for
+    every pair of specs (a spec with itself included), finds every
+    clash. (Indices beyond N arise only from nodes recorded for other
+    clusters: the scheduler guards against those.) A name of spec i is
+    checked against spec j by parsing it: prefix, index, vol prefix,
+    volume index; the same node name from both sides is the same node.
+    """
+    entries = []
+    for node_spec in specs:
+        type_name = node_spec.get('type')
+        node_type = isinstance(type_name, str) and node_types.get(type_name)
+        prefixes = (node_spec.get('node_name_prefix'),
+                    node_spec.get('vol_name_prefix'))
+        volumes = isinstance(node_type, dict) and node_type.get('volumes')
+        if not all(isinstance(p, str) for p in prefixes) or not (
+                isinstance(volumes, list) and volumes):
+            entries.append(None)  # nothing to name, or reported already
+            continue
+        entries.append((*prefixes, len(volumes)))
+    total = sum(s['count'] for s in specs
+                if _is_int(s.get('count')) and s['count'] > 0)
+    problems = []
+    for j, second in enumerate(entries):
+        for i, first in enumerate(entries[:j + 1]):
+            if first is None or second is None:
+                continue
+            clash = _first_clash(first, second, total)
+            if clash is not None:
+                node, volume, other = clash
+                problems.append(
+                    'specs[%d].vol_name_prefix: volume %s of node %s '
+                    '(node_name_prefix %r, vol_name_prefix %r) has the '
+                    'name of a volume of node %s of specs[%d] '
+                    '(node_name_prefix %r, vol_name_prefix %r): change '
+                    'one of the prefixes' % (
+                        j, volume, other, second[0], second[1], node, i,
+                        first[0], first[1]))
+    return problems
+
+
+def _first_clash(first, second, total):
+    """(node of ``first``, volume name, node of ``second``) sharing a
+    volume name, or None; each is (node prefix, vol prefix, volumes)."""
+    node_prefix, vol_prefix, volumes = first
+    node_prefix2, vol_prefix2, volumes2 = second
+    if not (node_prefix.startswith(node_prefix2)
+            or node_prefix2.startswith(node_prefix)):
+        return None  # names start with their node prefix
+    if node_prefix == node_prefix2 and not (
+            vol_prefix[:1].isdigit() or vol_prefix2[:1].isdigit()):
+        # The index is the whole run of digits after the prefix: equal
+        # names then come from one node.
+        return None
+    for index in range(total):
+        node = '%s%d' % (node_prefix, index)
+        for vol_index in range(volumes):
+            name = '%s%s%d' % (node, vol_prefix, vol_index)
+            other = _parse_volume(name, node_prefix2, vol_prefix2,
+                                  volumes2, total)
+            if other is not None and other != node:
+                return node, name, other
+    return None
+
+
+def _parse_volume(name, node_prefix, vol_prefix, volumes, total):
+    """The node whose volume ``name`` would be, or None."""
+    if not name.startswith(node_prefix):
+        return None
+    rest = name[len(node_prefix):]
+    for vol_index in range(volumes):
+        suffix = '%s%d' % (vol_prefix, vol_index)
+        index = rest[:-len(suffix)]
+        if (rest.endswith(suffix) and index.isdigit()
+                and index == str(int(index)) and int(index) < total):
+            return node_prefix + index
+    return None

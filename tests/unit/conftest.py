@@ -23,6 +23,7 @@ def hypervisor(monkeypatch):
         lambda namespace, name, conf: drivers[namespace](conf, hv))
     monkeypatch.setattr(manager, 'udp_port_free',
                         lambda address, port: port not in hv.busy_ports)
+    monkeypatch.setattr(manager, 'interface_mark', hv.interfaces.get)
     return hv
 
 

@@ -19,6 +19,9 @@ class Hypervisor:
         self.calls = collections.Counter()
         self.removed = []
         self.busy_ports = set()
+        # Interfaces on the host that the drivers did not make: {name:
+        # alias}.
+        self.interfaces = {}
 
     def ensure(self, kind, name, value=True):
         self.calls['ensure_' + kind] += 1

@@ -1,11 +1,16 @@
+import pytest
 from taskflow import task
+from taskflow.types import failure
 
 from conductor import plans
+from flows import base
 from flows import deploy
 from flows import post_deploy
+from flows import records
 from flows import registration
-from flows import teardown
+from tenks import exceptions
 from tenks import scheduler
+from tests.unit import fakes
 from tests.unit.conftest import make_spec
 from tests.unit.test_scheduler import facts
 
@@ -41,18 +46,139 @@ def test_deploy_flow_has_a_task_per_resource_with_stable_names():
         sorted(n for n in names if n.startswith(('pool', 'bridge'))))
 
 
-def test_every_task_reverts_or_says_why_not():
-    flows = [deploy.get_deploy_flow(plan(count=1,
-                                         physnet_mappings={'physnet1': 'e'})),
-             teardown.get_teardown_flow('unit', [
-                 {'hypervisor': 'hv1', 'kind': 'bmc', 'name': 'tk0',
-                  'remove_args': {'domain': 'tk0'}}])]
-    for flow in flows:
-        for t in all_tasks(flow):
-            revert = type(t).revert
-            assert revert is not task.Task.revert, t.name
-            assert any('Reversion strategy' in (cls.__doc__ or '')
-                       for cls in type(t).__mro__), t.name
+def deployable(conductor, count=2, **top):
+    """A scheduled cluster, recorded as submit_deploy records it, and its
+    deploy flow's tasks in the order a linear run executes them."""
+    spec = make_spec(count=count, physnet_mappings={'physnet1': 'eth1'},
+                     **top)
+    host = {'hv1': facts(mappings=spec['physnet_mappings'])}
+    conductor.db.save_cluster(spec['cluster'], spec,
+                              records.CLUSTER_SCHEDULED)
+    conductor.db.add_nodes(scheduler.schedule(spec, host, []))
+    nodes = [n.as_dict() for n in conductor.db.list_nodes()]
+    return all_tasks(deploy.get_deploy_flow(
+        plans.deploy_plan(spec, nodes, host)))
+
+
+def state(conductor, hv):
+    """Everything a task may change: the hypervisor and the records."""
+    db = conductor.db
+    return (dict(hv.things),
+            sorted((r.kind, r.name, r.state)
+                   for r in db.list_resources('unit')),
+            sorted((n.name, n.state) for n in db.list_nodes()),
+            getattr(db.get_cluster('unit'), 'state', None))
+
+
+def run(t, store):
+    """Execute ``t`` with its arguments from ``store``; return result."""
+    args = {name: store[key] for name, key in t.rebind.items()}
+    result = t.execute(**args)
+    for name in t.provides:
+        store[name] = result
+    return result, args
+
+
+STORE = {base.OPERATION_ID: 'op-1', base.CLUSTER: 'unit'}
+
+
+def test_each_hypervisor_task_makes_one_thing_and_its_revert_undoes_it(
+        conductor, hypervisor):
+    store = dict(STORE)
+    for t in deployable(conductor):
+        before = state(conductor, hypervisor)
+        result, args = run(t, store)
+        if isinstance(t, base.EnsureResource):
+            made = set(hypervisor.things) - set(before[0])
+            assert made == {(t.kind, t.resource if t.kind != 'bmc'
+                             else t.ensure_args['domain'])}, t.name
+            assert result['new'] and result['changed']
+            assert conductor.db.get_resource('hv1', t.kind,
+                                             t.resource).state == 'present'
+            t.revert(result=result, **args)
+            assert state(conductor, hypervisor) == before, t.name
+            # Again, to go on with what the next tasks need (as a new
+            # operation: the agent answers a request id it has seen
+            # from its memory).
+            run(t, dict(store, operation_id='op-again'))
+    assert hypervisor.names('domain') == ['tk0', 'tk1']
+
+
+def test_reverting_a_rerun_keeps_what_was_there(conductor, hypervisor):
+    store = dict(STORE)
+    tasks = deployable(conductor, count=1)
+    for t in tasks:
+        run(t, store)
+    deployed = state(conductor, hypervisor)
+    store[base.OPERATION_ID] = 'op-2'
+    for t in tasks:
+        if isinstance(t, base.EnsureResource):
+            result, args = run(t, store)
+            assert result == {'changed': False, 'new': False,
+                              **({'mac': result['mac']}
+                                 if t.kind == 'bridge' else {})}
+            t.revert(result=result, **args)
+    assert state(conductor, hypervisor) == deployed
+
+
+def test_a_failed_task_removes_only_what_it_began(conductor, hypervisor):
+    store = dict(STORE)
+    tasks = deployable(conductor, count=1)
+    domain = next(t for t in tasks if t.name == 'domain:hv1:tk0')
+    for t in tasks[:tasks.index(domain)]:
+        run(t, store)
+    before = state(conductor, hypervisor)
+    # Somebody else's domain of that name: not adopted, not removed.
+    hypervisor.fail[('domain', 'tk0')] = fakes.conflict('domain', 'tk0')
+    with pytest.raises(exceptions.ResourceConflict):
+        run(domain, store)
+    domain.revert(result=failure.Failure.from_exception(
+        exceptions.ResourceConflict(kind='d', name='tk0', owner='o',
+                                    reason='r')), **STORE)
+    assert state(conductor, hypervisor) == before
+    assert hypervisor.calls['remove_domain'] == 0
+    # Our own attempt that failed half way (recorded 'creating'): its
+    # revert asks the agent to remove it and forgets the record.
+    hypervisor.fail[('domain', 'tk0')] = exceptions.DriverError(
+        driver='fake', action='define', reason='boom')
+    store[base.OPERATION_ID] = 'op-2'
+    with pytest.raises(exceptions.DriverError):
+        run(domain, store)
+    assert conductor.db.get_resource('hv1', 'domain',
+                                     'tk0').state == 'creating'
+    domain.revert(result=None, operation_id='op-2', cluster='unit')
+    assert state(conductor, hypervisor) == before
+    assert hypervisor.calls['remove_domain'] == 1
+
+
+def test_node_and_cluster_records_are_restored(conductor, hypervisor):
+    store = dict(STORE)
+    tasks = deployable(conductor, count=1)
+    for t in tasks:
+        run(t, store)
+    deployed = state(conductor, hypervisor)
+    # On a deployed cluster, StartNode then FinishNode, reverted in the
+    # reverse order, leave the node deployed.
+    start, finish = [t for t in tasks if isinstance(
+        t, (records.StartNode, records.FinishNode))]
+    started, start_args = run(start, store)
+    finished, finish_args = run(finish, store)
+    finish.revert(result=finished, **finish_args)
+    start.revert(result=started, **start_args)
+    assert state(conductor, hypervisor) == deployed
+
+
+def test_reverting_a_new_cluster_forgets_its_records(conductor, hypervisor):
+    store = dict(STORE)
+    tasks = deployable(conductor, count=1)
+    mark, start = tasks[0], next(t for t in tasks
+                                 if isinstance(t, records.StartNode))
+    marked, mark_args = run(mark, store)
+    started, start_args = run(start, store)
+    start.revert(result=started, **start_args)
+    mark.revert(result=marked, **mark_args)
+    assert conductor.db.get_cluster('unit') is None
+    assert conductor.db.list_nodes() == []
 
 
 def test_mapped_physnet_gets_an_uplink():

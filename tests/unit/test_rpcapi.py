@@ -1,26 +1,153 @@
-"""Client and server sides of each RPC API stay in step."""
+"""Client and server sides of each RPC API stay in step: every client
+method reaches a manager method that takes exactly what it sends, at a
+version the server serves."""
 
 import inspect
+
+import pytest
+from oslo_utils import versionutils
 
 from conductor import manager as conductor_manager
 from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager as hostagent_manager
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import rpc
 
 
-def test_conductor_versions_match():
-    assert (conductor_manager.ConductorManager.target.version
-            == conductor_rpcapi.RPC_API_VERSION)
+class RecordingClient:
+    """Stands in for an oslo.messaging RPCClient; records each message."""
+
+    def __init__(self, sent, **options):
+        self.sent = sent
+        self.options = options
+
+    def prepare(self, **options):
+        return RecordingClient(self.sent, **dict(self.options, **options))
+
+    def call(self, context, method, **kwargs):
+        self.sent.append(('call', method, kwargs, self.options))
+
+    def cast(self, context, method, **kwargs):
+        self.sent.append(('cast', method, kwargs, self.options))
 
 
-def test_hostagent_versions_match():
-    assert (hostagent_manager.HostAgentManager.target.version
-            == hostagent_rpcapi.RPC_API_VERSION)
+class Bus:
+
+    def __init__(self):
+        self.sent = []
+
+    def get_client(self, topic, version):
+        return RecordingClient(self.sent, topic=topic, version=version)
 
 
-def test_hostagent_methods_match_the_manager():
-    for method, kwargs in hostagent_rpcapi.METHODS.items():
-        handler = getattr(hostagent_manager.HostAgentManager, method)
-        params = list(inspect.signature(handler).parameters)
-        assert params == ['self', 'context', 'request_id', 'reply_to',
-                          *kwargs], method
+def public_methods(cls):
+    return {name: member for name, member in vars(cls).items()
+            if inspect.isfunction(member) and not name.startswith('_')}
+
+
+def fill(function, skip=0):
+    """Distinct values for every parameter of ``function``."""
+    params = list(inspect.signature(function).parameters)[1 + skip:]
+    return {name: 'value-of-%s' % name for name in params}
+
+
+def undecorated(handler):
+    """The function under messaging.expected_exceptions, which keeps it
+    in its closure (it does not set __wrapped__)."""
+    for cell in handler.__closure__ or ():
+        if inspect.isfunction(cell.cell_contents):
+            return undecorated(cell.cell_contents)
+    return handler
+
+
+def assert_accepts_exactly(handler, kwargs):
+    """``handler(self, context, **kwargs)`` binds, and every parameter
+    it has is sent: nothing missing, nothing extra, nothing defaulted
+    by accident."""
+    signature = inspect.signature(undecorated(handler))
+    signature.bind(None, {}, **kwargs)  # raises TypeError on a mismatch
+    assert set(signature.parameters) - {'self', 'context'} == set(kwargs), (
+        handler.__name__)
+
+
+def sent_by(api_class, method, args, bus):
+    bus.sent.clear()
+    getattr(api_class(bus), method)(**args)
+    [message] = bus.sent
+    return message
+
+
+def test_every_conductor_client_method_reaches_its_handler():
+    bus = Bus()
+    reached = set()
+    for name, method in public_methods(conductor_rpcapi.ConductorAPI).items():
+        kind, target, kwargs, options = sent_by(
+            conductor_rpcapi.ConductorAPI, name, fill(method), bus)
+        handler = getattr(conductor_manager.ConductorManager, target)
+        assert_accepts_exactly(handler, kwargs)
+        assert options['topic'] == rpc.CONDUCTOR_TOPIC
+        # Served by this server's version.
+        assert versionutils.is_compatible(
+            options['version'], conductor_manager.RPC_API_VERSION)
+        reached.add(target)
+    # No handler that no client method reaches.
+    assert reached == set(public_methods(conductor_manager.ConductorManager))
+
+
+def test_results_from_hostagents_go_back_to_the_conductor_waiting():
+    bus = Bus()
+    kind, _, kwargs, options = sent_by(
+        conductor_rpcapi.ConductorAPI, 'report_result', dict(
+            conductor='c1', request_id='r', host='hv1', result={}),
+        bus)
+    assert (kind, options['server']) == ('cast', 'c1')
+    assert 'conductor' not in kwargs
+
+
+@pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
+def test_every_hostagent_request_reaches_its_handler(method):
+    bus = Bus()
+    args = {name: 'value-of-%s' % name
+            for name in hostagent_rpcapi.METHODS[method]}
+    hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', method, 'req', 'c1',
+                                            **args)
+    [(kind, target, kwargs, options)] = bus.sent
+    assert (kind, target, options['server']) == ('cast', method, 'hv1')
+    assert options['topic'] == rpc.HOSTAGENT_TOPIC
+    assert versionutils.is_compatible(options['version'],
+                                      hostagent_manager.RPC_API_VERSION)
+    assert kwargs == dict(args, request_id='req', reply_to='c1')
+    handler = getattr(hostagent_manager.HostAgentManager, method)
+    assert_accepts_exactly(handler, kwargs)
+
+
+def test_hostagent_client_refuses_what_the_agent_would_not_take():
+    bus = Bus()
+    api = hostagent_rpcapi.HostAgentAPI(bus)
+    with pytest.raises(TypeError) as raised:
+        api.cast('hv1', 'remove_bridge', 'req', 'c1', name='br0')
+    assert "remove_bridge takes ['name', 'owner']" in str(raised.value)
+    with pytest.raises(KeyError):
+        api.cast('hv1', 'reboot', 'req', 'c1')
+    assert bus.sent == []
+
+
+def test_every_hostagent_handler_is_in_the_api():
+    handlers = {name for name in public_methods(
+        hostagent_manager.HostAgentManager)
+        if 'request_id' in inspect.signature(getattr(
+            hostagent_manager.HostAgentManager, name)).parameters}
+    assert handlers == set(hostagent_rpcapi.METHODS)
+
+
+def test_versions_agree_with_the_history():
+    for api, manager in ((conductor_rpcapi, conductor_manager),
+                         (hostagent_rpcapi, hostagent_manager)):
+        server = {c.target.version for c in vars(manager).values()
+                  if isinstance(c, type) and hasattr(c, 'target')}
+        assert server == {api.RPC_API_VERSION}
+        # The newest version in the docstring's history is the current.
+        history = [line.split(' - ')[0].lstrip('* ')
+                   for line in api.__doc__.splitlines()
+                   if line.startswith('* ') and ' - ' in line]
+        assert history[-1] == api.RPC_API_VERSION

@@ -6,11 +6,14 @@ from tests.unit.conftest import make_spec
 
 
 def facts(host='hv1', memory_mb=4096, busy=(), missing=(), prefix='',
-          address='127.0.0.1', mappings=None):
+          address='127.0.0.1', mappings=None, free=1024 ** 4,
+          driver='linuxbridge', foreign=()):
     return {'host': host, 'memory_mb': memory_mb, 'busy_ports': list(busy),
             'missing_interfaces': [('physnet1', m) for m in missing],
             'pool_dir': '/p', 'ipmi_address': address,
-            'resource_prefix': prefix, 'physnet_mappings': mappings or {}}
+            'resource_prefix': prefix, 'physnet_mappings': mappings or {},
+            'pool_free_bytes': free, 'network_driver': driver,
+            'foreign_interfaces': [list(f) for f in foreign]}
 
 
 def test_names_ports_and_macs():

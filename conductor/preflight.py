@@ -1,0 +1,42 @@
+"""Checks made with the hypervisors before a deploy creates anything.
+
+The scheduler has placed the new nodes on the facts of a first
+``inspect``; this checks every hypervisor of the plan, and asks each
+whether the interfaces the deploy would create there are free.
+"""
+
+import uuid
+
+from conductor import plans
+from tenks import exceptions
+from tenks import scheduler
+
+
+def check_hosts(agents, spec, facts, nodes, resources, owner):
+    """Raise NetworkDriverMismatch if a host of the plan (new nodes or
+    not) runs another network driver than the spec's bridge_type, and
+    InterfaceConflict if an interface the deploy of ``spec`` would
+    create is taken: recorded for another cluster (``resources``, dicts
+    of every cluster), or on its host without the mark ``owner`` (None:
+    the deployment owns nothing yet).
+
+    ``facts``: {host: first inspect result}; ``nodes``: every node of
+    the cluster, recorded or just scheduled.
+    """
+    plan = plans.deploy_plan(spec, nodes, facts)
+    for host in sorted(plan['hosts']):
+        if facts[host]['network_driver'] != spec['bridge_type']:
+            raise exceptions.NetworkDriverMismatch(
+                host=host, driver=facts[host]['network_driver'],
+                bridge_type=spec['bridge_type'])
+    wanted = scheduler.planned_interfaces(spec, plan)
+    found = {
+        host: agents.request(
+            host, 'inspect', 'inspect/%s' % uuid.uuid4(),
+            physnet_mappings=spec['physnet_mappings'],
+            ipmi_address=spec['ipmi_address'], ipmi_ports=[],
+            interfaces=sorted(interfaces), owner=owner)
+        for host, interfaces in sorted(wanted.items())}
+    problems = scheduler.interface_conflicts(spec, plan, found, resources)
+    if problems:
+        raise exceptions.InterfaceConflict(conflicts='; '.join(problems))
