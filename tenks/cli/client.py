@@ -179,7 +179,7 @@ class StateReader:
             self.conf.conductor.database_connection
             or db_api.default_url(self.conf.state_dir))
         if (engine.url.get_backend_name() == 'sqlite'
-                and not os.path.exists(engine.url.database)):
+                and not os.path.exists(engine.url.database or '')):
             engine.dispose()
         else:
             self.db = db_api.StateDB(engine)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tenks import exceptions
+from tenks.cli import client
 from tenks.cli import commands
 from tenks.cli import main
 
@@ -206,3 +207,22 @@ def test_validate_accepts_tenks_override_files(tenks):
         '%s: ignored: ansible_python_interpreter, '
         'python_upper_constraints_url (they only steer the Ansible-based '
         'Tenks)\n' % (data / 'ansible-ci-overrides.yml'))
+
+
+def test_transport_url_from_config_files_or_environment(tmp_path,
+                                                         monkeypatch):
+    monkeypatch.delenv('TENKS_TRANSPORT_URL', raising=False)
+    config = write(tmp_path, 'tenks.conf',
+                   '[DEFAULT]\ntransport_url = rabbit://u:p@192.0.2.1:5672/\n')
+    app = main.TenksApp()
+    app.options = app.parser.parse_args(['--config-file', str(config)])
+    assert client.transport_url(app.conf) == 'rabbit://u:p@192.0.2.1:5672/'
+    monkeypatch.setenv('TENKS_TRANSPORT_URL', 'rabbit://other/')
+    assert client.transport_url(app.conf) == 'rabbit://other/'
+
+    monkeypatch.delenv('TENKS_TRANSPORT_URL')
+    app = main.TenksApp()
+    app.options = app.parser.parse_args([])
+    assert client.transport_url(app.conf) is None
+    assert isinstance(client.connect(app.conf, read_only=True),
+                      client.StateReader)
