@@ -56,6 +56,15 @@ class OperationNotFound(TenksError):
     msg_fmt = 'No operation %(id)s'
 
 
+class NodeNotFound(TenksError):
+    msg_fmt = 'No node named %(node)s or with that UUID%(where)s'
+
+
+class NodeAmbiguous(TenksError):
+    msg_fmt = ('%(count)d nodes are named %(node)s (%(matches)s): name '
+               'the cluster with --cluster, or use the node\'s UUID')
+
+
 class HypervisorNotFound(TenksError):
     msg_fmt = 'No hypervisor %(host)s has registered'
 

@@ -9,6 +9,7 @@ import collections.abc
 import copy
 import difflib
 import ipaddress
+import logging
 import re
 
 import jsonschema
@@ -18,7 +19,11 @@ import yaml
 from tenks import exceptions
 from tenks import units
 
+LOG = logging.getLogger(__name__)
+
 TOP_LEVEL = '(top level)'
+# The Ansible-based Tenks deploys one cluster and has no name for it.
+DEFAULT_CLUSTER = 'default'
 _STANDARD_TRAITS = frozenset(os_traits.get_traits())
 
 
@@ -26,6 +31,22 @@ def _pattern(regex, description, **extra):
     # '\Z' rather than '$', which would accept a trailing newline.
     return dict(type='string', pattern=regex + r'\Z',
                 description=description, **extra)
+
+
+def _unsupported(feature):
+    """A key of the Ansible-based Tenks for a feature not built yet."""
+    return {'not': {}, 'x-unsupported': feature}
+
+
+def _hypervisor_option(option):
+    """A key the Ansible-based Tenks reads per hypervisor, which is an
+    option of each hostagent here."""
+    return {'not': {}, 'x-hypervisor-option': option}
+
+
+# Keys that only steer the Ansible-based Tenks (its playbooks, its
+# virtualenv, its state file): accepted, warned about, then dropped.
+_ANSIBLE_ONLY = {'x-ansible-only': True}
 
 
 _PHYSNET_LIST = {
@@ -41,6 +62,9 @@ _VOLUME = {
     'properties': {
         'capacity': {'type': ['integer', 'string'], 'format': 'capacity'},
         'format': {'enum': ['qcow2', 'raw'], 'default': 'qcow2'},
+        'device': {'enum': ['disk'], 'x-not-supported-yet': ['cdrom']},
+        'image': _unsupported('a volume made from an image'),
+        'backing_image': _unsupported('a volume made from an image'),
     },
 }
 
@@ -57,6 +81,12 @@ _NODE_TYPE = {
         'physical_networks': dict(_PHYSNET_LIST, default=[]),
         # Default: the top-level default_ironic_driver.
         'ironic_driver': _IRONIC_DRIVER,
+        # The serial console is always logged (see the README).
+        'console_log_enabled': {
+            'enum': [True], 'x-not-supported-yet': [False],
+            'x-note': 'the serial console is always logged'},
+        'cpu_mode': _unsupported('choosing the CPU mode'),
+        'machine': _unsupported('choosing the machine type'),
     },
 }
 
@@ -133,12 +163,13 @@ SCHEMA = {
     '$schema': 'https://json-schema.org/draft/2020-12/schema',
     'type': 'object',
     'additionalProperties': False,
-    'required': ['cluster', 'node_types', 'specs'],
+    'required': ['node_types', 'specs'],
+    'patternProperties': {'^ansible_': _ANSIBLE_ONLY},
     'properties': {
         'cluster': _pattern(
             '^[a-z0-9][a-z0-9-]{0,30}',
             "1 to 31 lowercase letters, digits or '-', not starting "
-            "with '-'"),
+            "with '-'", default=DEFAULT_CLUSTER),
         'node_types': {
             'type': 'object',
             'minProperties': 1,
@@ -177,7 +208,22 @@ SCHEMA = {
         'ipmi_password': {'type': 'string', 'minLength': 1,
                           'default': 'password'},
         'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
+        # true: KVM, as libvirt_domain_type kvm (see _normalise).
+        'libvirt_require_vt': {'type': 'boolean'},
         'default_ironic_driver': dict(_IRONIC_DRIVER, default='ipmi'),
+        # Which emulator serves the BMCs of each Ironic driver's nodes.
+        'bmc_emulators': {
+            'type': 'object',
+            'additionalProperties': False,
+            'patternProperties': {
+                '^[a-z]+_ipmitool$': {'enum': ['virtualbmc']},
+            },
+            'properties': {
+                'ipmi': {'enum': ['virtualbmc']},
+                # Redfish nodes are refused (ironic_driver) until built.
+                'redfish': {'enum': ['sushy-tools']},
+            },
+        },
         # The nodes are BIOS machines (UEFI comes with firmware support).
         'default_boot_mode': {'enum': ['bios'],
                               'x-not-supported-yet': ['uefi'],
@@ -189,6 +235,18 @@ SCHEMA = {
         'wait_for_placement': {'type': 'boolean', 'default': False},
         'placement_timeout': {'type': 'integer', 'minimum': 1,
                               'default': 150},
+        'redfish_address': _unsupported('Redfish'),
+        'redfish_username': _unsupported('Redfish'),
+        'redfish_password': _unsupported('Redfish'),
+        'log_directory': _hypervisor_option('console_log_dir'),
+        'libvirt_local_uri': _hypervisor_option('libvirt_uri'),
+        'libvirt_pool_path': _hypervisor_option('pool_dir'),
+        'cmd': _ANSIBLE_ONLY,
+        'virtualenv_path': _ANSIBLE_ONLY,
+        'python_upper_constraints_url': _ANSIBLE_ONLY,
+        'system_requirements': _ANSIBLE_ONLY,
+        'allocations_file_path': _ANSIBLE_ONLY,
+        'state_file_path': _ANSIBLE_ONLY,
     },
 }
 
@@ -288,6 +346,14 @@ def validate(data, source='<spec>'):
                     key=lambda e: _position(data, e.absolute_path))
     problems = [p for error in errors for p in _describe(error)]
     if isinstance(data, dict):
+        ignored = [key for key in data if _ansible_only(key)]
+        if ignored:
+            LOG.warning('%s: ignored: %s (they only steer the '
+                        'Ansible-based Tenks)', source, ', '.join(ignored))
+        if data.get('libvirt_require_vt') is True and data.get(
+                'libvirt_domain_type') == 'qemu':
+            problems.append('libvirt_require_vt: true asks for KVM, but '
+                            'libvirt_domain_type is qemu')
         spec = _normalise(data)
         problems += _check_semantics(spec, 'physical_networks' in data)
     if problems:
@@ -297,6 +363,16 @@ def validate(data, source='<spec>'):
         for volume in node_type['volumes']:
             volume['capacity'] = units.parse_capacity(volume['capacity'])
     return spec
+
+
+def _ansible_only(key):
+    schema = SCHEMA['properties'].get(key)
+    if schema is None:
+        schema = next((sub for pattern, sub in
+                       SCHEMA['patternProperties'].items()
+                       if isinstance(key, str) and re.search(pattern, key)),
+                      None)
+    return schema is _ANSIBLE_ONLY
 
 
 def _position(data, path):
@@ -342,8 +418,10 @@ def _describe(error):
                 % (where, value, schema['description'])]
     if kind == 'additionalProperties':
         known = schema.get('properties', {})
+        patterns = schema.get('patternProperties', {})
         return ['%s: unknown key %r%s' % (where, key, _suggest(key, known))
-                for key in value if key not in known]
+                for key in value if key not in known and not any(
+                    re.search(p, str(key)) for p in patterns)]
     if kind == 'required':
         return ['%s: missing required key %r' % (where, key)
                 for key in error.validator_value if key not in value]
@@ -356,10 +434,20 @@ def _describe(error):
             _show(value))
         if expected == ['string'] and isinstance(value, (int, float)):
             problem += ' (put it in quotes)'
+    elif kind == 'not' and 'x-unsupported' in schema:
+        problem = '%s is not supported yet' % schema['x-unsupported']
+    elif kind == 'not' and 'x-hypervisor-option' in schema:
+        problem = ('set per hypervisor here, as [hostagent] %s in the '
+                   'configuration of its hostagent, not in the spec'
+                   % schema['x-hypervisor-option'])
     elif kind == 'enum':
         if value in schema.get('x-not-supported-yet', ()):
-            problem = '%r is not supported yet (supported: %s)' % (
-                value, ', '.join(map(str, error.validator_value)))
+            problem = '%s is not supported yet (supported: %s)' % (
+                _literal(value), ', '.join(
+                    _literal(v) if isinstance(v, bool) else str(v)
+                    for v in error.validator_value))
+            if 'x-note' in schema:
+                problem += ': ' + schema['x-note']
         else:
             problem = '%s is not one of: %s' % (
                 _show(value), ', '.join(map(str, error.validator_value)))
@@ -380,14 +468,23 @@ def _describe(error):
     return ['%s: %s' % (where, problem)]
 
 
+def _literal(value):
+    """``value`` as YAML writes it: true, false, 'text', 12."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
 def _suggest(key, known):
     close = difflib.get_close_matches(str(key), list(known), n=1)
     return ' (did you mean %r?)' % close[0] if close else ''
 
 
 def _normalise(data):
-    """A copy of ``data`` with every default filled in."""
-    spec = copy.deepcopy(data)
+    """A copy of ``data`` with every default filled in, and the keys of
+    the Ansible-based Tenks that only steer Ansible left out."""
+    spec = {key: copy.deepcopy(value) for key, value in data.items()
+            if not _ansible_only(key)}
+    if spec.pop('libvirt_require_vt', None) is True:
+        spec.setdefault('libvirt_domain_type', 'kvm')
     _fill_defaults(spec, SCHEMA)
     mappings = spec['physnet_mappings']
     spec.setdefault('physical_networks',

@@ -1,13 +1,21 @@
-"""Time deploy, no-change re-run and teardown of real clusters.
+"""Time the CLI's start-up, and deploy, no-change re-run and teardown of
+real clusters.
 
-Runs the ``tenks`` command (embedded mode, real libvirt, virtualbmc and
-Linux bridges) the way a user does, for each cluster size, and prints
+Start-up: medians of a bare Python start, ``tenks --version``, ``tenks
+--help`` and a read-only command (``node list`` in embedded mode, on an
+existing state database), with how much each costs over the bare start
+and the budget it must keep.
+
+Then runs the ``tenks`` command (embedded mode, real libvirt, virtualbmc
+and Linux bridges) the way a user does, for each cluster size, and prints
 medians of the whole command's wall-clock time and of the time inside the
 command (the operation with its conductor and hostagent, without Python's
 start-up, imports and exit), next to the Ansible-based Tenks measured on
-the same kind of machine. Needs root and tools/setup.sh done.
+the same kind of machine. Needs root and tools/setup.sh done (not for
+--startup-only).
 
     .venv/bin/python tools/benchmark.py [--sizes 1 8] [--runs 3]
+    .venv/bin/python tools/benchmark.py --startup-only
 """
 
 import argparse
@@ -25,6 +33,9 @@ TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
 
 # Ansible Tenks on these machines (seconds): deploy, re-run, teardown.
 ANSIBLE = {1: (37, None, None), 8: (66, 54, 40)}
+
+# Seconds each may take over a bare Python start (issue 8).
+STARTUP_BUDGET = {'--version': 0.15, '--help': 0.15, 'node list': 0.4}
 
 
 def spec(size, cluster):
@@ -55,12 +66,60 @@ def timed(*args):
     return elapsed, inside
 
 
+def wall(command, runs, env):
+    """Median, min and max wall-clock seconds of ``command``."""
+    times = []
+    for _ in range(runs):
+        started = time.monotonic()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                       env=env)
+        times.append(time.monotonic() - started)
+    return statistics.median(times), min(times), max(times)
+
+
+def startup(tmp, runs):
+    """Print the start-up figures of the CLI."""
+    # A state database as a first deploy leaves it (with no nodes).
+    from tenks.db import api as db_api
+    state = os.path.join(tmp, 'startup-state')
+    os.makedirs(state, mode=0o700)
+    db_api.StateDB(db_api.create_engine(db_api.default_url(state)))
+    # Embedded mode, whatever this shell says.
+    env = dict(os.environ)
+    env.pop('TENKS_TRANSPORT_URL', None)
+    commands = {
+        'python -c pass': [sys.executable, '-c', 'pass'],
+        '--version': [TENKS, '--version'],
+        '--help': [TENKS, '--help'],
+        'node list': [TENKS, '--state-dir', state, 'node', 'list'],
+    }
+    print('%-16s %8s %11s %8s %8s' % ('start-up', 'median s', 'min-max s',
+                                      'over s', 'budget'))
+    bare = None
+    for name, command in commands.items():
+        median, low, high = wall(command, runs, env)
+        bare = median if bare is None else bare
+        budget = STARTUP_BUDGET.get(name)
+        print('%-16s %8.3f %5.3f-%-5.3f %8.3f %8s' % (
+            name if name.startswith('python') else 'tenks ' + name,
+            median, low, high, median - bare,
+            '%.2f' % budget if budget else '-'))
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--sizes', type=int, nargs='+', default=[1, 8])
     parser.add_argument('--runs', type=int, default=3)
+    parser.add_argument('--startup-runs', type=int, default=11)
+    parser.add_argument('--startup-only', action='store_true',
+                        help='Only the start-up figures (no root needed).')
     args = parser.parse_args()
 
+    with tempfile.TemporaryDirectory(prefix='tenks-bench-') as tmp:
+        startup(tmp, args.startup_runs)
+    if args.startup_only:
+        return
     print('%-6s %-10s %10s %10s %10s  %s' % (
         'nodes', 'phase', 'command s', 'min-max s', 'inside s',
         'Ansible Tenks s'))

@@ -1,38 +1,53 @@
-"""What the CLI talks to: a running conductor, or an embedded one.
+"""What the CLI talks to: a running conductor, an embedded one, or the
+state database alone.
 
 With a transport URL (``transport_url`` in a ``--config-file``, or the
 TENKS_TRANSPORT_URL environment variable) the CLI is a client of the
-conductor's RPC API; without one it runs a conductor and a local
-hostagent in its own process for the length of the command.
+conductor's RPC API. Without one, a command that changes something runs
+a conductor and a local hostagent in its own process for its length,
+and a command that only reads opens the state database and nothing
+else. Each path imports its heavy modules (oslo.messaging, TaskFlow,
+SQLAlchemy) only when it is taken, so that the CLI starts fast.
 """
 
 import os
 import time
 
-from oslo_config import cfg
-
-from conductor import rpcapi
-from tenks import embedded
 from tenks import exceptions
-from tenks import notifier
-from tenks import rpc
 
 TRANSPORT_URL_ENV = 'TENKS_TRANSPORT_URL'
 POLL_INTERVAL = 0.2
 
 
 def transport_url(conf):
-    """The URL the user configured; oslo.messaging's default is none."""
+    """The URL the user configured, or None.
+
+    Read from the same configuration files through a ConfigOpts of its
+    own, so that oslo.messaging (which registers the real option) is
+    imported only when there is a bus to talk to.
+    """
+    from oslo_config import cfg
     if os.environ.get(TRANSPORT_URL_ENV):
         return os.environ[TRANSPORT_URL_ENV]
-    location = conf.get_location('transport_url').location
-    return None if location == cfg.Locations.opt_default else (
-        conf.transport_url)
+    probe = cfg.ConfigOpts()
+    probe.register_opt(cfg.StrOpt('transport_url', secret=True))
+    args = []
+    for path in conf.config_file:
+        args += ['--config-file', path]
+    if conf.config_dir:
+        args += ['--config-dir', conf.config_dir]
+    probe(args, project='tenks', default_config_files=[],
+          default_config_dirs=[])
+    return probe.transport_url or None
 
 
-def connect(conf):
+def connect(conf, read_only=False):
+    """A client for one command; ``read_only`` commands in embedded
+    mode read the state database without starting a conductor."""
     url = transport_url(conf)
-    return RemoteClient(conf, url) if url else EmbeddedClient(conf)
+    if url:
+        return RemoteClient(conf, url)
+    return StateReader(conf) if read_only else EmbeddedClient(conf)
 
 
 class RemoteClient:
@@ -40,6 +55,8 @@ class RemoteClient:
     remote = True
 
     def __init__(self, conf, url):
+        from conductor import rpcapi
+        from tenks import rpc
         self.bus = rpc.Bus(conf, url=url)
         self.api = rpcapi.ConductorAPI(self.bus)
 
@@ -69,6 +86,7 @@ class RemoteClient:
 
     def follow_events(self, callback):
         """Call ``callback(event)`` for each event until interrupted."""
+        from tenks import notifier
         listener = notifier.listener(self.bus, _Printer(callback),
                                      pool='tenks-cli-%d' % os.getpid())
         listener.start()
@@ -98,11 +116,18 @@ class _Printer:
         self._event('error', event_type, payload, metadata)
 
 
+def _no_follow():
+    raise exceptions.ConfigError(
+        reason='following events needs a running conductor: set '
+               'transport_url (--config-file) or %s' % TRANSPORT_URL_ENV)
+
+
 class EmbeddedClient:
 
     remote = False
 
     def __init__(self, conf):
+        from tenks import embedded
         self._context = embedded.embedded(conf)
         self.conductor = None
 
@@ -131,6 +156,73 @@ class EmbeddedClient:
         return getattr(self.conductor, name)
 
     def follow_events(self, callback):
-        raise exceptions.ConfigError(
-            reason='following events needs a running conductor: set '
-                   'transport_url (--config-file) or %s' % TRANSPORT_URL_ENV)
+        _no_follow()
+
+
+class StateReader:
+    """The state database of embedded mode, answering as the conductor
+    does, for commands that only read.
+
+    Nothing is started and nothing is created: without a database yet,
+    there is simply nothing deployed.
+    """
+
+    remote = False
+
+    def __init__(self, conf):
+        self.conf = conf
+        self.db = None
+
+    def __enter__(self):
+        from tenks.db import api as db_api
+        engine = db_api.create_engine(
+            self.conf.conductor.database_connection
+            or db_api.default_url(self.conf.state_dir))
+        if (engine.url.get_backend_name() == 'sqlite'
+                and not os.path.exists(engine.url.database or '')):
+            engine.dispose()
+        else:
+            self.db = db_api.StateDB(engine)
+        return self
+
+    def __exit__(self, *exc):
+        if self.db is not None:
+            self.db.engine.dispose()
+
+    def _rows(self, method, *args):
+        return [] if self.db is None else getattr(self.db, method)(*args)
+
+    def get_operation(self, operation_id):
+        operation = self.db and self.db.get_operation(operation_id)
+        if operation is None:
+            raise exceptions.OperationNotFound(id=operation_id)
+        return operation.as_dict()
+
+    def list_operations(self, cluster=None):
+        return [o.as_dict() for o in self._rows('list_operations', cluster)]
+
+    def get_cluster(self, name):
+        cluster = self.db and self.db.get_cluster(name)
+        if cluster is None:
+            raise exceptions.ClusterNotFound(name=name)
+        return dict(cluster.as_dict(), spec=_mask(cluster.spec),
+                    nodes=self.list_nodes(name))
+
+    def list_clusters(self):
+        return [dict(c.as_dict(), spec=_mask(c.spec))
+                for c in self._rows('list_clusters')]
+
+    def list_nodes(self, cluster=None):
+        return [n.as_dict() for n in self._rows('list_nodes', cluster)]
+
+    def list_events(self, cluster=None, limit=100):
+        return [e.as_dict() for e in self._rows('list_events', cluster,
+                                                limit)]
+
+    def follow_events(self, callback):
+        _no_follow()
+
+
+def _mask(spec):
+    # As the conductor's get_cluster does (conductor.service.mask_spec).
+    return dict(spec, ipmi_password='***')

@@ -1,4 +1,9 @@
-"""Commands of the ``tenks`` CLI."""
+"""Commands of the ``tenks`` CLI.
+
+``-f json|yaml`` prints data: lists as lists, mappings as mappings
+(see tenks.cli.columns). The spec module (jsonschema, os-traits) is
+imported by the commands that read specs, not by ``tenks --help``.
+"""
 
 import json
 import os
@@ -9,12 +14,16 @@ from cliff import lister
 from cliff import show
 
 from tenks import exceptions
-from tenks import spec as tenks_spec
 from tenks.cli import client
+from tenks.cli import columns
 
 NODE_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain', 'vcpus',
                 'memory_mb', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
                 'state')
+NODE_SHOW_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain',
+                     'node_type', 'state', 'vcpus', 'memory_mb', 'volumes',
+                     'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port')
+CLUSTER_COLUMNS = ('name', 'state', 'created_at', 'updated_at')
 OPERATION_COLUMNS = ('id', 'cluster', 'kind', 'state', 'progress',
                      'conductor', 'created_at', 'finished_at', 'error')
 HYPERVISOR_COLUMNS = ('host', 'state', 'nodes', 'last_seen', 'cpus',
@@ -23,13 +32,46 @@ HYPERVISOR_COLUMNS = ('host', 'state', 'nodes', 'last_seen', 'cpus',
 EVENT_COLUMNS = ('timestamp', 'event_type', 'priority', 'payload')
 
 
-def progress_text(progress):
-    return ', '.join('%s %d/%d' % (stage, done, total)
-                     for stage, (done, total) in sorted(progress.items()))
+class OwnEpilog:
+    """cliff looks for the package that provides a command (reading the
+    metadata of every installed package, a tenth of a second) to name it
+    in the help; Tenks' commands are all its own."""
+
+    def get_epilog(self):
+        return '\n\n'.join([self._epilog or ''] + [
+            epilog for hook in self._hooks
+            if hook.obj is not None
+            and (epilog := hook.obj.get_epilog()) is not None])
+
+
+class Command(OwnEpilog, command.Command):
+    pass
+
+
+class Lister(OwnEpilog, lister.Lister):
+    pass
+
+
+class ShowOne(OwnEpilog, show.ShowOne):
+    pass
+
+
+def load_spec(path):
+    from tenks import spec as tenks_spec
+    return tenks_spec.load(path)
+
+
+def node_row(node, fields=NODE_COLUMNS):
+    row = dict(node, domain=node['name'],
+               macs=columns.ListColumn([nic['mac'] for nic in node['nics']]),
+               nics=columns.ListColumn(node['nics']),
+               volumes=columns.ListColumn(node['volumes']))
+    return tuple(row[c] for c in fields)
 
 
 def operation_row(operation):
-    row = dict(operation, progress=progress_text(operation['progress']))
+    row = dict(operation,
+               progress=columns.ProgressColumn(operation['progress']))
     return tuple(row[c] for c in OPERATION_COLUMNS)
 
 
@@ -39,10 +81,27 @@ def hypervisor_row(hypervisor):
             hypervisor['last_seen'], facts.get('cpus'),
             facts.get('memory_mb'), facts.get('libvirt_version'),
             facts.get('ipmi_address'),
-            json.dumps(facts.get('physnet_mappings', {})))
+            columns.DictColumn(facts.get('physnet_mappings', {})))
 
 
-class OperationCommand(command.Command):
+def find_node(nodes, name_or_uuid, cluster=None):
+    """The one node of ``nodes`` with this UUID or name."""
+    found = [n for n in nodes if n['uuid'] == name_or_uuid]
+    found = found or [n for n in nodes if n['name'] == name_or_uuid]
+    if not found:
+        raise exceptions.NodeNotFound(
+            node=name_or_uuid,
+            where=' in cluster %s' % cluster if cluster else '')
+    if len(found) > 1:
+        raise exceptions.NodeAmbiguous(
+            node=name_or_uuid, count=len(found),
+            matches=', '.join('cluster %s on %s' % (n['cluster'],
+                                                    n['hypervisor'])
+                              for n in found))
+    return found[0]
+
+
+class OperationCommand(Command):
     """Starts an operation, and by default follows it to its end."""
 
     def get_parser(self, prog_name):
@@ -85,7 +144,7 @@ class Deploy(OperationCommand):
         return parser
 
     def take_action(self, args):
-        spec = tenks_spec.load(args.spec)
+        spec = load_spec(args.spec)
         count = sum(s['count'] for s in spec['specs'])
 
         def describe(operation, elapsed):
@@ -112,7 +171,7 @@ class Teardown(OperationCommand):
     def take_action(self, args):
         name = args.cluster
         if os.path.isfile(name):
-            name = tenks_spec.load(name)['cluster']
+            name = load_spec(name)['cluster']
 
         def describe(operation, elapsed):
             return ('Cluster %s torn down: %d resource(s) removed in %.2f s.'
@@ -122,7 +181,33 @@ class Teardown(OperationCommand):
                            describe)
 
 
-class NodeList(lister.Lister):
+class Validate(Command):
+    """Check spec files without deploying anything (exit 1 if invalid)."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('specs', nargs='+', metavar='SPEC',
+                            help='Cluster spec (YAML file).')
+        return parser
+
+    def take_action(self, args):
+        from tenks import spec as tenks_spec
+        invalid = 0
+        for path in args.specs:
+            try:
+                spec = tenks_spec.load(path)
+            except exceptions.SpecError as exc:
+                invalid += 1
+                self.app.stderr.write('%s\n' % exc)
+                continue
+            self.app.stdout.write(
+                '%s: valid: cluster %s, %d node(s)\n' % (
+                    path, spec['cluster'],
+                    sum(s['count'] for s in spec['specs'])))
+        return 1 if invalid else 0
+
+
+class NodeList(Lister):
     """List the nodes of every cluster, or of one."""
 
     def get_parser(self, prog_name):
@@ -131,27 +216,62 @@ class NodeList(lister.Lister):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, read_only=True) as tenks:
             nodes = tenks.list_nodes(args.cluster)
-        return NODE_COLUMNS, [
-            (n['name'], n['uuid'], n['cluster'], n['hypervisor'], n['name'],
-             n['vcpus'], n['memory_mb'],
-             ','.join(nic['mac'] for nic in n['nics']), n['bmc_type'],
-             n['bmc_address'], n['bmc_port'], n['state'])
-            for n in nodes]
+        return NODE_COLUMNS, [node_row(n) for n in nodes]
 
 
-class ClusterList(lister.Lister):
+class NodeShow(ShowOne):
+    """Show a node: allocation, volumes, NICs, BMC and state."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('node', help='Node name or UUID.')
+        parser.add_argument('--cluster',
+                            help='The node\'s cluster, when several have '
+                                 'a node of that name.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf, read_only=True) as tenks:
+            nodes = tenks.list_nodes(args.cluster)
+        node = find_node(nodes, args.node, args.cluster)
+        return NODE_SHOW_COLUMNS, node_row(node, NODE_SHOW_COLUMNS)
+
+
+class ClusterList(Lister):
     """List the clusters."""
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, read_only=True) as tenks:
             clusters = tenks.list_clusters()
-        columns = ('name', 'state', 'created_at', 'updated_at')
-        return columns, [tuple(c[k] for k in columns) for c in clusters]
+        return CLUSTER_COLUMNS, [tuple(c[k] for k in CLUSTER_COLUMNS)
+                                 for c in clusters]
 
 
-class OperationShow(show.ShowOne):
+class ClusterShow(ShowOne):
+    """Show a cluster: state, spec (password masked) and nodes."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('cluster', help='Cluster name.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf, read_only=True) as tenks:
+            cluster = tenks.get_cluster(args.cluster)
+        # Whatever else the record holds (its uuid, ...) between the
+        # state and the spec.
+        fields = CLUSTER_COLUMNS + tuple(
+            k for k in cluster if k not in CLUSTER_COLUMNS + (
+                'spec', 'nodes')) + ('spec', 'nodes')
+        row = dict(cluster, spec=columns.SpecColumn(cluster['spec']),
+                   nodes=columns.ListColumn(
+                       [n['name'] for n in cluster['nodes']]))
+        return fields, tuple(row[k] for k in fields)
+
+
+class OperationShow(ShowOne):
     """Show an operation: state, progress per stage, error."""
 
     def get_parser(self, prog_name):
@@ -160,12 +280,12 @@ class OperationShow(show.ShowOne):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, read_only=True) as tenks:
             operation = tenks.get_operation(args.operation)
         return OPERATION_COLUMNS, operation_row(operation)
 
 
-class OperationList(lister.Lister):
+class OperationList(Lister):
     """List operations, oldest first."""
 
     def get_parser(self, prog_name):
@@ -174,21 +294,23 @@ class OperationList(lister.Lister):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, read_only=True) as tenks:
             operations = tenks.list_operations(args.cluster)
         return OPERATION_COLUMNS, [operation_row(o) for o in operations]
 
 
-class HypervisorList(lister.Lister):
+class HypervisorList(Lister):
     """List the hypervisors whose hostagents registered."""
 
     def take_action(self, args):
+        # Not read-only in embedded mode: the local hostagent registers
+        # with its current facts.
         with client.connect(self.app.conf) as tenks:
             hypervisors = tenks.list_hypervisors()
         return HYPERVISOR_COLUMNS, [hypervisor_row(h) for h in hypervisors]
 
 
-class HypervisorShow(show.ShowOne):
+class HypervisorShow(ShowOne):
     """Show a hypervisor: state, facts and how many nodes it hosts."""
 
     def get_parser(self, prog_name):
@@ -202,7 +324,7 @@ class HypervisorShow(show.ShowOne):
         return HYPERVISOR_COLUMNS, hypervisor_row(hypervisor)
 
 
-class Events(lister.Lister):
+class Events(Lister):
     """Show lifecycle events; --follow prints them as they happen."""
 
     def get_parser(self, prog_name):
@@ -216,7 +338,7 @@ class Events(lister.Lister):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, read_only=True) as tenks:
             events = tenks.list_events(args.cluster, args.limit)
             if args.follow:
                 write = self._writer(args.cluster)
@@ -224,7 +346,7 @@ class Events(lister.Lister):
                     write(event)
                 tenks.follow_events(write)
         return EVENT_COLUMNS, [
-            tuple(e[c] if c != 'payload' else json.dumps(e[c])
+            tuple(columns.DictColumn(e[c]) if c == 'payload' else e[c]
                   for c in EVENT_COLUMNS) for e in events]
 
     def _writer(self, cluster):

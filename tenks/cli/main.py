@@ -1,5 +1,12 @@
-"""The ``tenks`` command."""
+"""The ``tenks`` command.
 
+Start-up matters here: ``tenks --version``, ``--help`` and the commands
+that only read import neither the conductor nor TaskFlow, SQLAlchemy or
+oslo.messaging. Modules of the CLI import what is heavy where it is
+used; tests/unit/test_cli_startup.py keeps it so.
+"""
+
+import inspect
 import logging
 import os
 import sys
@@ -7,9 +14,9 @@ import warnings
 
 from cliff import app
 from cliff import commandmanager
+from cliff import help as cliff_help
 
 import tenks
-from tenks import conf as tenks_conf
 
 
 class TenksApp(app.App):
@@ -23,32 +30,58 @@ class TenksApp(app.App):
             version=tenks.__version__,
             command_manager=commandmanager.CommandManager('tenks.cli'),
             deferred_help=True)
-        self.conf = None
+        self._conf = None
 
     def build_option_parser(self, description, version, argparse_kwargs=None):
         parser = super().build_option_parser(description, version,
                                              argparse_kwargs)
         parser.add_argument(
-            '--state-dir', default=tenks_conf.default_state_dir(),
+            '--state-dir',
             help='Directory of the state database and the daemons Tenks '
-                 'runs (env %s; default: %%(default)s).'
-                 % tenks_conf.STATE_DIR_ENV)
+                 'runs (default: $TENKS_STATE_DIR, else /var/lib/tenks '
+                 'for root, ~/.local/state/tenks for others).')
         parser.add_argument(
             '--config-file', action='append', default=[],
             help='oslo.config file with service options (may repeat).')
         return parser
 
-    def initialize_app(self, argv):
-        # Imported here, after main() has filtered eventlet's warning.
-        from tenks import rpc
+    def print_help_if_requested(self):
+        """``tenks --help``: the options, then each command's summary.
+
+        cliff's own listing names the distribution of every command,
+        which reads the metadata of every installed package (half the
+        time of ``tenks --help``), and builds every command to ask for
+        its description; Tenks' commands are all its own, and their
+        summary is the first line of their docstring.
+        """
+        if not self.options.deferred_help:
+            return
+        self.parser.print_help(self.stdout)
+        self.stdout.write('\nCommands:\n')
+        for name, entry_point in sorted(self.command_manager):
+            summary = (inspect.getdoc(entry_point.load()) or '').split(
+                '\n')[0].rstrip('.')
+            self.stdout.write('  %-18s %s\n' % (name, summary))
+        raise cliff_help.HelpExit()
+
+    @property
+    def conf(self):
+        """The service options, parsed when a command first needs them
+        (oslo.config costs a tenth of a second to import)."""
+        if self._conf is None:
+            self._conf = self.load_conf()
+        return self._conf
+
+    def load_conf(self):
+        from tenks import conf as tenks_conf
         conf = tenks_conf.new_conf()
-        rpc.register_opts(conf)
         args = []
         for path in self.options.config_file:
             args += ['--config-file', path]
         conf(args, project='tenks', default_config_files=[])
-        conf.set_override('state_dir', self.options.state_dir)
-        self.conf = conf
+        conf.set_override('state_dir', self.options.state_dir
+                          or tenks_conf.default_state_dir())
+        return conf
 
 
 def main(argv=None):

@@ -1,16 +1,18 @@
 """The ``tenks`` command as a user runs it, in a subprocess."""
 
+import contextlib
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import yaml
+from pyroute2 import IPRoute
 
 from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional
-
 
 
 @pytest.fixture
@@ -50,7 +52,18 @@ def test_deploy_list_redeploy_teardown(env, tmp_path):
     assert node['bmc_port'] == env.port_base
     assert node['state'] == 'deployed'
     assert node['memory_mb'] == 128 and node['vcpus'] == 1
+    [mac] = node['macs']
     assert cf.ipmitool(env.port_base, 'power', 'status').returncode == 0
+
+    shown = tenks(env, 'cluster', 'show', env.cluster, '-f', 'json')
+    assert shown.returncode == 0, shown.stderr
+    shown = json.loads(shown.stdout)
+    assert shown['state'] == 'deployed'
+    assert shown['nodes'] == [env.node_name(0)]
+    assert shown['spec']['ipmi_password'] == '***'
+    by_uuid = json.loads(tenks(env, 'node', 'show', node['uuid'],
+                               '-f', 'json').stdout)
+    assert by_uuid['name'] == node['name'] and by_uuid['macs'] == [mac]
 
     again = tenks(env, 'deploy', path)
     assert again.returncode == 0, again.stderr
@@ -81,3 +94,111 @@ def test_teardown_of_unknown_cluster_fails_clearly(env):
     result = tenks(env, 'teardown', 'no-such-cluster')
     assert result.returncode != 0
     assert 'No cluster named no-such-cluster' in result.stderr
+
+
+# An override file in the shape the Ansible-based Tenks reads (its CI
+# job's, rendered): no cluster name, Ansible-only keys, a physnet mapped
+# to an existing bridge.
+OVERRIDE = """---
+ansible_python_interpreter: /usr/bin/python3
+
+node_types:
+  tiny:
+    memory_mb: 128
+    vcpus: 1
+    volumes:
+      - capacity: 64MiB
+    physical_networks:
+      - physnet-ci
+    console_log_enabled: true
+
+specs:
+  - type: tiny
+    count: 1
+    node_name_prefix: {prefix}
+
+nova_flavors: []
+
+physnet_mappings:
+  physnet-ci: {source}
+
+bridge_prefix: {bridge_prefix}
+ipmi_port_range_start: {port}
+ipmi_port_range_end: {port_end}
+
+python_upper_constraints_url: file:///opt/requirements/upper-constraints.txt
+"""
+
+
+@contextlib.contextmanager
+def source_bridge(name):
+    """A Linux bridge of the test's own, as Tenks' CI job's breth1."""
+    with IPRoute() as ipr:
+        ipr.link('add', ifname=name, kind='bridge')
+        index = ipr.link_lookup(ifname=name)[0]
+        ipr.link('set', index=index, state='up')
+    try:
+        yield index
+    finally:
+        with IPRoute() as ipr:
+            ipr.link('del', index=index)
+
+
+def ports_of(bridge_index):
+    with IPRoute() as ipr:
+        return sorted(link.get('ifname') for link in ipr.get_links()
+                      if link.get('master') == bridge_index)
+
+
+def test_deploy_and_teardown_a_tenks_override_file(tmp_path):
+    with cf.checked(cf.ClusterEnv(tmp_path, port_base=8300)) as env:
+        # A Tenks override names no cluster: it is deployed as 'default'.
+        env.cluster = 'default'
+        source = 'fx' + env.node_prefix[1:]
+        path = tmp_path / 'tenks-overrides.yml'
+        path.write_text(OVERRIDE.format(
+            prefix=env.node_prefix, source=source,
+            bridge_prefix=env.bridge_prefix, port=env.port_base,
+            port_end=env.port_base + 9))
+        node = env.node_name(0)
+        with source_bridge(source) as source_index:
+            checked = tenks(env, 'validate', str(path))
+            assert checked.returncode == 0, checked.stderr
+            ignored = ('%s: ignored: ansible_python_interpreter, '
+                       'python_upper_constraints_url (they only steer the '
+                       'Ansible-based Tenks)' % path)
+            assert checked.stderr.strip() == ignored
+
+            done = tenks(env, 'deploy', str(path))
+            assert done.returncode == 0, done.stderr
+            assert ignored in done.stderr
+            assert 'Cluster default deployed: 1 node(s)' in done.stdout
+
+            shown = tenks(env, 'node', 'show', node, '-f', 'json')
+            assert shown.returncode == 0, shown.stderr
+            shown = json.loads(shown.stdout)
+            assert shown['cluster'] == 'default'
+            assert shown['bmc_port'] == env.port_base
+            assert [nic['physnet'] for nic in shown['nics']] == [
+                'physnet-ci']
+            # physnet_mappings kept its Tenks meaning: the cluster's
+            # bridge is linked to the existing one.
+            bridge = shown['nics'][0]['bridge']
+            assert ports_of(source_index) == ['p-%s-phy' % bridge]
+
+            # console_log_enabled: the serial console goes to a file once
+            # the node runs.
+            power = cf.ipmitool(env.port_base, 'power', 'on')
+            assert power.returncode == 0, power.stderr
+            log = os.path.join(env.state_dir, 'logs', 'console',
+                               '%s-console.log' % node)
+            deadline = time.monotonic() + 20
+            while not os.path.exists(log) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert os.path.exists(log)
+
+            gone = tenks(env, 'teardown', str(path))
+            assert gone.returncode == 0, gone.stderr
+            assert 'Cluster default torn down' in gone.stdout
+            assert env.leftovers() == []
+            assert ports_of(source_index) == []

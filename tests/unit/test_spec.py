@@ -249,10 +249,10 @@ def test_wrong_type(tmp_path, field, value, problem):
 
 def test_missing_required_keys(tmp_path):
     data = minimal()
-    del data['cluster']
+    del data['node_types']
     del data['specs'][0]['count']
     assert problems(tmp_path, data) == [
-        "(top level): missing required key 'cluster'",
+        "(top level): missing required key 'node_types'",
         "specs[0]: missing required key 'count'",
     ]
 
@@ -529,3 +529,113 @@ def test_file_not_utf8(tmp_path):
         spec.load(path)
     [problem] = info.value.problems
     assert problem.startswith('cannot read the file: not UTF-8 text')
+
+
+# Override files of the Ansible-based Tenks
+
+DATA = __import__('pathlib').Path(__file__).parent.parent / 'data'
+
+
+def test_tenks_example_override_loads_unchanged(caplog):
+    loaded = spec.load(DATA / 'ansible-override.yml')
+    assert loaded['cluster'] == spec.DEFAULT_CLUSTER == 'default'
+    assert loaded['node_types']['bm-small']['volumes'] == [
+        {'capacity': 3 * 10 ** 9, 'format': 'qcow2'}]
+    assert loaded['physical_networks'] == ['provision']
+    assert loaded['specs'][0]['ironic_config']['resource_class'] == (
+        'bm_small')
+    assert caplog.records == []
+
+
+def test_tenks_ci_override_loads_with_one_warning(caplog):
+    path = DATA / 'ansible-ci-overrides.yml'
+    loaded = spec.load(path)
+    [warning] = caplog.records
+    assert warning.levelname == 'WARNING'
+    assert warning.getMessage() == (
+        '%s: ignored: ansible_python_interpreter, '
+        'python_upper_constraints_url (they only steer the Ansible-based '
+        'Tenks)' % path)
+    assert 'ansible_python_interpreter' not in loaded
+    assert 'python_upper_constraints_url' not in loaded
+    assert loaded['node_types']['ci-node']['console_log_enabled'] is True
+    assert loaded['nova_flavors'] == []
+    # What the CLI sends the conductor validates again, silently.
+    caplog.clear()
+    assert spec.validate(loaded) == loaded
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize('key', [
+    'cmd', 'virtualenv_path', 'python_upper_constraints_url',
+    'system_requirements', 'allocations_file_path', 'state_file_path',
+    'ansible_become'])
+def test_ansible_only_keys_are_ignored(caplog, key):
+    data = dict(minimal(), **{key: 'anything'})
+    assert key not in spec.validate(data, source='f.yml')
+    assert caplog.messages == [
+        'f.yml: ignored: %s (they only steer the Ansible-based Tenks)'
+        % key]
+
+
+def test_other_unknown_keys_are_still_errors(tmp_path):
+    data = dict(minimal(), virtualenv='/opt/venv', ansible=1)
+    assert problems(tmp_path, data) == [
+        "(top level): unknown key 'virtualenv' (did you mean "
+        "'virtualenv_path'?)",
+        "(top level): unknown key 'ansible'",
+    ]
+
+
+@pytest.mark.parametrize('field,value,problem', [
+    ('redfish_address', '127.0.0.1',
+     'redfish_address: Redfish is not supported yet'),
+    ('node_types__small__ironic_driver', 'redfish',
+     "node_types.small.ironic_driver: 'redfish' is not supported yet "
+     '(supported: ipmi)'),
+    ('default_boot_mode', 'uefi',
+     "default_boot_mode: 'uefi' is not supported yet (supported: bios)"),
+    ('node_types__small__console_log_enabled', False,
+     'node_types.small.console_log_enabled: false is not supported yet '
+     '(supported: true): the serial console is always logged'),
+    ('node_types__small__volumes', [{'capacity': '1GiB',
+                                     'image': 'http://x/img.qcow2'}],
+     'node_types.small.volumes[0].image: a volume made from an image is not '
+     'supported yet'),
+    ('node_types__small__volumes', [{'capacity': '1GiB',
+                                     'device': 'cdrom'}],
+     "node_types.small.volumes[0].device: 'cdrom' is not supported yet "
+     '(supported: disk)'),
+    ('bmc_emulators', {'ipmi': 'sushy-tools'},
+     "bmc_emulators.ipmi: 'sushy-tools' is not one of: virtualbmc"),
+    ('bmc_emulators', {'virtualbmc': 'ipmi'},
+     "bmc_emulators: unknown key 'virtualbmc'"),
+    ('log_directory', '/var/log/tenks/',
+     'log_directory: set per hypervisor here, as [hostagent] '
+     'console_log_dir in the configuration of its hostagent, not in the '
+     'spec'),
+    ('libvirt_local_uri', 'qemu:///system',
+     'libvirt_local_uri: set per hypervisor here, as [hostagent] '
+     'libvirt_uri in the configuration of its hostagent, not in the spec'),
+])
+def test_tenks_keys_of_what_is_not_built(tmp_path, field, value, problem):
+    assert problems(tmp_path, change(**{field: value})) == [problem]
+
+
+def test_bmc_emulators_as_tenks_defaults_them():
+    emulators = {'ipmi': 'virtualbmc', 'pxe_ipmitool': 'virtualbmc',
+                 'redfish': 'sushy-tools'}
+    loaded = spec.validate(dict(minimal(), bmc_emulators=emulators))
+    assert loaded['bmc_emulators'] == emulators
+
+
+def test_libvirt_require_vt_asks_for_kvm(tmp_path):
+    assert spec.validate(dict(minimal(), libvirt_require_vt=True))[
+        'libvirt_domain_type'] == 'kvm'
+    loaded = spec.validate(dict(minimal(), libvirt_require_vt=False))
+    assert loaded['libvirt_domain_type'] == 'qemu'
+    assert 'libvirt_require_vt' not in loaded
+    assert problems(tmp_path, change(libvirt_require_vt=True,
+                                     libvirt_domain_type='qemu')) == [
+        'libvirt_require_vt: true asks for KVM, but libvirt_domain_type '
+        'is qemu']

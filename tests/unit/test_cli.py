@@ -1,0 +1,228 @@
+"""The ``tenks`` CLI in-process: embedded conductor and hostagent on the
+in-memory bus, fake drivers (see conftest)."""
+
+import io
+import json
+import logging
+
+import pytest
+import yaml
+
+from tenks import exceptions
+from tenks.cli import client
+from tenks.cli import commands
+from tenks.cli import main
+
+SPEC = {
+    'cluster': 'unit',
+    'node_types': {'small': {
+        'memory_mb': 128, 'vcpus': 1,
+        'volumes': [{'capacity': '1GiB'}, {'capacity': '2GiB'}],
+        'physical_networks': ['physnet1'],
+    }},
+    'specs': [{'type': 'small', 'count': 2}],
+    'physical_networks': ['physnet1'],
+    'ipmi_password': 'secret-bmc',
+}
+
+
+class Result:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+    def json(self):
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    return tmp_path / 'state'
+
+
+@pytest.fixture
+def tenks(state_dir, monkeypatch):
+    """Run ``tenks --state-dir STATE ARGS...``; a Result."""
+    monkeypatch.delenv('TENKS_TRANSPORT_URL', raising=False)
+
+    def run(*args):
+        app = main.TenksApp()
+        app.stdout, app.stderr = io.StringIO(), io.StringIO()
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        try:
+            code = app.run(['--state-dir', str(state_dir), *map(str, args)])
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        return Result(code, app.stdout.getvalue(), app.stderr.getvalue())
+    return run
+
+
+def write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def deployed(tenks, tmp_path, hypervisor):
+    done = tenks('deploy', write(tmp_path, 'unit.yaml', SPEC))
+    assert done.code == 0, done.err
+    return tenks
+
+
+def test_json_and_yaml_print_lists_and_mappings(deployed):
+    nodes = deployed('node', 'list', '-f', 'json').json()
+    assert [n['name'] for n in nodes] == ['tk0', 'tk1']
+    for node in nodes:
+        assert isinstance(node['macs'], list) and len(node['macs']) == 1
+        assert node['macs'][0].startswith('52:54:00:')
+
+    node = deployed('node', 'show', 'tk1', '-f', 'json').json()
+    assert node['macs'] == [nodes[1]['macs'][0]]
+    assert [nic['mac'] for nic in node['nics']] == node['macs']
+    assert [v['capacity'] for v in node['volumes']] == [
+        1024 ** 3, 2 * 1024 ** 3]
+    assert node['bmc_port'] == 6231 and node['state'] == 'deployed'
+    by_uuid = yaml.safe_load(
+        deployed('node', 'show', node['uuid'], '-f', 'yaml').out)
+    assert by_uuid == node
+
+    cluster = deployed('cluster', 'show', 'unit', '-f', 'json').json()
+    assert cluster['state'] == 'deployed'
+    assert cluster['nodes'] == ['tk0', 'tk1']
+    assert cluster['spec']['node_types']['small']['vcpus'] == 1
+    assert cluster['spec']['ipmi_password'] == '***'
+
+    [operation] = deployed('operation', 'list', '-f', 'json').json()
+    assert operation['state'] == 'succeeded'
+    assert operation['progress'] and all(
+        isinstance(done_total, list) and done_total[0] == done_total[1]
+        for done_total in operation['progress'].values())
+    shown = yaml.safe_load(
+        deployed('operation', 'show', operation['id'], '-f', 'yaml').out)
+    assert shown['progress'] == operation['progress']
+
+    events = deployed('events', '--cluster', 'unit', '-f', 'json').json()
+    created = [e for e in events if e['event_type'] == 'tenks.node.create.end']
+    assert sorted(e['payload']['name'] for e in created) == ['tk0', 'tk1']
+
+    # The embedded hostagent registers as it starts, which a command
+    # run at once may not see yet.
+    for _ in range(50):
+        hypervisors = deployed('hypervisor', 'list', '-f', 'json').json()
+        if hypervisors:
+            break
+    [hypervisor] = hypervisors
+    assert isinstance(hypervisor['physnet_mappings'], dict)
+
+
+def test_tables_stay_readable(deployed):
+    nodes = deployed('node', 'list', '-f', 'json').json()
+    table = deployed('node', 'list').out
+    assert nodes[0]['macs'][0] in table
+    assert '[' not in table and '{' not in table
+
+    operations = deployed('operation', 'list', '-c', 'progress').out
+    assert '[' not in operations and 'domain 2/2' in operations
+
+    shown = deployed('cluster', 'show', 'unit').out
+    assert "ipmi_password: '***'" in shown
+    assert 'secret-bmc' not in shown
+    assert 'tk0, tk1' in shown
+
+    nics = deployed('node', 'show', 'tk0', '-c', 'nics').out
+    assert '| nics  | bridge=brtenks0, mac=52:54:00:' in nics
+    assert ', physnet=physnet1, tap=p-tk0-0 |' in nics
+
+
+def test_node_show_unknown_node(deployed):
+    missing = deployed('node', 'show', 'tk9')
+    assert missing.code == 1
+    assert 'No node named tk9 or with that UUID' in missing.err
+    other = deployed('node', 'show', 'tk0', '--cluster', 'other')
+    assert other.code == 1
+    assert 'No node named tk0 or with that UUID in cluster other' in (
+        other.err)
+
+
+def test_find_node_by_uuid_or_unique_name():
+    nodes = [{'name': 'tk0', 'uuid': 'u1', 'cluster': 'a',
+              'hypervisor': 'hv1'},
+             {'name': 'tk0', 'uuid': 'u2', 'cluster': 'b',
+              'hypervisor': 'hv2'},
+             {'name': 'u1', 'uuid': 'u3', 'cluster': 'b',
+              'hypervisor': 'hv2'}]
+    assert commands.find_node(nodes, 'u2')['uuid'] == 'u2'
+    # A UUID wins over a node that happens to be named like it.
+    assert commands.find_node(nodes, 'u1')['uuid'] == 'u1'
+    with pytest.raises(exceptions.NodeAmbiguous) as info:
+        commands.find_node(nodes, 'tk0')
+    assert str(info.value) == (
+        "2 nodes are named tk0 (cluster a on hv1, cluster b on hv2): name "
+        "the cluster with --cluster, or use the node's UUID")
+
+
+def test_cluster_show_unknown_cluster(deployed):
+    result = deployed('cluster', 'show', 'nope')
+    assert result.code == 1
+    assert 'No cluster named nope is deployed' in result.err
+
+
+def test_read_only_commands_create_nothing(tenks, state_dir):
+    for args in (['node', 'list'], ['cluster', 'list'],
+                 ['operation', 'list'], ['events']):
+        result = tenks(*args, '-f', 'json')
+        assert (result.code, result.json()) == (0, []), result.err
+    assert tenks('cluster', 'show', 'x').code == 1
+    assert tenks('node', 'show', 'x').code == 1
+    assert not state_dir.exists()
+
+
+def test_validate_prints_every_problem_of_every_file(tenks, tmp_path,
+                                                      state_dir):
+    good = write(tmp_path, 'good.yaml', SPEC)
+    bad = write(tmp_path, 'bad.yaml', dict(
+        SPEC, specs=[{'type': 'huge', 'count': -1}], bridge_type='ovs'))
+    broken = write(tmp_path, 'broken.yaml', 'node_types: [\n')
+    result = tenks('validate', good, bad, broken)
+    assert result.code == 1
+    assert result.out == '%s: valid: cluster unit, 2 node(s)\n' % good
+    for problem in ("%s: invalid cluster spec" % bad,
+                    'specs[0].type: unknown node type',
+                    'specs[0].count:', 'bridge_type:',
+                    '%s: invalid cluster spec' % broken, 'invalid YAML'):
+        assert problem in result.err
+    assert not state_dir.exists()
+
+
+def test_validate_accepts_tenks_override_files(tenks):
+    data = __import__('pathlib').Path(__file__).parent.parent / 'data'
+    result = tenks('validate', data / 'ansible-override.yml',
+                   data / 'ansible-ci-overrides.yml')
+    assert result.code == 0, result.err
+    assert 'valid: cluster default, 2 node(s)' in result.out
+    assert 'valid: cluster default, 3 node(s)' in result.out
+    assert result.err == (
+        '%s: ignored: ansible_python_interpreter, '
+        'python_upper_constraints_url (they only steer the Ansible-based '
+        'Tenks)\n' % (data / 'ansible-ci-overrides.yml'))
+
+
+def test_transport_url_from_config_files_or_environment(tmp_path,
+                                                         monkeypatch):
+    monkeypatch.delenv('TENKS_TRANSPORT_URL', raising=False)
+    config = write(tmp_path, 'tenks.conf',
+                   '[DEFAULT]\ntransport_url = rabbit://u:p@192.0.2.1:5672/\n')
+    app = main.TenksApp()
+    app.options = app.parser.parse_args(['--config-file', str(config)])
+    assert client.transport_url(app.conf) == 'rabbit://u:p@192.0.2.1:5672/'
+    monkeypatch.setenv('TENKS_TRANSPORT_URL', 'rabbit://other/')
+    assert client.transport_url(app.conf) == 'rabbit://other/'
+
+    monkeypatch.delenv('TENKS_TRANSPORT_URL')
+    app = main.TenksApp()
+    app.options = app.parser.parse_args([])
+    assert client.transport_url(app.conf) is None
+    assert isinstance(client.connect(app.conf, read_only=True),
+                      client.StateReader)
