@@ -36,6 +36,11 @@ class TenksApp(app.App):
         parser.add_argument(
             '--config-file', action='append', default=[],
             help='oslo.config file with service options (may repeat).')
+        parser.add_argument(
+            '--os-cloud', metavar='CLOUD',
+            help='Cloud of clouds.yaml to enrol nodes in: sets [openstack] '
+                 'cloud, so it wins over the config file and over OS_CLOUD '
+                 '(used embedded; a running conductor uses its own).')
         return parser
 
     def initialize_app(self, argv):
@@ -48,6 +53,9 @@ class TenksApp(app.App):
             args += ['--config-file', path]
         conf(args, project='tenks', default_config_files=[])
         conf.set_override('state_dir', self.options.state_dir)
+        if self.options.os_cloud:
+            conf.set_override('cloud', self.options.os_cloud,
+                              group='openstack')
         self.conf = conf
 
 
