@@ -18,6 +18,7 @@ is imported on first use: it takes a third of a second, and only a
 deploy that enrols nodes needs it.
 """
 
+import functools
 import os
 import threading
 
@@ -43,7 +44,6 @@ class Cloud:
     def __init__(self, conf):
         self.conf = conf.openstack
         self._connection = None
-        self._source = None
         self._lock = threading.Lock()
 
     @property
@@ -57,15 +57,11 @@ class Cloud:
     @property
     def configured(self):
         """Whether any of the three ways above names a cloud."""
-        return self._choose() is not None
+        return self.source is not None
 
-    def _choose(self):
-        """(what to connect to, where that came from), or None."""
-        if self._source is None:
-            self._source = self._find_source()
-        return self._source or None
-
-    def _find_source(self):
+    @functools.cached_property
+    def source(self):
+        """((kind, what to connect to), where that came from), or None."""
         if self.conf.cloud:
             return ('cloud', self.conf.cloud), (
                 'cloud %s of clouds.yaml ([openstack] cloud)'
@@ -83,14 +79,14 @@ class Cloud:
         # when neither clouds.yaml nor OS_* variables say anything.
         if name is None or (name == 'defaults'
                             and os.environ.get('OS_CLOUD') != 'defaults'):
-            return ()
+            return None
         if name == config.envvar_key:
             return ('loader', (config, name)), 'the OS_* environment variables'
         return ('loader', (config, name)), 'cloud %s of clouds.yaml' % name
 
     def _connect(self):
         import openstack
-        source = self._choose()
+        source = self.source
         if source is None:
             raise exceptions.ConfigError(
                 reason='no OpenStack cloud is configured: %s'
@@ -141,7 +137,7 @@ class Cloud:
                 raise exceptions.CloudUnavailable(
                     service=name, endpoint='(none configured)',
                     reason='%s has no %s endpoint; %s'
-                    % (self._choose()[1], service,
+                    % (self.source[1], service,
                        HOW_TO_CONFIGURE % option))
             try:
                 self.connection.session.get(endpoint, raise_exc=False,
