@@ -1,12 +1,25 @@
 """The OpenStack cloud the nodes are enrolled in: Ironic, Nova, Placement.
 
-One openstacksdk connection, made on first use, from a clouds.yaml cloud
-or from standalone endpoints without Keystone ([openstack] options).
+One openstacksdk connection, made on first use. Which cloud, first match
+wins:
+
+1. ``[openstack] cloud`` (the ``tenks --os-cloud`` option sets it): a
+   cloud of clouds.yaml;
+2. the standalone endpoints (``[openstack] ironic_url``, ``nova_url``,
+   ``placement_url``): services without Keystone;
+3. whatever the ``openstack`` CLI would use: ``OS_CLOUD``, the openrc
+   variables (``OS_AUTH_URL``, ..., ``OS_AUTH_TYPE=none`` with
+   ``OS_BAREMETAL_ENDPOINT_OVERRIDE``...), or the only cloud of
+   clouds.yaml, read by openstacksdk's own loader (standard search path,
+   ``OS_CLIENT_CONFIG_FILE`` included).
+
 Credentials stay in openstacksdk; nothing here logs them. openstacksdk
 is imported on first use: it takes a third of a second, and only a
 deploy that enrols nodes needs it.
 """
 
+import functools
+import os
 import threading
 
 from tenks import exceptions
@@ -22,6 +35,8 @@ STANDALONE_HEADERS = {
 SERVICES = {'baremetal': ('Ironic', 'ironic_url'),
             'compute': ('Nova', 'nova_url'),
             'placement': ('Placement', 'placement_url')}
+HOW_TO_CONFIGURE = ('set OS_CLOUD (or tenks --os-cloud, or [openstack] '
+                    'cloud), the openrc variables, or [openstack] %s')
 
 
 class Cloud:
@@ -33,28 +48,78 @@ class Cloud:
 
     @property
     def connection(self):
+        """The connection; ConfigError names the cloud that is wrong."""
         with self._lock:
             if self._connection is None:
                 self._connection = self._connect()
             return self._connection
 
+    @property
+    def configured(self):
+        """Whether any of the three ways above names a cloud."""
+        return self.source is not None
+
+    @functools.cached_property
+    def source(self):
+        """((kind, what to connect to), where that came from), or None."""
+        if self.conf.cloud:
+            return ('cloud', self.conf.cloud), (
+                'cloud %s of clouds.yaml ([openstack] cloud)'
+                % self.conf.cloud)
+        if any(self.conf[option] for _, option in SERVICES.values()):
+            return ('standalone', None), 'the [openstack] endpoints'
+        from openstack.config import loader as sdk_loader
+        try:
+            config = sdk_loader.OpenStackConfig()
+        except Exception as e:
+            raise exceptions.ConfigError(
+                reason='cannot read clouds.yaml: %s' % e) from e
+        name = config.default_cloud
+        # openstacksdk falls back to an empty cloud called "defaults"
+        # when neither clouds.yaml nor OS_* variables say anything.
+        if name is None or (name == 'defaults'
+                            and os.environ.get('OS_CLOUD') != 'defaults'):
+            return None
+        if name == config.envvar_key:
+            return ('loader', (config, name)), 'the OS_* environment variables'
+        return ('loader', (config, name)), 'cloud %s of clouds.yaml' % name
+
     def _connect(self):
         import openstack
-        from keystoneauth1 import noauth
-        from keystoneauth1 import session as ksa_session
-        if self.conf.cloud:
-            return openstack.connect(cloud=self.conf.cloud)
-        session = ksa_session.Session(auth=noauth.NoAuth(),
-                                      additional_headers=STANDALONE_HEADERS)
-        return openstack.connection.Connection(
-            session=session,
-            **{'%s_endpoint_override' % service: self.conf[option]
-               for service, (_, option) in SERVICES.items()
-               if self.conf[option]})
+        source = self.source
+        if source is None:
+            raise exceptions.ConfigError(
+                reason='no OpenStack cloud is configured: %s'
+                % HOW_TO_CONFIGURE % 'ironic_url')
+        (kind, what), described = source
+        if kind == 'standalone':
+            from keystoneauth1 import noauth
+            from keystoneauth1 import session as ksa_session
+            session = ksa_session.Session(
+                auth=noauth.NoAuth(), additional_headers=STANDALONE_HEADERS)
+            return openstack.connection.Connection(
+                session=session,
+                **{'%s_endpoint_override' % service: self.conf[option]
+                   for service, (_, option) in SERVICES.items()
+                   if self.conf[option]})
+        try:
+            if kind == 'cloud':
+                return openstack.connect(cloud=what)
+            config, name = what
+            return openstack.connection.Connection(
+                config=config.get_one(name))
+        except Exception as e:
+            # ConfigException (no such cloud) or keystoneauth's
+            # MissingRequiredOptions (an openrc without a password...).
+            raise exceptions.ConfigError(
+                reason='cannot use %s: %s' % (described, e)) from e
 
     def endpoint(self, service):
+        """The endpoint of ``service``, or None when there is none."""
         try:
             return self.connection.endpoint_for(service)
+        except exceptions.ConfigError:
+            raise
         except Exception:
             return None
 
@@ -63,11 +128,17 @@ class Cloud:
         from keystoneauth1 import exceptions as ksa_exceptions
         for service in services:
             name, option = SERVICES[service]
+            if not self.configured:
+                raise exceptions.CloudUnavailable(
+                    service=name, endpoint='(none configured)',
+                    reason=HOW_TO_CONFIGURE % option)
             endpoint = self.endpoint(service)
             if endpoint is None:
                 raise exceptions.CloudUnavailable(
                     service=name, endpoint='(none configured)',
-                    reason='set [openstack] cloud, or %s' % option)
+                    reason='%s has no %s endpoint; %s'
+                    % (self.source[1], service,
+                       HOW_TO_CONFIGURE % option))
             try:
                 self.connection.session.get(endpoint, raise_exc=False,
                                             timeout=10)

@@ -24,6 +24,14 @@ def default_state_dir():
 
 
 default_opts = [
+    cfg.StrOpt('host',
+               default=socket.gethostname(),
+               sample_default='<hostname>',
+               help='Name of this service on the bus, as in Nova and Ironic: '
+                    'the server a conductor or a hostagent listens as. It '
+                    'need not be a hostname, but must be valid in an AMQP '
+                    'key. [conductor] host and [hostagent] host override '
+                    'it.'),
     cfg.StrOpt('state_dir',
                default=default_state_dir(),
                sample_default='/var/lib/tenks',
@@ -35,10 +43,8 @@ default_opts = [
 
 conductor_opts = [
     cfg.StrOpt('host',
-               default=socket.gethostname(),
-               sample_default='<hostname>',
                help='Name of this conductor on the bus; hostagents send '
-                    'their results to it.'),
+                    'their results to it. Default: [DEFAULT] host.'),
     cfg.IntOpt('agent_timeout',
                default=120, min=1,
                help='Seconds a flow task waits for a hostagent to report '
@@ -70,10 +76,8 @@ conductor_opts = [
 
 hostagent_opts = [
     cfg.StrOpt('host',
-               default=socket.gethostname(),
-               sample_default='<hostname>',
                help='Name of this hypervisor: the server the conductor '
-                    'addresses casts to.'),
+                    'addresses casts to. Default: [DEFAULT] host.'),
     cfg.StrOpt('libvirt_uri',
                default='qemu:///system',
                help='libvirt connection URI of this hypervisor.'),
@@ -119,10 +123,14 @@ hostagent_opts = [
 openstack_opts = [
     cfg.StrOpt('cloud',
                help='Cloud of clouds.yaml that Ironic, Nova and Placement '
-                    'are reached through (openstacksdk).'),
+                    'are reached through (openstacksdk); tenks --os-cloud '
+                    'sets it. When neither it nor the endpoints below are '
+                    'set, OS_CLOUD or the openrc variables (OS_AUTH_URL, '
+                    '...) choose the cloud, as for the openstack CLI.'),
     cfg.URIOpt('ironic_url',
                help='Ironic endpoint of a standalone cloud without '
-                    'Keystone (used when no cloud is set).'),
+                    'Keystone (used when no cloud is set; wins over '
+                    'OS_CLOUD and the openrc variables).'),
     cfg.URIOpt('nova_url',
                help='Nova API endpoint of a standalone cloud.'),
     cfg.URIOpt('placement_url',
@@ -137,6 +145,9 @@ openstack_opts = [
 ]
 
 
+SERVICE_GROUPS = ('conductor', 'hostagent')
+
+
 def register(conf):
     conf.register_opts(default_opts)
     conf.register_opts(conductor_opts, group='conductor')
@@ -145,18 +156,37 @@ def register(conf):
     return conf
 
 
+class ConfigOpts(cfg.ConfigOpts):
+    """A ConfigOpts where [conductor] host and [hostagent] host default
+    to [DEFAULT] host once the command line and files are parsed.
+
+    (oslo.config's ``$host`` substitution cannot do it: within a group
+    it finds the group's own ``host`` first.)
+    """
+
+    def __call__(self, *args, **kwargs):
+        super().__call__(*args, **kwargs)
+        for group in SERVICE_GROUPS:
+            self.set_default('host', self.host, group=group)
+
+
 def new_conf():
     """A private ConfigOpts with every Tenks option registered."""
-    return register(cfg.ConfigOpts())
+    return register(ConfigOpts())
 
 
 def list_opts():
+    """Tenks' options for oslo-config-generator (namespace ``tenks``).
+
+    With the oslo.messaging groups it leaves out of its own list.
+    """
+    from tenks import rpc
     return [
         ('DEFAULT', default_opts),
         ('conductor', conductor_opts),
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
-    ]
+    ] + rpc.UNLISTED_OPTS
 
 
 def console_log_dir(conf):

@@ -11,6 +11,7 @@ import functools
 import logging
 
 import oslo_messaging as messaging
+from oslo_config import cfg
 from oslo_messaging import opts as messaging_opts
 from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
@@ -24,21 +25,40 @@ EMBEDDED_TRANSPORT_URL = 'kombu+memory:////'
 # Errors that keep their type when a call crosses the bus.
 ALLOWED_EXMODS = ['tenks.exceptions']
 
-messaging.set_transport_defaults(control_exchange='tenks')
+CONTROL_EXCHANGE = 'tenks'
+
+
+def set_defaults():
+    """Tenks' own defaults of oslo.messaging's options; also the hook
+    oslo-config-generator calls, so the sample shows them."""
+    messaging.set_transport_defaults(control_exchange=CONTROL_EXCHANGE)
+
+
+set_defaults()
+
+
+# oslo.messaging reads its tracing and metrics groups from whatever
+# ConfigOpts it is given, but registers them only on the global one and
+# leaves them out of its list for the sample config.
+UNLISTED_OPTS = [
+    ('oslo_messaging_tracing', tracing_client.oslo_messaging_tracing),
+    ('oslo_messaging_metrics', metrics_client.oslo_messaging_metrics),
+]
 
 
 def register_opts(conf):
-    """Register oslo.messaging's options on a private ConfigOpts.
-
-    oslo.messaging reads its tracing and metrics groups from whatever
-    ConfigOpts it is given but registers them only on the global one.
-    """
-    for group, opts in messaging_opts.list_opts():
+    """Register oslo.messaging's options on a private ConfigOpts."""
+    for group, opts in messaging_opts.list_opts() + UNLISTED_OPTS:
         conf.register_opts(opts, group=group)
-    conf.register_opts(tracing_client.oslo_messaging_tracing,
-                       group='oslo_messaging_tracing')
-    conf.register_opts(metrics_client.oslo_messaging_metrics,
-                       group='oslo_messaging_metrics')
+
+
+def configured_transport_url(conf):
+    """``transport_url`` if set in a file or on the command line (the
+    option's own default, ``rabbit://``, does not count)."""
+    location = conf.get_location('transport_url').location
+    if location == cfg.Locations.opt_default:
+        return None
+    return conf.transport_url
 
 
 class Bus:

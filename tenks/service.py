@@ -1,14 +1,28 @@
-"""Run a Tenks service in the foreground until SIGTERM or SIGINT."""
+"""Run a Tenks service in the foreground until SIGTERM or SIGINT.
+
+A service checks its configuration before it starts anything: every
+option must parse, the state directory must be usable, the drivers must
+exist and a message bus must be configured. Otherwise it prints every
+problem and exits with status 1, instead of failing later over and over.
+"""
 
 import os
+import re
 import signal
 import sys
 import threading
+from importlib import metadata
 
+from oslo_config import cfg
 from oslo_log import log as logging
 
 from tenks import conf as tenks_conf
 from tenks import rpc
+
+# [hostagent] option -> entry point group of its drivers.
+DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',
+                  'network_driver': 'tenks.network_drivers',
+                  'bmc_driver': 'tenks.bmc_drivers'}
 
 
 def run(name, factory, argv=None):
@@ -17,6 +31,10 @@ def run(name, factory, argv=None):
     rpc.register_opts(conf)
     conf(sys.argv[1:] if argv is None else argv, project='tenks',
          prog='tenks-%s' % name)
+    problems = validate(conf, name)
+    if problems:
+        sys.exit('tenks-%s: invalid configuration, not starting:\n  %s'
+                 % (name, '\n  '.join(problems)))
     logging.setup(conf, 'tenks')
     bus = rpc.Bus(conf)
     service = factory(conf, bus)
@@ -24,8 +42,9 @@ def run(name, factory, argv=None):
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
     service.start()
-    logging.getLogger(__name__).info('tenks-%s started on %s', name,
-                                     bus.url.split('@')[-1])
+    logging.getLogger(__name__).info(
+        'tenks-%s started as %s on %s', name, conf[name].host,
+        bus.url.split('@')[-1])
     stopping.wait()
     if service.stop():
         # Operations handed back still run in threads that would keep
@@ -33,3 +52,72 @@ def run(name, factory, argv=None):
         logging.getLogger(__name__).info('tenks-%s stopped', name)
         os._exit(0)
     bus.cleanup()
+
+
+def validate(conf, name):
+    """Every problem of ``conf`` for service ``name``, as messages."""
+    problems = option_problems(conf)
+    if problems:
+        return problems
+    if not conf[name].host:
+        problems.append('[%s] host (or [DEFAULT] host) is empty' % name)
+    if not rpc.configured_transport_url(conf):
+        problems.append('transport_url is not set: tenks-%s needs a '
+                        'message bus (rabbit://USER:PASSWORD@HOST:5672/)'
+                        % name)
+    problems += state_dir_problems(conf.state_dir)
+    if name == 'hostagent':
+        problems += driver_problems(conf)
+    return problems
+
+
+def option_problems(conf):
+    """Options whose value does not parse (oslo.config checks types,
+    ranges and patterns only when a value is read)."""
+    problems = []
+    for key in conf:
+        try:
+            value = conf[key]
+        except cfg.Error as e:
+            problems.append(_describe(None, key, e))
+            continue
+        if isinstance(value, cfg.ConfigOpts.GroupAttr):
+            for option in value:
+                try:
+                    value[option]
+                except cfg.Error as e:
+                    problems.append(_describe(key, option, e))
+    return problems
+
+
+def _describe(group, option, error):
+    # oslo.config says "Value for option X from LocationInfo(...,
+    # detail='FILE') is not valid: REASON"; keep the file and the reason.
+    message = str(error)
+    where = re.search(r"detail='([^']+)'", message)
+    source = ' (in %s)' % where.group(1) if where else ''
+    reason = message.split(' is not valid: ', 1)[-1]
+    return '[%s] %s%s: %s' % (group or 'DEFAULT', option, source, reason)
+
+
+def state_dir_problems(path):
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        return ['[DEFAULT] state_dir %s cannot be created: %s'
+                % (path, e.strerror or e)]
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        return ['[DEFAULT] state_dir %s is not readable and writable by '
+                'this user' % path]
+    return []
+
+
+def driver_problems(conf):
+    problems = []
+    for option, group in DRIVER_OPTIONS.items():
+        known = sorted(ep.name for ep in metadata.entry_points(group=group))
+        chosen = conf.hostagent[option]
+        if chosen not in known:
+            problems.append('[hostagent] %s: no driver %r (known: %s)'
+                            % (option, chosen, ', '.join(known) or 'none'))
+    return problems

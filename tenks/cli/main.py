@@ -43,6 +43,11 @@ class TenksApp(app.App):
         parser.add_argument(
             '--config-file', action='append', default=[],
             help='oslo.config file with service options (may repeat).')
+        parser.add_argument(
+            '--os-cloud', metavar='CLOUD',
+            help='Cloud of clouds.yaml to enrol nodes in: sets [openstack] '
+                 'cloud, so it wins over the config file and over OS_CLOUD '
+                 '(used embedded; a running conductor uses its own).')
         return parser
 
     def print_help_if_requested(self):
@@ -81,6 +86,9 @@ class TenksApp(app.App):
         conf(args, project='tenks', default_config_files=[])
         conf.set_override('state_dir', self.options.state_dir
                           or tenks_conf.default_state_dir())
+        if self.options.os_cloud:
+            conf.set_override('cloud', self.options.os_cloud,
+                              group='openstack')
         return conf
 
 

@@ -1,0 +1,84 @@
+"""Which cloud Tenks enrols in: [openstack] cloud, then the standalone
+endpoints, then what the openstack CLI would use (OS_CLOUD, the openrc
+variables, the only cloud of clouds.yaml)."""
+
+import os
+
+import pytest
+import yaml
+
+from tenks import cloud
+from tenks import conf as tenks_conf
+from tenks import exceptions
+
+IRONIC = 'http://192.0.2.1:6385'
+
+
+@pytest.fixture
+def environ(monkeypatch, tmp_path):
+    """An environment without OS_* variables or clouds.yaml of its own."""
+    for key in list(os.environ):
+        if key.startswith('OS_'):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv('HOME', str(tmp_path))
+    monkeypatch.setenv('XDG_CONFIG_HOME', str(tmp_path / 'config'))
+    path = tmp_path / 'clouds.yaml'
+    path.write_text(yaml.safe_dump({'clouds': {
+        name: {'auth_type': 'none',
+               'baremetal_endpoint_override': 'http://%s:6385' % name}
+        for name in ('first', 'second')}}))
+    monkeypatch.setenv('OS_CLIENT_CONFIG_FILE', str(path))
+    return monkeypatch
+
+
+def make_cloud(**openstack):
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    for option, value in openstack.items():
+        conf.set_override(option, value, group='openstack')
+    return cloud.Cloud(conf)
+
+
+def test_os_cloud_chooses_from_clouds_yaml(environ):
+    environ.setenv('OS_CLOUD', 'second')
+    assert make_cloud().endpoint('baremetal') == 'http://second:6385'
+
+
+def test_configured_cloud_wins_over_os_cloud(environ):
+    environ.setenv('OS_CLOUD', 'second')
+    assert make_cloud(cloud='first').endpoint('baremetal') == (
+        'http://first:6385')
+
+
+def test_standalone_endpoints_win_over_os_cloud(environ):
+    environ.setenv('OS_CLOUD', 'second')
+    assert make_cloud(ironic_url=IRONIC).endpoint('baremetal') == IRONIC
+
+
+def test_openrc_variables(environ):
+    environ.delenv('OS_CLIENT_CONFIG_FILE')
+    environ.setenv('OS_AUTH_TYPE', 'none')
+    environ.setenv('OS_BAREMETAL_ENDPOINT_OVERRIDE', IRONIC)
+    assert make_cloud().endpoint('baremetal') == IRONIC
+
+
+def test_several_clouds_and_no_choice_is_no_cloud(environ):
+    with pytest.raises(exceptions.CloudUnavailable,
+                       match=r'\(none configured\): set OS_CLOUD'):
+        make_cloud().check(['baremetal'])
+
+
+def test_unknown_cloud_is_named(environ):
+    environ.setenv('OS_CLOUD', 'third')
+    with pytest.raises(exceptions.ConfigError,
+                       match='cloud third of clouds.yaml: Cloud third was '
+                             'not found'):
+        make_cloud().check(['baremetal'])
+
+
+def test_cloud_without_the_service_says_so(environ):
+    environ.setenv('OS_CLOUD', 'first')
+    with pytest.raises(exceptions.CloudUnavailable,
+                       match='cloud first of clouds.yaml has no compute '
+                             'endpoint'):
+        make_cloud().check(['compute'])

@@ -1,0 +1,87 @@
+"""Service names from [DEFAULT] host, and the checks a service makes of
+its options before it starts."""
+
+import socket
+
+import pytest
+
+from tenks import conf as tenks_conf
+from tenks import rpc
+from tenks import service
+
+
+def parse(tmp_path, text):
+    path = tmp_path / 'tenks.conf'
+    path.write_text(text)
+    conf = tenks_conf.new_conf()
+    rpc.register_opts(conf)
+    conf(['--config-file', str(path)], default_config_files=[])
+    return conf
+
+
+def test_default_host_names_both_services(tmp_path):
+    conf = parse(tmp_path, '[DEFAULT]\nhost = hv1\n')
+    assert (conf.conductor.host, conf.hostagent.host) == ('hv1', 'hv1')
+
+
+def test_section_host_overrides_default_host(tmp_path):
+    conf = parse(tmp_path, '[DEFAULT]\nhost = hv1\n'
+                           '[conductor]\nhost = c1\n')
+    assert (conf.conductor.host, conf.hostagent.host) == ('c1', 'hv1')
+
+
+def test_host_defaults_to_the_hostname(tmp_path):
+    conf = parse(tmp_path, '')
+    assert conf.host == socket.gethostname()
+    assert conf.hostagent.host == socket.gethostname()
+
+
+GOOD = '''[DEFAULT]
+transport_url = rabbit://guest:guest@127.0.0.1:5672/
+state_dir = %s
+'''
+
+
+@pytest.mark.parametrize('name', ['conductor', 'hostagent'])
+def test_good_configuration_has_no_problem(tmp_path, name):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state'))
+    assert service.validate(conf, name) == []
+    assert (tmp_path / 'state').is_dir()
+
+
+def test_every_bad_value_is_named_with_its_file(tmp_path):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state') + '''
+[hostagent]
+resource_prefix = Bad!
+heartbeat_interval = often
+''')
+    heartbeat, prefix = service.validate(conf, 'hostagent')
+    path = tmp_path / 'tenks.conf'
+    assert heartbeat.startswith('[hostagent] heartbeat_interval (in %s): '
+                                % path)
+    assert 'often' in heartbeat
+    assert prefix == ("[hostagent] resource_prefix (in %s): Value 'Bad!' "
+                      "doesn't match regex '^[a-z0-9]{0,4}$'" % path)
+
+
+def test_unknown_driver(tmp_path):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[hostagent]\nbmc_driver = sushy\n')
+    assert service.validate(conf, 'hostagent') == [
+        "[hostagent] bmc_driver: no driver 'sushy' (known: virtualbmc)"]
+    # Drivers are the hostagent's business only.
+    assert service.validate(conf, 'conductor') == []
+
+
+def test_unusable_state_dir(tmp_path):
+    (tmp_path / 'file').write_text('')
+    conf = parse(tmp_path, GOOD % (tmp_path / 'file' / 'state'))
+    [problem] = service.validate(conf, 'conductor')
+    assert problem.startswith('[DEFAULT] state_dir %s cannot be created'
+                              % (tmp_path / 'file' / 'state'))
+
+
+def test_service_without_a_bus(tmp_path):
+    conf = parse(tmp_path, '[DEFAULT]\nstate_dir = %s\n' % tmp_path)
+    [problem] = service.validate(conf, 'conductor')
+    assert problem.startswith('transport_url is not set')
