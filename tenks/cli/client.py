@@ -174,15 +174,14 @@ class StateReader:
         self.db = None
 
     def __enter__(self):
+        import sqlalchemy as sa
+
         from tenks.db import api as db_api
-        engine = db_api.create_engine(
-            self.conf.conductor.database_connection
-            or db_api.default_url(self.conf.state_dir))
-        if (engine.url.get_backend_name() == 'sqlite'
-                and not os.path.exists(engine.url.database or '')):
-            engine.dispose()
-        else:
-            self.db = db_api.StateDB(engine)
+        url = sa.engine.make_url(self.conf.conductor.database_connection
+                                 or db_api.default_url(self.conf.state_dir))
+        if url.get_backend_name() != 'sqlite' or os.path.exists(
+                url.database or ''):
+            self.db = db_api.StateDB(db_api.create_engine(url))
         return self
 
     def __exit__(self, *exc):
