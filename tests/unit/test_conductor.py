@@ -196,7 +196,8 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
     conductor.deploy(make_spec(count=1))
     hypervisor.things[('volume', 'extra')] = 1
     conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra',
-                                {'pool': 'tenks-unit', 'name': 'extra'})
+                                {'pool': 'tenks-unit', 'name': 'extra'},
+                                'op')
     task = nodes.EnsureVolume('hv1', 'extra', {}, {'pool': 'tenks-unit',
                                                    'name': 'extra'})
     task.revert(None, operation_id='op', cluster='unit')
