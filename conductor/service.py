@@ -82,7 +82,8 @@ class Conductor:
             max_workers=conf.conductor.max_operations,
             thread_name_prefix='operation')
         self._running = {}
-        # Operations waiting for a worker: {id: (kind, cluster, resumed)}.
+        # Operations waiting for a worker:
+        # {id: (kind, cluster, its state before, resumed)}.
         self._queued = {}
         self._running_mutex = threading.Lock()
         self._accepting = True
@@ -127,8 +128,11 @@ class Conductor:
             for operation_id, _ in queued:
                 del self._queued[operation_id]
                 del self._running[operation_id]
-        for operation_id, (kind, name, resumed) in queued:
+        for operation_id, (kind, name, before, resumed) in queued:
             if not resumed:
+                if before is None:
+                    # Recorded by its submit, and never scheduled.
+                    self.db.delete_cluster(name)
                 self._fail(operation_id, kind, name,
                            exceptions.OperationFailed(
                                operation=kind.capitalize(), cluster=name,
@@ -207,10 +211,12 @@ class Conductor:
             interrupted = self._interrupted(name)
             if interrupted is not None:
                 return self._submit(interrupted.id, 'deploy', name, before,
-                                    True, self.runner.resume)
+                                    True, self._resume)
+            if cluster is None:
+                self.db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
             operation_id = self._create_operation('deploy', name)
             return self._submit(operation_id, 'deploy', name, before, False,
-                                self._run_deploy, spec)
+                                self._run_deploy)
         except BaseException:
             self.locks.release(name)
             raise
@@ -282,7 +288,7 @@ class Conductor:
             cluster = self.db.get_cluster(operation.cluster)
             self._submit(operation.id, operation.kind, operation.cluster,
                          None if cluster is None else cluster.state, True,
-                         self.runner.resume)
+                         self._resume)
 
     def get_operation(self, operation_id):
         operation = self.db.get_operation(operation_id)
@@ -361,22 +367,26 @@ class Conductor:
                     'exist on %s' % (source, physnet, ', '.join(hosts)))
         return facts
 
-    def _run_deploy(self, operation_id, spec, on_progress):
-        """Check, inspect, schedule, then run the deploy flow."""
-        name = spec['cluster']
-        self.cloud.check(cloud_services(spec))
-        facts = self._inspect(spec)
-        with self._allocating():
-            cluster = self.db.get_cluster(name)
-            recorded = [n.as_dict() for n in self.db.list_nodes()]
-            missing = scheduler.schedule(spec, facts, recorded)
-            if cluster is None:
-                self.db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
-            self.db.add_nodes(missing)
-        nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
+    def _run_deploy(self, operation_id, on_progress):
+        """Check, inspect, schedule, then run the deploy flow.
+
+        A cluster still 'scheduled' is new: until its flow runs, any
+        error forgets it with the nodes scheduled for it.
+        """
+        name = self.db.get_operation(operation_id).cluster
+        cluster = self.db.get_cluster(name)
+        spec = cluster.spec
+        new = cluster.state == records.CLUSTER_SCHEDULED
+        missing = []
         try:
-            plan = plans.deploy_plan(spec, self.db.get_cluster(name).uuid,
-                                     nodes, facts)
+            self.cloud.check(cloud_services(spec))
+            facts = self._inspect(spec)
+            with self._allocating():
+                recorded = [n.as_dict() for n in self.db.list_nodes()]
+                missing = scheduler.schedule(spec, facts, recorded)
+                self.db.add_nodes(missing)
+            nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
+            plan = plans.deploy_plan(spec, cluster.uuid, nodes, facts)
             return self.runner.run(
                 operation_id, 'deploy:%s' % name, deploy.get_deploy_flow,
                 {'plan': plan}, self._store(operation_id, name),
@@ -385,9 +395,11 @@ class Conductor:
             raise
         except Exception:
             # The flow never ran: unschedule what this operation added.
-            self.db.delete_nodes([node['uuid'] for node in missing])
-            if cluster is None:
+            uuids = [node['uuid'] for node in missing]
+            if new:
+                uuids = [n.uuid for n in self.db.list_nodes(cluster=name)]
                 self.db.delete_cluster(name)
+            self.db.delete_nodes(uuids)
             raise
 
     def _run_teardown(self, operation_id, on_progress):
@@ -400,6 +412,21 @@ class Conductor:
             operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,
             {'cluster': name, 'resources': resources},
             self._store(operation_id, name), on_progress=on_progress)
+
+    def _resume(self, operation_id, on_progress):
+        """Resume the flow of an interrupted operation; one interrupted
+        before its flow was saved starts again from its checks."""
+        try:
+            return self.runner.resume(operation_id, on_progress=on_progress)
+        except exceptions.NothingToResume:
+            operation = self.db.get_operation(operation_id)
+            if self.db.get_cluster(operation.cluster) is None:
+                raise
+        LOG.info('Operation %s had not begun its flow: starting it',
+                 operation_id)
+        run = (self._run_deploy if operation.kind == 'deploy'
+               else self._run_teardown)
+        return run(operation_id, on_progress)
 
     @staticmethod
     def _store(operation_id, name):
@@ -421,7 +448,7 @@ class Conductor:
             future = self._pool.submit(self._execute, operation_id, kind,
                                        name, before, resumed, run, *args)
             self._running[operation_id] = future
-            self._queued[operation_id] = (kind, name, resumed)
+            self._queued[operation_id] = (kind, name, before, resumed)
         return operation_id
 
     def _execute(self, operation_id, kind, name, before, resumed, run,
