@@ -226,3 +226,50 @@ def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
     finally:
         timer.join()
         late.stop()
+
+
+def test_hypervisor_delete_refuses_one_up_or_hosting_nodes(conductor,
+                                                           hypervisor,
+                                                           monkeypatch):
+    conductor.deploy(make_spec(count=1))
+    with pytest.raises(exceptions.HypervisorInUse) as raised:
+        conductor.delete_hypervisor('hv1')
+    message = str(raised.value)
+    assert 'its hostagent is up' in message
+    assert 'cluster(s) unit' in message
+    monkeypatch.setattr(conductor, 'hypervisor_state', lambda row: 'down')
+    with pytest.raises(exceptions.HypervisorInUse) as raised:
+        conductor.delete_hypervisor('hv1')
+    assert 'is up' not in str(raised.value)
+    conductor.teardown('unit')
+    conductor.delete_hypervisor('hv1')
+    assert conductor.list_hypervisors() == []
+    with pytest.raises(exceptions.HypervisorNotFound):
+        conductor.delete_hypervisor('hv1')
+
+
+def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
+    """A volume the agent reports as already there (not created by this
+    request) is kept by the revert; what it created is removed."""
+    from flows import nodes
+    conductor.deploy(make_spec(count=1))
+    db = conductor.db
+    task = nodes.EnsureVolume('hv1', 'tk0vol0', {
+        'pool': 'tenks-unit', 'name': 'tk0vol0', 'capacity': 1,
+        'fmt': 'qcow2'}, {'pool': 'tenks-unit', 'name': 'tk0vol0'})
+    db.delete_resource('hv1', 'volume', 'tk0vol0')
+    result = task.execute(operation_id='op2', cluster='unit')
+    assert result['new'] is False
+    task.revert(result, operation_id='op2', cluster='unit')
+    assert ('volume', 'tk0vol0') in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
+
+    fresh = nodes.EnsureVolume('hv1', 'extra', {
+        'pool': 'tenks-unit', 'name': 'extra', 'capacity': 1,
+        'fmt': 'qcow2'}, {'pool': 'tenks-unit', 'name': 'extra'})
+    result = fresh.execute(operation_id='op2', cluster='unit')
+    assert result['new'] is True
+    assert db.get_resource('hv1', 'volume', 'extra').operation == 'op2'
+    fresh.revert(result, operation_id='op2', cluster='unit')
+    assert ('volume', 'extra') not in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'extra') is None
