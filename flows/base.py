@@ -37,14 +37,15 @@ class EnsureResource(task.Task):
 
     kind = None
 
-    def __init__(self, host, resource, ensure_args, remove_args, node=None):
+    def __init__(self, host, resource, ensure_args, remove_args,
+                 node_uuid=None):
         super().__init__(name='%s:%s:%s' % (self.kind, host, resource),
                          requires=(OPERATION_ID, CLUSTER))
         self.host = host
         self.resource = resource
         self.ensure_args = ensure_args
         self.remove_args = remove_args
-        self.node = node
+        self.node_uuid = node_uuid
 
     def request_args(self, cluster):
         """Arguments of ensure_<kind>; secrets may be added here."""
@@ -73,7 +74,7 @@ class EnsureResource(task.Task):
         svc = services.get()
         before = svc.db.begin_resource(cluster, self.host, self.kind,
                                        self.resource, self.remove_args,
-                                       operation_id, self.node)
+                                       operation_id, self.node_uuid)
         # This operation asked for it before (a resume, a retry): the
         # agent may since have forgotten that it created it.
         asked_before = (before is not None and before.operation ==
