@@ -273,3 +273,44 @@ def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     fresh.revert(result, operation_id='op2', cluster='unit')
     assert ('volume', 'extra') not in hypervisor.things
     assert db.get_resource('hv1', 'volume', 'extra') is None
+
+
+def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
+                                                            hypervisor,
+                                                            monkeypatch):
+    """No answer (the agent made the thing, the reply was lost): the
+    record stays, and the revert asks for removal by owner mark; a
+    thing the agent then finds not ours is left, its record dropped."""
+    from flows import nodes
+    conductor.deploy(make_spec(count=1))
+    db = conductor.db
+    real_request = conductor.agents.request
+
+    def lost_reply(host, method, request_id, **kwargs):
+        real_request(host, method, request_id, **kwargs)
+        raise exceptions.AgentTimeout(host=host, method=method, timeout=0)
+
+    args = {'pool': 'tenks-unit', 'name': 'lost'}
+    task = nodes.EnsureVolume('hv1', 'lost', dict(args, capacity=1,
+                                                  fmt='qcow2'), args)
+    monkeypatch.setattr(conductor.agents, 'request', lost_reply)
+    with pytest.raises(exceptions.AgentTimeout):
+        task.execute(operation_id='op2', cluster='unit')
+    monkeypatch.setattr(conductor.agents, 'request', real_request)
+    row = db.get_resource('hv1', 'volume', 'lost')
+    assert (row.state, row.operation) == ('creating', 'op2')
+    task.revert(None, operation_id='op2', cluster='unit')
+    assert ('volume', 'lost') not in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'lost') is None
+
+    # The same, but somebody else's thing now stands there.
+    db.begin_resource('unit', 'hv1', 'volume', 'lost', args, 'op3')
+    hypervisor.things[('volume', 'lost')] = 1
+
+    def refuse(kind, name):
+        raise fakes.conflict(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', refuse)
+    task.revert(None, operation_id='op3', cluster='unit')
+    assert ('volume', 'lost') in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'lost') is None
