@@ -1,9 +1,11 @@
 """The conductor: runs deploy and teardown flows for clusters.
 
 It reaches hypervisors only through their hostagents, over the bus, and
-records everything it creates in the state database as it goes. An
-operation is checked, locked and scheduled at once (so a bad request
-fails at once), then its flow runs in a bounded pool of threads.
+records everything it creates in the state database as it goes. A
+request is checked against the record and its cluster locked at once;
+then the operation (cloud check, inspection, scheduling, its flow) runs
+in a bounded pool of threads, and every way it can end is recorded as
+its final state with a reason.
 """
 
 import contextlib
