@@ -276,3 +276,23 @@ def test_resume_without_a_flow_fails_with_a_reason(env):
         assert conductor.deploy(spec)['changed']
         conductor.teardown(env.cluster)
     assert env.leftovers() == []
+
+
+def test_deploy_stopped_before_its_flow_starts_again_on_resume(env):
+    """A conductor stopped while a deploy it accepted was still being
+    checked and scheduled: on resume, the same operation runs them."""
+    spec = env.spec(count=1)
+    operation_id = str(uuid.uuid4())
+    with embedded.embedded(env.conf) as conductor:
+        # What accepting the request recorded, and nothing more.
+        conductor.db.save_cluster(env.cluster, spec, 'scheduled')
+        conductor.db.create_operation(operation_id, env.cluster, 'deploy',
+                                      conductor.host)
+    with embedded.embedded(env.conf) as conductor:
+        conductor.resume_interrupted()
+        result = conductor.wait(operation_id)
+        assert result['resumed'] and result['changed']
+        assert [n['state'] for n in conductor.list_nodes(env.cluster)] == [
+            'deployed']
+        conductor.teardown(env.cluster)
+    assert env.leftovers() == []
