@@ -8,12 +8,9 @@ from tenks import spec as tenks_spec
 
 RPC_API_VERSION = rpcapi.RPC_API_VERSION
 
-SUBMIT_ERRORS = (
-    exceptions.SpecError, exceptions.ClusterBusy, exceptions.SpecChanged,
-    exceptions.NoValidHost, exceptions.InterfaceNotFound,
-    exceptions.InterfaceConflict,
-    exceptions.ConductorBusy, exceptions.HostAgentError,
-    exceptions.AgentTimeout)
+# What starting an operation can raise; everything after (inspection,
+# scheduling, the flow) is the operation's error.
+SUBMIT_ERRORS = (exceptions.ClusterBusy, exceptions.ConductorBusy)
 
 
 class ConductorManager:
@@ -31,7 +28,8 @@ class ConductorManager:
     def register_agent(self, context, host, facts):
         self.conductor.register_agent(host, facts)
 
-    @messaging.expected_exceptions(*SUBMIT_ERRORS)
+    @messaging.expected_exceptions(exceptions.SpecError,
+                                   exceptions.SpecChanged, *SUBMIT_ERRORS)
     def deploy_cluster(self, context, spec):
         spec = tenks_spec.validate(spec, source='deploy_cluster request')
         return self.conductor.submit_deploy(spec)
@@ -64,6 +62,11 @@ class ConductorManager:
     @messaging.expected_exceptions(exceptions.HypervisorNotFound)
     def get_hypervisor(self, context, host):
         return self.conductor.get_hypervisor(host)
+
+    @messaging.expected_exceptions(exceptions.HypervisorNotFound,
+                                   exceptions.HypervisorInUse)
+    def delete_hypervisor(self, context, host):
+        return self.conductor.delete_hypervisor(host)
 
     def list_events(self, context, cluster=None, limit=100):
         return self.conductor.list_events(cluster, limit)

@@ -9,8 +9,9 @@ from tenks import names
 GIB = 1024 ** 3
 
 
-def deploy_plan(spec, nodes, facts):
-    """``facts``: {host: inspect result}, with each host's own physnet
+def deploy_plan(spec, deployment, nodes, facts):
+    """``deployment``: the cluster record's uuid, which owner marks name;
+    ``facts``: {host: inspect result}, with each host's own physnet
     mappings, BMC address and name prefix applied."""
     cluster = spec['cluster']
     hosts = {}
@@ -34,7 +35,7 @@ def deploy_plan(spec, nodes, facts):
         }
     return {
         'cluster': cluster,
-        'owner': names.owner(cluster),
+        'owner': names.owner(cluster, deployment),
         'domain_type': spec['libvirt_domain_type'],
         'ipmi_username': spec['ipmi_username'],
         'hosts': hosts,

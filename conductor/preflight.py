@@ -12,18 +12,17 @@ from tenks import exceptions
 from tenks import scheduler
 
 
-def check_hosts(agents, spec, facts, nodes, resources, owner):
+def check_hosts(agents, spec, deployment, facts, nodes, resources):
     """Raise NetworkDriverMismatch if a host of the plan (new nodes or
     not) runs another network driver than the spec's bridge_type, and
     InterfaceConflict if an interface the deploy of ``spec`` would
     create is taken: recorded for another cluster (``resources``, dicts
-    of every cluster), or on its host without the mark ``owner`` (None:
-    the deployment owns nothing yet).
+    of every cluster), or on its host without this deployment's mark.
 
     ``facts``: {host: first inspect result}; ``nodes``: every node of
     the cluster, recorded or just scheduled.
     """
-    plan = plans.deploy_plan(spec, nodes, facts)
+    plan = plans.deploy_plan(spec, deployment, nodes, facts)
     for host in sorted(plan['hosts']):
         if facts[host]['network_driver'] != spec['bridge_type']:
             raise exceptions.NetworkDriverMismatch(
@@ -35,7 +34,7 @@ def check_hosts(agents, spec, facts, nodes, resources, owner):
             host, 'inspect', 'inspect/%s' % uuid.uuid4(),
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
-            interfaces=sorted(interfaces), owner=owner)
+            interfaces=sorted(interfaces), owner=plan['owner'])
         for host, interfaces in sorted(wanted.items())}
     problems = scheduler.interface_conflicts(spec, plan, found, resources)
     if problems:

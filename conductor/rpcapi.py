@@ -1,11 +1,20 @@
 """Client side of the conductor RPC API, for hostagents, the CLI and other
 OpenStack services.
 
-Long operations (deploy, teardown) return an operation id at once; follow
-them with get_operation. Expected errors arrive as the same types from
-tenks.exceptions: SpecError (invalid spec), ClusterNotFound, ClusterBusy,
-SpecChanged, NoValidHost (and PortRangeExhausted), InterfaceNotFound,
-OperationNotFound, HypervisorNotFound, ConductorBusy.
+Long operations (deploy, teardown) return an operation id at once, once
+the spec is checked and the cluster locked; follow them with
+get_operation. Everything after that (inspecting the hypervisors,
+reaching the cloud, scheduling, the flow) is the operation's work: its
+failure ends the operation in state 'failed' with the reason in its
+``error``. The errors a call itself can raise arrive as the same types
+from tenks.exceptions, and they are all a caller can get:
+
+* deploy_cluster: SpecError (invalid spec), SpecChanged, ClusterBusy,
+  ConductorBusy;
+* teardown_cluster: ClusterNotFound, ClusterBusy, ConductorBusy;
+* get_operation: OperationNotFound; get_cluster: ClusterNotFound;
+  get_hypervisor: HypervisorNotFound;
+* delete_hypervisor: HypervisorNotFound, HypervisorInUse.
 
 API version history:
 
@@ -13,11 +22,15 @@ API version history:
   hostagents); deploy_cluster, teardown_cluster, get_cluster,
   list_clusters, list_nodes, get_operation, list_operations,
   list_hypervisors, get_hypervisor, list_events.
+* 1.1 - delete_hypervisor. deploy_cluster and teardown_cluster raise
+  only the errors listed above: inspection and scheduling errors
+  (NoValidHost, InterfaceNotFound, AgentTimeout, ...) are the
+  operation's.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.0'
+RPC_API_VERSION = '1.1'
 
 
 class ConductorAPI:
@@ -27,8 +40,9 @@ class ConductorAPI:
         if timeout is not None:
             self.client = self.client.prepare(timeout=timeout)
 
-    def _call(self, method, **kwargs):
-        return self.client.prepare(version='1.0').call({}, method, **kwargs)
+    def _call(self, method, version='1.0', **kwargs):
+        return self.client.prepare(version=version).call({}, method,
+                                                         **kwargs)
 
     # From hostagents
 
@@ -77,6 +91,11 @@ class ConductorAPI:
 
     def get_hypervisor(self, host):
         return self._call('get_hypervisor', host=host)
+
+    def delete_hypervisor(self, host):
+        """Forget hypervisor ``host``, which must be down and host no
+        node nor any other resource."""
+        return self._call('delete_hypervisor', version='1.1', host=host)
 
     def list_events(self, cluster=None, limit=100):
         return self._call('list_events', cluster=cluster, limit=limit)

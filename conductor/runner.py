@@ -93,8 +93,13 @@ class FlowRunner:
 
     def resume(self, operation_id, on_progress=None):
         """Resume an interrupted operation where it stopped."""
-        book = self.backend.get_connection().get_logbook(operation_id)
-        flow_detail = next(iter(book))
+        try:
+            book = self.backend.get_connection().get_logbook(operation_id)
+        except tf_exceptions.NotFound:
+            book = ()
+        flow_detail = next(iter(book), None)
+        if flow_detail is None:
+            raise exceptions.NothingToResume(id=operation_id)
         engine = engines.load_from_detail(flow_detail, backend=self.backend,
                                           **self._options())
         return self._run(engine, on_progress)

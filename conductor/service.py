@@ -1,9 +1,11 @@
 """The conductor: runs deploy and teardown flows for clusters.
 
 It reaches hypervisors only through their hostagents, over the bus, and
-records everything it creates in the state database as it goes. An
-operation is checked, locked and scheduled at once (so a bad request
-fails at once), then its flow runs in a bounded pool of threads.
+records everything it creates in the state database as it goes. A
+request is checked against the record and its cluster locked at once;
+then the operation (cloud check, inspection, scheduling, its flow) runs
+in a bounded pool of threads, and every way it can end is recorded as
+its final state with a reason.
 """
 
 import contextlib
@@ -82,6 +84,9 @@ class Conductor:
             max_workers=conf.conductor.max_operations,
             thread_name_prefix='operation')
         self._running = {}
+        # Operations waiting for a worker:
+        # {id: (kind, cluster, its state before, resumed)}.
+        self._queued = {}
         self._running_mutex = threading.Lock()
         self._accepting = True
         self.server = bus.get_server(
@@ -102,6 +107,7 @@ class Conductor:
         if grace is None:
             grace = self.conf.conductor.graceful_shutdown_timeout
         self._accepting = False
+        self._cancel_queued()
         with self._running_mutex:
             running = list(self._running.values())
         left = futures.wait(running, timeout=grace).not_done
@@ -112,6 +118,30 @@ class Conductor:
         self.server.wait()
         self._pool.shutdown(wait=not left, cancel_futures=True)
         return len(left)
+
+    def _cancel_queued(self):
+        """End the operations still waiting for a worker: a stopping
+        conductor starts no new work. A resumed one is handed back as
+        it was; a new one has done nothing and fails saying so."""
+        with self._running_mutex:
+            queued = [(operation_id, info) for operation_id, info
+                      in self._queued.items()
+                      if self._running[operation_id].cancel()]
+            for operation_id, _ in queued:
+                del self._queued[operation_id]
+                del self._running[operation_id]
+        for operation_id, (kind, name, before, resumed) in queued:
+            if not resumed:
+                if before is None:
+                    # Recorded by its submit, and never scheduled.
+                    self.db.delete_cluster(name)
+                self._fail(operation_id, kind, name,
+                           exceptions.OperationFailed(
+                               operation=kind.capitalize(), cluster=name,
+                               reason='conductor %s stopped before it '
+                                      'began; nothing was changed: run it '
+                                      'again' % self.host))
+            self.locks.release(name)
 
     # Hypervisors
 
@@ -164,8 +194,10 @@ class Conductor:
 
         Idempotent: a re-run with the same spec changes nothing that is as
         recorded. A deploy that a dead process left half done is resumed.
-        Returns the operation id at once; checking, locking and
-        scheduling errors are raised before anything is created.
+        Checks the spec against the record and locks the cluster, then
+        returns the operation id at once: the cloud check, inspection of
+        the hypervisors, scheduling and the flow happen inside the
+        operation, and their failures are its error.
         """
         name = spec['cluster']
         self._check_accepting()
@@ -177,30 +209,16 @@ class Conductor:
                                 if spec.get(k) != cluster.spec.get(k))
                 raise exceptions.SpecChanged(name=name,
                                              fields=', '.join(fields))
-            self.cloud.check(cloud_services(spec))
+            before = None if cluster is None else cluster.state
             interrupted = self._interrupted(name)
             if interrupted is not None:
-                return self._submit(interrupted.id, 'deploy', name, False,
-                                    self.runner.resume, interrupted.id)
-            facts = self._inspect(spec)
-            with self._allocating():
-                recorded = [n.as_dict() for n in self.db.list_nodes()]
-                missing = scheduler.schedule(spec, facts, recorded)
-                preflight.check_hosts(
-                    self.agents, spec, facts, [
-                        n for n in recorded if n['cluster'] == name
-                    ] + missing, [r.as_dict() for c in self.db.list_clusters()
-                                  for r in self.db.list_resources(c.name)],
-                    names.owner(name) if cluster is not None else None)
-                if cluster is None:
-                    self.db.save_cluster(name, spec,
-                                         records.CLUSTER_SCHEDULED)
-                self.db.add_nodes(missing)
-            nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
-            plan = plans.deploy_plan(spec, nodes, facts)
-            return self._new_operation(
-                'deploy', name, cluster is not None,
-                deploy.get_deploy_flow, {'plan': plan})
+                return self._submit(interrupted.id, 'deploy', name, before,
+                                    True, self._resume)
+            if cluster is None:
+                self.db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
+            operation_id = self._create_operation('deploy', name)
+            return self._submit(operation_id, 'deploy', name, before, False,
+                                self._run_deploy)
         except BaseException:
             self.locks.release(name)
             raise
@@ -210,33 +228,54 @@ class Conductor:
         self._check_accepting()
         self.locks.acquire(name)
         try:
-            if self.db.get_cluster(name) is None:
+            cluster = self.db.get_cluster(name)
+            if cluster is None:
                 raise exceptions.ClusterNotFound(name=name)
             interrupted = self._interrupted(name)
             if interrupted is not None:
                 self.db.finish_operation(interrupted.id, INTERRUPTED)
-            resources = [
-                {'hypervisor': r.hypervisor, 'kind': r.kind, 'name': r.name,
-                 'remove_args': r.remove_args}
-                for r in self.db.list_resources(name)]
-            return self._new_operation(
-                'teardown', name, True, teardown.get_teardown_flow,
-                {'cluster': name, 'resources': resources})
+            operation_id = self._create_operation('teardown', name)
+            return self._submit(operation_id, 'teardown', name,
+                                cluster.state, False, self._run_teardown)
         except BaseException:
             self.locks.release(name)
             raise
+
+    def delete_hypervisor(self, host):
+        """Forget hypervisor ``host``: it must be down and host nothing."""
+        hypervisor = self.get_hypervisor(host)
+        reasons = []
+        if hypervisor['state'] != 'down':
+            reasons.append('its hostagent is %s (last heard of at %s)' % (
+                hypervisor['state'], hypervisor['last_seen']))
+        clusters = sorted({n.cluster for n in
+                           self.db.list_nodes(hypervisor=host)}
+                          | {r.cluster for r in
+                             self.db.list_resources(hypervisor=host)})
+        if clusters:
+            reasons.append('it hosts resources of cluster(s) %s: tear '
+                           'them down first' % ', '.join(clusters))
+        if reasons:
+            raise exceptions.HypervisorInUse(host=host,
+                                             reason='; '.join(reasons))
+        self.db.delete_hypervisor(host)
 
     def wait(self, operation_id):
         """The result of an operation this process runs, once finished.
 
         Returns {'operation', 'changed', 'resumed'}; raises
-        OperationFailed after its rollback.
+        OperationFailed after its rollback, or the error that stopped it
+        before its flow ran.
         """
         with self._running_mutex:
             future = self._running.get(operation_id)
         if future is None:
             raise exceptions.OperationNotFound(id=operation_id)
-        return future.result()
+        try:
+            return future.result()
+        except futures.CancelledError:
+            raise exceptions.OperationFailed(
+                self.db.get_operation(operation_id).error) from None
 
     def resume_interrupted(self):
         """Resume what this conductor was running when it last stopped."""
@@ -248,8 +287,10 @@ class Conductor:
                 continue
             LOG.info('Resuming %s %s of cluster %s', operation.kind,
                      operation.id, operation.cluster)
+            cluster = self.db.get_cluster(operation.cluster)
             self._submit(operation.id, operation.kind, operation.cluster,
-                         False, self.runner.resume, operation.id)
+                         None if cluster is None else cluster.state, True,
+                         self._resume)
 
     def get_operation(self, operation_id):
         operation = self.db.get_operation(operation_id)
@@ -329,43 +370,117 @@ class Conductor:
                     'exist on %s' % (source, physnet, ', '.join(hosts)))
         return facts
 
-    def _new_operation(self, kind, name, existed, factory, factory_kwargs):
+    def _run_deploy(self, operation_id, on_progress):
+        """Check, inspect, schedule, then run the deploy flow.
+
+        A cluster still 'scheduled' is new: until its flow runs, any
+        error forgets it with the nodes scheduled for it.
+        """
+        name = self.db.get_operation(operation_id).cluster
+        cluster = self.db.get_cluster(name)
+        spec = cluster.spec
+        new = cluster.state == records.CLUSTER_SCHEDULED
+        missing = []
+        try:
+            self.cloud.check(cloud_services(spec))
+            facts = self._inspect(spec)
+            with self._allocating():
+                recorded = [n.as_dict() for n in self.db.list_nodes()]
+                missing = scheduler.schedule(spec, facts, recorded)
+                preflight.check_hosts(
+                    self.agents, spec, cluster.uuid, facts,
+                    [n for n in recorded if n['cluster'] == name] + missing,
+                    [r.as_dict() for r in self.db.list_resources()])
+                self.db.add_nodes(missing)
+            nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
+            plan = plans.deploy_plan(spec, cluster.uuid, nodes, facts)
+            return self.runner.run(
+                operation_id, 'deploy:%s' % name, deploy.get_deploy_flow,
+                {'plan': plan}, self._store(operation_id, name),
+                on_progress=on_progress)
+        except exceptions.OperationFailed:
+            raise
+        except Exception:
+            # The flow never ran: unschedule what this operation added.
+            uuids = [node['uuid'] for node in missing]
+            if new:
+                uuids = [n.uuid for n in self.db.list_nodes(cluster=name)]
+                self.db.delete_cluster(name)
+            self.db.delete_nodes(uuids)
+            raise
+
+    def _run_teardown(self, operation_id, on_progress):
+        name = self.db.get_operation(operation_id).cluster
+        resources = [
+            {'hypervisor': r.hypervisor, 'kind': r.kind, 'name': r.name,
+             'remove_args': r.remove_args}
+            for r in self.db.list_resources(name)]
+        return self.runner.run(
+            operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,
+            {'cluster': name, 'resources': resources},
+            self._store(operation_id, name), on_progress=on_progress)
+
+    def _resume(self, operation_id, on_progress):
+        """Resume the flow of an interrupted operation; one interrupted
+        before its flow was saved starts again from its checks."""
+        try:
+            return self.runner.resume(operation_id, on_progress=on_progress)
+        except exceptions.NothingToResume:
+            operation = self.db.get_operation(operation_id)
+            if self.db.get_cluster(operation.cluster) is None:
+                raise
+        LOG.info('Operation %s had not begun its flow: starting it',
+                 operation_id)
+        run = (self._run_deploy if operation.kind == 'deploy'
+               else self._run_teardown)
+        return run(operation_id, on_progress)
+
+    @staticmethod
+    def _store(operation_id, name):
+        return {'operation_id': operation_id, 'cluster': name}
+
+    def _create_operation(self, kind, name):
         operation_id = str(uuid.uuid4())
         self.db.create_operation(operation_id, name, kind, self.host)
-        store = {'operation_id': operation_id, 'cluster': name}
-        return self._submit(operation_id, kind, name, existed,
-                            self.runner.run, operation_id,
-                            '%s:%s' % (kind, name), factory, factory_kwargs,
-                            store)
-
-    def _submit(self, operation_id, kind, name, existed, run, *args):
-        """Run ``run(*args, on_progress)`` in the pool; the cluster's lock
-        is released when it ends."""
-        self.notifier.emit('tenks.cluster.%s.start' % kind, name,
-                           {'operation': operation_id})
-        resumed = run == self.runner.resume
-        with self._running_mutex:
-            future = self._pool.submit(self._execute, operation_id, kind,
-                                       name, existed, resumed, run, *args)
-            self._running[operation_id] = future
         return operation_id
 
-    def _execute(self, operation_id, kind, name, existed, resumed, run,
+    def _submit(self, operation_id, kind, name, before, resumed, run, *args):
+        """Run ``run(operation_id, *args, on_progress)`` in the pool; the
+        cluster's lock is released when it ends. ``before``: the state
+        the cluster had, for the failure message."""
+        if not resumed:
+            self.notifier.emit('tenks.cluster.%s.start' % kind, name,
+                               {'operation': operation_id})
+        with self._running_mutex:
+            future = self._pool.submit(self._execute, operation_id, kind,
+                                       name, before, resumed, run, *args)
+            self._running[operation_id] = future
+            self._queued[operation_id] = (kind, name, before, resumed)
+        return operation_id
+
+    def _execute(self, operation_id, kind, name, before, resumed, run,
                  *args):
+        with self._running_mutex:
+            self._queued.pop(operation_id, None)
         progress = ProgressRecorder(self.db, operation_id)
         try:
-            outcome = run(*args, on_progress=progress)
+            outcome = run(operation_id, *args, on_progress=progress)
         except exceptions.OperationFailed as e:
+            # The flow ran, and was rolled back.
             error = exceptions.OperationFailed(
                 operation=kind.capitalize(), cluster=name,
-                reason='%s%s' % (e, self._after_failure(kind, name,
-                                                        existed)),
+                reason='%s%s' % (e, self._after_failure(
+                    kind, name, before, operation_id)),
                 failed_tasks=e.kwargs.get('failed_tasks', []))
-            self.db.finish_operation(operation_id, FAILED, str(error))
-            self.notifier.emit('tenks.cluster.%s.error' % kind, name,
-                               {'operation': operation_id,
-                                'error': str(error)}, error=True)
+            self._fail(operation_id, kind, name, error)
             raise error from None
+        except Exception as e:
+            # Stopped before its flow ran, or loading the flow failed.
+            LOG.debug('Operation %s failed', operation_id, exc_info=True)
+            self._fail(operation_id, kind, name, exceptions.OperationFailed(
+                operation=kind.capitalize(), cluster=name,
+                reason=str(e) or type(e).__name__))
+            raise
         finally:
             progress.flush()
             self.locks.release(name)
@@ -381,18 +496,34 @@ class Conductor:
                             'changed': len(outcome.changed)})
         return dict(result, operation=operation_id)
 
-    def _after_failure(self, kind, name, existed):
+    def _fail(self, operation_id, kind, name, error):
+        self.db.finish_operation(operation_id, FAILED, str(error))
+        self.notifier.emit('tenks.cluster.%s.error' % kind, name,
+                           {'operation': operation_id,
+                            'error': str(error)}, error=True)
+
+    def _after_failure(self, kind, name, before, operation_id):
         if self.db.get_cluster(name) is None:
-            return '. Everything this deploy created was rolled back'
-        left = len(self.db.list_resources(name))
+            return '. Everything this %s created was rolled back' % kind
         if kind == 'teardown':
+            left = len(self.db.list_resources(name))
             return ('. %d resource(s) remain recorded: run the teardown '
                     'again to finish it' % left)
-        if not existed:
-            return ('. %d resource(s) could not be rolled back: run "tenks '
-                    'teardown %s" to remove them' % (left, name))
-        return ('. What this deploy created was rolled back; the cluster '
-                'deployed before is kept')
+        kept = self.db.list_resources(name, operation=operation_id)
+        if kept:
+            return ('. %d resource(s) this deploy created could not be '
+                    'removed (%s); they stay recorded with their nodes: '
+                    'run the deploy again, or "tenks teardown %s", to '
+                    'finish' % (len(kept), ', '.join(
+                        '%s %s' % (r.kind, r.name) for r in kept), name))
+        if before == records.CLUSTER_DEPLOYED:
+            return ('. What this deploy created was rolled back; the '
+                    'cluster deployed before is kept')
+        return ('. What this deploy created was rolled back; cluster %s '
+                'was not deployed before and stays recorded as failed with '
+                '%d resource(s) of earlier operations: run the deploy again, '
+                'or "tenks teardown %s"' % (
+                    name, len(self.db.list_resources(name)), name))
 
 
 def cloud_services(spec):

@@ -22,32 +22,38 @@ def request_id(operation_id, atom_name, phase='execute'):
 class EnsureResource(task.Task):
     """Create one thing on a hypervisor through its hostagent.
 
-    The thing is recorded as 'creating' before the request and 'present'
-    after it, so teardown finds it even if the conductor dies between
-    the two.
+    The thing is recorded as 'creating', credited to this operation,
+    before the request (so a crash between the two leaves a record), and
+    'present' once the agent answers. It stays credited to this
+    operation only if the agent says this request created it.
 
-    Reversion strategy: remove the thing and its record when this task
-    recorded it; leave alone what was recorded before this operation (a
-    thing this task re-created because it had gone is kept too: that
-    only restores what the record says).
+    Reversion strategy: remove only what this operation created: what
+    the agent said it created, or what it was asked to create without an
+    answer (a timeout, a crash), removed by owner mark, so a thing the
+    agent finds not ours (ResourceConflict) is left and its record
+    dropped. A record kept because removal failed lets a re-run or a
+    teardown finish the job.
     """
 
     kind = None
 
-    def __init__(self, host, resource, ensure_args, remove_args):
+    def __init__(self, host, resource, ensure_args, remove_args,
+                 node_uuid=None):
         super().__init__(name='%s:%s:%s' % (self.kind, host, resource),
                          requires=(OPERATION_ID, CLUSTER))
         self.host = host
         self.resource = resource
         self.ensure_args = ensure_args
         self.remove_args = remove_args
+        self.node_uuid = node_uuid
 
     def request_args(self, cluster):
         """Arguments of ensure_<kind>; secrets may be added here."""
         return self.ensure_args
 
     def ensure(self, svc, operation_id, cluster, adopt):
-        """Create or check the thing; return {'changed': bool, ...}.
+        """Create or check the thing; return {'changed': bool,
+        'created': bool, ...}.
 
         ``adopt`` is False when nothing was recorded: a thing found there
         then is somebody else's. Hypervisor things carry owner marks, so
@@ -67,17 +73,39 @@ class EnsureResource(task.Task):
     def execute(self, operation_id, cluster):
         svc = services.get()
         before = svc.db.begin_resource(cluster, self.host, self.kind,
-                                       self.resource, self.remove_args)
+                                       self.resource, self.remove_args,
+                                       operation_id, self.node_uuid)
+        # This operation asked for it before (a resume, a retry): the
+        # agent may since have forgotten that it created it.
+        asked_before = (before is not None and before.operation ==
+                        operation_id and before.state ==
+                        db_api.RESOURCE_CREATING)
         try:
             result = self.ensure(svc, operation_id, cluster,
                                  adopt=before is not None)
-        except exceptions.ResourceConflict:
-            # It belongs to somebody else: nothing of ours to remove.
+        except exceptions.AgentTimeout:
+            # No answer: it may exist. The record stays for the revert.
+            raise
+        except Exception:
+            # The agent answered: it left nothing this request created.
             if before is None:
                 svc.db.delete_resource(self.host, self.kind, self.resource)
             raise
-        svc.db.finish_resource(self.host, self.kind, self.resource, result)
-        return dict(result, new=before != db_api.RESOURCE_PRESENT)
+        # Agents older than the 'created' flag report only 'changed'.
+        created = result.get('created', result.get('changed', False))
+        if before is not None and (
+                before.state == db_api.RESOURCE_PRESENT or not created
+                and not asked_before):
+            # Recorded before: a thing re-created because it had gone
+            # only restores what the record says, and stays.
+            credit = before.operation
+        elif created or asked_before:
+            credit = operation_id
+        else:
+            credit = None
+        svc.db.finish_resource(self.host, self.kind, self.resource, result,
+                               credit)
+        return dict(result, new=credit == operation_id)
 
     def revert(self, result, operation_id, cluster, **kwargs):
         svc = services.get()
@@ -86,14 +114,18 @@ class EnsureResource(task.Task):
                 return
         else:
             # It failed, or never finished (result None): the record says
-            # whether this operation had started creating the thing.
+            # whether this operation may have created the thing.
             row = svc.db.get_resource(self.host, self.kind, self.resource)
-            if row is None or row.state != db_api.RESOURCE_CREATING:
+            if row is None or row.operation != operation_id:
                 return
         try:
             self.remove(svc, operation_id)
+        except exceptions.ResourceConflict as e:
+            # Not ours after all (made by somebody else meanwhile).
+            LOG.warning('Leaving %s %s on %s while reverting: %s',
+                        self.kind, self.resource, self.host, e)
         except Exception as e:
-            # Keep the record so a teardown can finish the job.
+            # Keep the record so a re-run or a teardown can finish.
             LOG.warning('Could not remove %s %s on %s while reverting: %s',
                         self.kind, self.resource, self.host, e)
             return

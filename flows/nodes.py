@@ -40,11 +40,13 @@ def node_flow(plan, node):
     for vol in node['volumes']:
         remove = {'pool': pool, 'name': vol['name'], 'owner': owner}
         parts.add(EnsureVolume(host, vol['name'], dict(
-            remove, capacity=vol['capacity'], fmt=vol['format']), remove))
+            remove, capacity=vol['capacity'], fmt=vol['format']), remove,
+            node['uuid']))
     for nic in node['nics']:
         remove = {'name': nic['tap'], 'owner': owner}
         parts.add(EnsurePort(host, nic['tap'],
-                             dict(remove, bridge=nic['bridge']), remove))
+                             dict(remove, bridge=nic['bridge']), remove,
+                             node['uuid']))
     domain = {
         'name': node['name'],
         'uuid': node['uuid'],
@@ -62,8 +64,9 @@ def node_flow(plan, node):
         records.StartNode(node['uuid']),
         parts,
         EnsureDomain(host, node['name'], {'domain': domain, 'owner': owner},
-                     {'name': node['name'], 'owner': owner}),
-        EnsureBmc(host, node['name'], bmc, {'domain': node['name']}),
+                     {'name': node['name'], 'owner': owner}, node['uuid']),
+        EnsureBmc(host, node['name'], bmc, {'domain': node['name']},
+                  node['uuid']),
     )
     if node.get('ironic'):
         flow.add(registration.EnsureIronicNode(node, node['ironic']))

@@ -97,7 +97,8 @@ class EnsureFlavor(base.EnsureResource):
             raise exceptions.CloudError(
                 service='Nova', action='create flavor %s' % self.resource,
                 reason=str(e)) from e
-        return {'changed': changed}
+        # Without a record, a flavor found there is refused.
+        return {'changed': changed, 'created': not adopt}
 
 
 def count_units(conn, resource_class, traits):

@@ -13,6 +13,18 @@ CLUSTER_DELETING = 'deleting'
 NODE_SCHEDULED = 'scheduled'
 NODE_DEPLOYING = 'deploying'
 NODE_DEPLOYED = 'deployed'
+# Its first deploy failed and left resources that could not be removed:
+# kept (name, UUID, MACs) so a re-run or a teardown can finish.
+NODE_FAILED = 'failed'
+
+
+def settle_new_node(db, node_uuid):
+    """Forget a node whose first deploy failed, unless some of its
+    resources remain recorded."""
+    if db.list_resources(node=node_uuid):
+        db.set_node_state(node_uuid, NODE_FAILED)
+    else:
+        db.delete_node(node_uuid)
 
 
 class MarkCluster(task.Task):
@@ -21,7 +33,8 @@ class MarkCluster(task.Task):
     Reversion strategy: a cluster this operation scheduled is forgotten
     with its nodes that never started, unless some of its resources could
     not be removed; any other is marked failed, so a failed operation
-    never leaves it looking busy or healthy, and teardown can finish.
+    never leaves it looking busy or healthy, and a re-run or a teardown
+    can finish.
     """
 
     def __init__(self, state):
@@ -38,7 +51,7 @@ class MarkCluster(task.Task):
         db = services.get().db
         for node in db.list_nodes(cluster=cluster):
             if node.state == NODE_SCHEDULED:
-                db.delete_node(node.uuid)
+                settle_new_node(db, node.uuid)
         if result == CLUSTER_SCHEDULED and not db.list_resources(cluster):
             db.delete_cluster(cluster)
         else:
@@ -56,9 +69,9 @@ def node_payload(node):
 class StartNode(task.Task):
     """Mark a node deploying; provide the state it had.
 
-    Reversion strategy: a node this operation scheduled is forgotten,
-    its resources being reverted by their own tasks; any other gets the
-    state it had back.
+    Reversion strategy: a node this operation scheduled is forgotten
+    once its own tasks have reverted its resources, or kept as failed
+    while some remain recorded; any other gets the state it had back.
     """
 
     def __init__(self, node_uuid):
@@ -75,7 +88,7 @@ class StartNode(task.Task):
     def revert(self, result, **kwargs):
         db = services.get().db
         if result == NODE_SCHEDULED:
-            db.delete_node(self.node_uuid)
+            settle_new_node(db, self.node_uuid)
         elif isinstance(result, str):
             db.set_node_state(self.node_uuid, result)
 
@@ -96,7 +109,7 @@ class FinishNode(task.Task):
     def execute(self, cluster, before):
         svc = services.get()
         svc.db.set_node_state(self.node_uuid, NODE_DEPLOYED)
-        if before == NODE_SCHEDULED:
+        if before in (NODE_SCHEDULED, NODE_FAILED):
             svc.notifier.emit('tenks.node.create.end', cluster,
                               node_payload(svc.db.get_node(self.node_uuid)))
 

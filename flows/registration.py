@@ -172,7 +172,7 @@ class EnsureIronicNode(base.EnsureResource):
 
     def __init__(self, node, ironic):
         super().__init__(CLOUD_HOST, node['uuid'], ironic,
-                         {'uuid': node['uuid']})
+                         {'uuid': node['uuid']}, node['uuid'])
         self.node = node
 
     def remove(self, svc, operation_id):
@@ -223,4 +223,6 @@ class EnsureIronicNode(base.EnsureResource):
             raise exceptions.CloudError(
                 service='Ironic', action='enrol node %s' % self.node['name'],
                 reason=str(e)) from e
-        return {'changed': changed}
+        # Without a record, a node found there is refused: any node now
+        # there was created by this task.
+        return {'changed': changed, 'created': not adopt}

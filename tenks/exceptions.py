@@ -69,6 +69,16 @@ class HypervisorNotFound(TenksError):
     msg_fmt = 'No hypervisor %(host)s has registered'
 
 
+class HypervisorInUse(TenksError):
+    msg_fmt = 'Hypervisor %(host)s cannot be deleted: %(reason)s'
+
+
+class NothingToResume(TenksError):
+    msg_fmt = ('Operation %(id)s cannot resume: no flow was saved for it '
+               '(its conductor stopped before the flow began), so it '
+               'created nothing; run it again')
+
+
 class ConductorBusy(TenksError):
     msg_fmt = 'Conductor %(host)s takes no new operation: %(reason)s'
 

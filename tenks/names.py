@@ -5,9 +5,13 @@ import hashlib
 IFNAMSIZ = 15
 
 
-def owner(cluster):
-    """The ownership mark put on everything the cluster creates."""
-    return 'tenks:%s' % cluster
+def owner(cluster, deployment):
+    """The ownership mark put on everything the cluster creates.
+
+    ``deployment`` is the uuid of the cluster's record: a same-named
+    cluster of another state database or conductor owns nothing here.
+    """
+    return 'tenks:%s:%s' % (cluster, deployment)
 
 
 def ifname(*parts):

@@ -147,7 +147,7 @@ class EmbeddedClient:
     def wait(self, operation_id):
         try:
             self.conductor.wait(operation_id)
-        except exceptions.OperationFailed:
+        except exceptions.TenksError:
             pass  # recorded in the operation
         return self.conductor.get_operation(operation_id)
 

@@ -324,6 +324,20 @@ class HypervisorShow(ShowOne):
         return HYPERVISOR_COLUMNS, hypervisor_row(hypervisor)
 
 
+class HypervisorDelete(Command):
+    """Forget a hypervisor whose hostagent is down and that hosts nothing."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('host', help='Host name of the hypervisor.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf) as tenks:
+            tenks.delete_hypervisor(args.host)
+        self.app.stdout.write('Hypervisor %s deleted.\n' % args.host)
+
+
 class Events(Lister):
     """Show lifecycle events; --follow prints them as they happen."""
 

@@ -6,6 +6,7 @@ parallel threads can record what they create as they create it.
 
 import datetime
 import os
+import uuid as uuidlib
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -70,10 +71,13 @@ class StateDB:
             ).all()
 
     def save_cluster(self, name, spec, state):
+        """Record the cluster; a new record is a new deployment (uuid)."""
         with self._session.begin() as session:
             cluster = session.get(models.Cluster, name)
             if cluster is None:
-                session.add(models.Cluster(name=name, spec=spec, state=state))
+                session.add(models.Cluster(
+                    name=name, uuid=str(uuidlib.uuid4()), spec=spec,
+                    state=state))
             else:
                 cluster.spec = spec
                 cluster.state = state
@@ -119,6 +123,11 @@ class StateDB:
         with self._session() as session:
             return session.get(models.Node, uuid)
 
+    def delete_nodes(self, uuids):
+        with self._session.begin() as session:
+            session.execute(sa.delete(models.Node).where(
+                models.Node.uuid.in_(uuids)))
+
     def delete_node(self, uuid):
         with self._session.begin() as session:
             session.execute(sa.delete(models.Node).where(
@@ -131,12 +140,15 @@ class StateDB:
             return session.scalars(sa.select(models.Resource).filter_by(
                 hypervisor=hypervisor, kind=kind, name=name)).one_or_none()
 
-    def begin_resource(self, cluster, hypervisor, kind, name, remove_args):
-        """Record that ``kind`` ``name`` is about to be created.
+    def begin_resource(self, cluster, hypervisor, kind, name, remove_args,
+                       operation, node=None):
+        """Record that ``kind`` ``name`` is about to be created by
+        ``operation``.
 
-        Returns the state recorded before: None when the cluster had no
-        such resource, else 'creating' or 'present'. A resource recorded
-        by another cluster raises ResourceConflict.
+        Returns the row as it was before (None when the cluster had no
+        such resource; then a new row is 'creating', credited to
+        ``operation``). A resource recorded by another cluster raises
+        ResourceConflict.
         """
         with self._session.begin() as session:
             row = session.scalars(sa.select(models.Resource).filter_by(
@@ -145,32 +157,39 @@ class StateDB:
                 session.add(models.Resource(
                     cluster=cluster, hypervisor=hypervisor, kind=kind,
                     name=name, remove_args=remove_args,
-                    state=RESOURCE_CREATING))
+                    state=RESOURCE_CREATING, operation=operation,
+                    node=node))
                 return None
             if row.cluster != cluster:
                 raise exceptions.ResourceConflict(
                     kind=kind, name=name, owner='cluster %s' % cluster,
                     reason='cluster %s created it on %s' % (
                         row.cluster, hypervisor))
-            return row.state
+            return row
 
-    def finish_resource(self, hypervisor, kind, name, data):
+    def finish_resource(self, hypervisor, kind, name, data, operation):
+        """The agent confirmed the resource; ``operation`` created it
+        (None: it was there before)."""
         with self._session.begin() as session:
             row = session.scalars(sa.select(models.Resource).filter_by(
                 hypervisor=hypervisor, kind=kind, name=name)).one()
             row.state = RESOURCE_PRESENT
             row.data = data
+            row.operation = operation
 
     def delete_resource(self, hypervisor, kind, name):
         with self._session.begin() as session:
             session.execute(sa.delete(models.Resource).filter_by(
                 hypervisor=hypervisor, kind=kind, name=name))
 
-    def list_resources(self, cluster):
+    def list_resources(self, cluster=None, **filters):
+        """Resources of ``cluster`` (or all), filtered by column values
+        (node=, operation=, hypervisor=)."""
+        query = sa.select(models.Resource).filter_by(**filters)
+        if cluster is not None:
+            query = query.filter_by(cluster=cluster)
         with self._session() as session:
-            return session.scalars(
-                sa.select(models.Resource).filter_by(cluster=cluster)
-                .order_by(models.Resource.id)).all()
+            return session.scalars(query.order_by(models.Resource.id)).all()
 
     # Operations
 
@@ -233,6 +252,11 @@ class StateDB:
     def get_hypervisor(self, host):
         with self._session() as session:
             return session.get(models.Hypervisor, host)
+
+    def delete_hypervisor(self, host):
+        with self._session.begin() as session:
+            session.execute(sa.delete(models.Hypervisor).where(
+                models.Hypervisor.host == host))
 
     # Events
 

@@ -27,6 +27,10 @@ class Cluster(Base):
 
     name: orm.Mapped[str] = orm.mapped_column(sa.String(64),
                                               primary_key=True)
+    # The deployment: owner marks name it, so a same-named cluster of
+    # another state database owns nothing of this one. A cluster torn
+    # down and deployed again is a new deployment.
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), unique=True)
     spec: orm.Mapped[dict]
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
     created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
@@ -76,6 +80,13 @@ class Resource(Base):
     remove_args: orm.Mapped[dict]
     # 'creating' from just before the request until the agent confirms.
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    # The operation that created it (None: it existed, ours, before the
+    # operation that recorded it): a revert removes only its own.
+    operation: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    # The node it belongs to, if any: a node is forgotten only once none
+    # of its resources remains recorded.
+    node: orm.Mapped[str | None] = orm.mapped_column(sa.String(36),
+                                                     index=True)
     data: orm.Mapped[dict] = orm.mapped_column(default=dict)
     created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         default=_now)

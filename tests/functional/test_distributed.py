@@ -194,6 +194,11 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
             operation = d.wait(operation_id)
             assert operation['state'] == 'succeeded', operation['error']
             assert operation['result']['resumed']
+            # One start, one end: the resume did not announce it again.
+            events = [e['event_type'] for e in d.api.list_events(env.cluster)
+                      if e['payload'].get('operation') == operation_id]
+            assert events == ['tenks.cluster.deploy.start',
+                              'tenks.cluster.deploy.end']
             nodes = d.api.list_nodes(env.cluster)
             assert [n['state'] for n in nodes] == ['deployed'] * 4
             for node in nodes:
@@ -201,3 +206,41 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
                                    'status').returncode == 0
             operation = d.wait(d.api.teardown_cluster(env.cluster))
             assert operation['state'] == 'succeeded', operation['error']
+
+
+def test_down_hostagent_fails_the_operation_not_the_call(tmp_path):
+    """deploy_cluster answers with the operation id at once although a
+    hostagent is gone; the operation fails naming it. Once down and
+    hosting nothing, the hypervisor can be deleted."""
+    with df.Deployment(tmp_path / 'deployment', agent_timeout=4) as d:
+        env = cf.ClusterEnv(tmp_path, port_base=7960,
+                            state_dirs=d.state_dirs.values())
+        with cf.checked(env):
+            victim, survivor = d.hosts[1], d.hosts[0]
+            d.agent(victim).stop(signal.SIGKILL)
+            started = time.monotonic()
+            operation_id = d.api.deploy_cluster(env.spec(count=2))
+            assert time.monotonic() - started < 2
+            assert d.api.get_operation(operation_id)['state'] == 'running'
+            # Still counted up: refused, saying why.
+            with pytest.raises(exceptions.HypervisorInUse,
+                               match='its hostagent is up'):
+                d.api.delete_hypervisor(victim)
+
+            operation = d.wait(operation_id)
+            assert operation['state'] == 'failed'
+            assert ('Hostagent on %s did not answer inspect' % victim
+                    in operation['error'])
+            with pytest.raises(exceptions.ClusterNotFound):
+                d.api.get_cluster(env.cluster)
+
+            deadline = time.monotonic() + 30
+            while d.api.get_hypervisor(victim)['state'] != 'down':
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+            done = d.cli('hypervisor', 'delete', victim)
+            assert done.returncode == 0, done.stderr
+            assert [h['host'] for h in d.api.list_hypervisors()] == [
+                survivor]
+            with pytest.raises(exceptions.HypervisorNotFound):
+                d.api.delete_hypervisor(victim)

@@ -196,7 +196,8 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
     conductor.deploy(make_spec(count=1))
     hypervisor.things[('volume', 'extra')] = 1
     remove = {'pool': 'tenks-unit', 'name': 'extra', 'owner': 'tenks:unit'}
-    conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra', remove)
+    conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra', remove,
+                                'op')
     task = nodes.EnsureVolume('hv1', 'extra', {}, remove)
     task.revert(None, operation_id='op', cluster='unit')
     assert ('volume', 'extra') not in hypervisor.things
@@ -224,3 +225,91 @@ def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
     finally:
         timer.join()
         late.stop()
+
+
+def test_hypervisor_delete_refuses_one_up_or_hosting_nodes(conductor,
+                                                           hypervisor,
+                                                           monkeypatch):
+    conductor.deploy(make_spec(count=1))
+    with pytest.raises(exceptions.HypervisorInUse) as raised:
+        conductor.delete_hypervisor('hv1')
+    message = str(raised.value)
+    assert 'its hostagent is up' in message
+    assert 'cluster(s) unit' in message
+    monkeypatch.setattr(conductor, 'hypervisor_state', lambda row: 'down')
+    with pytest.raises(exceptions.HypervisorInUse) as raised:
+        conductor.delete_hypervisor('hv1')
+    assert 'is up' not in str(raised.value)
+    conductor.teardown('unit')
+    conductor.delete_hypervisor('hv1')
+    assert conductor.list_hypervisors() == []
+    with pytest.raises(exceptions.HypervisorNotFound):
+        conductor.delete_hypervisor('hv1')
+
+
+def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
+    """A volume the agent reports as already there (not created by this
+    request) is kept by the revert; what it created is removed."""
+    from flows import nodes
+    conductor.deploy(make_spec(count=1))
+    db = conductor.db
+    task = nodes.EnsureVolume('hv1', 'tk0vol0', {
+        'pool': 'tenks-unit', 'name': 'tk0vol0', 'capacity': 1,
+        'fmt': 'qcow2'}, {'pool': 'tenks-unit', 'name': 'tk0vol0'})
+    db.delete_resource('hv1', 'volume', 'tk0vol0')
+    result = task.execute(operation_id='op2', cluster='unit')
+    assert result['new'] is False
+    task.revert(result, operation_id='op2', cluster='unit')
+    assert ('volume', 'tk0vol0') in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
+
+    fresh = nodes.EnsureVolume('hv1', 'extra', {
+        'pool': 'tenks-unit', 'name': 'extra', 'capacity': 1,
+        'fmt': 'qcow2'}, {'pool': 'tenks-unit', 'name': 'extra'})
+    result = fresh.execute(operation_id='op2', cluster='unit')
+    assert result['new'] is True
+    assert db.get_resource('hv1', 'volume', 'extra').operation == 'op2'
+    fresh.revert(result, operation_id='op2', cluster='unit')
+    assert ('volume', 'extra') not in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'extra') is None
+
+
+def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
+                                                            hypervisor,
+                                                            monkeypatch):
+    """No answer (the agent made the thing, the reply was lost): the
+    record stays, and the revert asks for removal by owner mark; a
+    thing the agent then finds not ours is left, its record dropped."""
+    from flows import nodes
+    conductor.deploy(make_spec(count=1))
+    db = conductor.db
+    real_request = conductor.agents.request
+
+    def lost_reply(host, method, request_id, **kwargs):
+        real_request(host, method, request_id, **kwargs)
+        raise exceptions.AgentTimeout(host=host, method=method, timeout=0)
+
+    args = {'pool': 'tenks-unit', 'name': 'lost'}
+    task = nodes.EnsureVolume('hv1', 'lost', dict(args, capacity=1,
+                                                  fmt='qcow2'), args)
+    monkeypatch.setattr(conductor.agents, 'request', lost_reply)
+    with pytest.raises(exceptions.AgentTimeout):
+        task.execute(operation_id='op2', cluster='unit')
+    monkeypatch.setattr(conductor.agents, 'request', real_request)
+    row = db.get_resource('hv1', 'volume', 'lost')
+    assert (row.state, row.operation) == ('creating', 'op2')
+    task.revert(None, operation_id='op2', cluster='unit')
+    assert ('volume', 'lost') not in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'lost') is None
+
+    # The same, but somebody else's thing now stands there.
+    db.begin_resource('unit', 'hv1', 'volume', 'lost', args, 'op3')
+    hypervisor.things[('volume', 'lost')] = 1
+
+    def refuse(kind, name):
+        raise fakes.conflict(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', refuse)
+    task.revert(None, operation_id='op3', cluster='unit')
+    assert ('volume', 'lost') in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'lost') is None

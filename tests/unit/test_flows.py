@@ -26,7 +26,7 @@ def plan(count=2, **top):
     spec = make_spec(count=count, **top)
     host = {'hv1': facts(mappings=spec['physnet_mappings'])}
     nodes = scheduler.schedule(spec, host, [])
-    return plans.deploy_plan(spec, nodes, host)
+    return plans.deploy_plan(spec, 'deployment-1', nodes, host)
 
 
 def test_deploy_flow_has_a_task_per_resource_with_stable_names():

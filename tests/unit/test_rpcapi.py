@@ -11,7 +11,9 @@ from conductor import manager as conductor_manager
 from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager as hostagent_manager
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import exceptions
 from tenks import rpc
+from tests.unit.conftest import make_spec
 
 
 class RecordingClient:
@@ -151,3 +153,28 @@ def test_versions_agree_with_the_history():
                    for line in api.__doc__.splitlines()
                    if line.startswith('* ') and ' - ' in line]
         assert history[-1] == api.RPC_API_VERSION
+
+
+def test_every_client_call_reaches_its_handler(conductor, hypervisor):
+    """Each call of the client, through the bus, reaches a handler of
+    the same arguments; expected errors keep their types."""
+    api = conductor_rpcapi.ConductorAPI(conductor.bus)
+    operation_id = api.deploy_cluster(make_spec(count=1))
+    conductor.wait(operation_id)
+    assert api.get_operation(operation_id)['state'] == 'succeeded'
+    assert [o['id'] for o in api.list_operations('unit')] == [operation_id]
+    assert api.get_cluster('unit')['state'] == 'deployed'
+    assert [c['name'] for c in api.list_clusters()] == ['unit']
+    assert len(api.list_nodes('unit')) == 1
+    assert api.get_hypervisor('hv1')['nodes'] == 1
+    assert [h['host'] for h in api.list_hypervisors()] == ['hv1']
+    assert api.list_events('unit', limit=1)
+    with pytest.raises(exceptions.HypervisorInUse):
+        api.delete_hypervisor('hv1')
+    with pytest.raises(exceptions.HypervisorNotFound):
+        api.delete_hypervisor('nope')
+    with pytest.raises(exceptions.SpecChanged):
+        api.deploy_cluster(make_spec(count=2))
+    conductor.wait(api.teardown_cluster('unit'))
+    with pytest.raises(exceptions.ClusterNotFound):
+        api.teardown_cluster('unit')
