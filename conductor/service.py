@@ -33,7 +33,6 @@ from flows import teardown
 from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
-from tenks import names
 from tenks import notifier
 from tenks import rpc
 from tenks import scheduler

@@ -10,6 +10,7 @@ from openstack import exceptions as sdk_exceptions
 
 from flows import post_deploy
 from tenks import exceptions
+from tenks import names
 from tenks import scheduler
 from tenks import spec as tenks_spec
 from tests.unit.conftest import make_spec
@@ -172,7 +173,7 @@ def test_openvswitch_is_not_supported_yet():
 def plan_for(spec, host_facts):
     from conductor import plans
     nodes = scheduler.schedule(spec, host_facts, [])
-    return plans.deploy_plan(spec, nodes, host_facts)
+    return plans.deploy_plan(spec, 'deployment-1', nodes, host_facts)
 
 
 def test_planned_interfaces_name_their_fields():
@@ -225,8 +226,8 @@ def test_deploy_onto_a_foreign_interface_makes_nothing(conductor,
     # Our own mark is no conflict: a re-run finds its interfaces.
     del hypervisor.interfaces['brtenks0']
     conductor.deploy(make_spec(count=1))
-    hypervisor.interfaces.update({'brtenks0': 'tenks:unit',
-                                  'p-tk0-0': 'tenks:unit'})
+    owner = names.owner('unit', conductor.db.get_cluster('unit').uuid)
+    hypervisor.interfaces.update({'brtenks0': owner, 'p-tk0-0': owner})
     assert conductor.deploy(make_spec(count=1))['changed'] == []
 
 

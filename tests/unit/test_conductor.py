@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from tenks import exceptions
+from tenks import names
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 
@@ -253,9 +254,10 @@ def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     from flows import nodes
     conductor.deploy(make_spec(count=1))
     db = conductor.db
-    task = nodes.EnsureVolume('hv1', 'tk0vol0', {
-        'pool': 'tenks-unit', 'name': 'tk0vol0', 'capacity': 1,
-        'fmt': 'qcow2'}, {'pool': 'tenks-unit', 'name': 'tk0vol0'})
+    owner = names.owner('unit', db.get_cluster('unit').uuid)
+    remove = {'pool': 'tenks-unit', 'name': 'tk0vol0', 'owner': owner}
+    task = nodes.EnsureVolume('hv1', 'tk0vol0', dict(
+        remove, capacity=1, fmt='qcow2'), remove)
     db.delete_resource('hv1', 'volume', 'tk0vol0')
     result = task.execute(operation_id='op2', cluster='unit')
     assert result['new'] is False
@@ -263,9 +265,9 @@ def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     assert ('volume', 'tk0vol0') in hypervisor.things
     assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
 
-    fresh = nodes.EnsureVolume('hv1', 'extra', {
-        'pool': 'tenks-unit', 'name': 'extra', 'capacity': 1,
-        'fmt': 'qcow2'}, {'pool': 'tenks-unit', 'name': 'extra'})
+    remove = dict(remove, name='extra')
+    fresh = nodes.EnsureVolume('hv1', 'extra', dict(
+        remove, capacity=1, fmt='qcow2'), remove)
     result = fresh.execute(operation_id='op2', cluster='unit')
     assert result['new'] is True
     assert db.get_resource('hv1', 'volume', 'extra').operation == 'op2'
@@ -289,7 +291,8 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
         real_request(host, method, request_id, **kwargs)
         raise exceptions.AgentTimeout(host=host, method=method, timeout=0)
 
-    args = {'pool': 'tenks-unit', 'name': 'lost'}
+    args = {'pool': 'tenks-unit', 'name': 'lost',
+            'owner': names.owner('unit', db.get_cluster('unit').uuid)}
     task = nodes.EnsureVolume('hv1', 'lost', dict(args, capacity=1,
                                                   fmt='qcow2'), args)
     monkeypatch.setattr(conductor.agents, 'request', lost_reply)

@@ -56,8 +56,9 @@ def deployable(conductor, count=2, **top):
                               records.CLUSTER_SCHEDULED)
     conductor.db.add_nodes(scheduler.schedule(spec, host, []))
     nodes = [n.as_dict() for n in conductor.db.list_nodes()]
+    deployment = conductor.db.get_cluster(spec['cluster']).uuid
     return all_tasks(deploy.get_deploy_flow(
-        plans.deploy_plan(spec, nodes, host)))
+        plans.deploy_plan(spec, deployment, nodes, host)))
 
 
 def state(conductor, hv):
@@ -136,18 +137,18 @@ def test_a_failed_task_removes_only_what_it_began(conductor, hypervisor):
                                     reason='r')), **STORE)
     assert state(conductor, hypervisor) == before
     assert hypervisor.calls['remove_domain'] == 0
-    # Our own attempt that failed half way (recorded 'creating'): its
-    # revert asks the agent to remove it and forgets the record.
+    # An agent that answers with an error has made nothing (it undoes
+    # its own partial work): the record goes, and the revert has
+    # nothing to remove.
     hypervisor.fail[('domain', 'tk0')] = exceptions.DriverError(
         driver='fake', action='define', reason='boom')
     store[base.OPERATION_ID] = 'op-2'
     with pytest.raises(exceptions.DriverError):
         run(domain, store)
-    assert conductor.db.get_resource('hv1', 'domain',
-                                     'tk0').state == 'creating'
+    assert conductor.db.get_resource('hv1', 'domain', 'tk0') is None
     domain.revert(result=None, operation_id='op-2', cluster='unit')
     assert state(conductor, hypervisor) == before
-    assert hypervisor.calls['remove_domain'] == 1
+    assert hypervisor.calls['remove_domain'] == 0
 
 
 def test_node_and_cluster_records_are_restored(conductor, hypervisor):
