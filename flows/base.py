@@ -91,8 +91,7 @@ class EnsureResource(task.Task):
             if before is None:
                 svc.db.delete_resource(self.host, self.kind, self.resource)
             raise
-        # Agents older than the 'created' flag report only 'changed'.
-        created = result.get('created', result.get('changed', False))
+        created = result['created']
         if before is not None and (
                 before.state == db_api.RESOURCE_PRESENT or not created
                 and not asked_before):

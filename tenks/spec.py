@@ -205,8 +205,9 @@ SCHEMA = {
         'ipmi_port_range_end': dict(_PORT, default=6240),
         'ipmi_username': {'type': 'string', 'minLength': 1,
                           'default': 'admin'},
+        # IPMI 2.0 (lanplus) takes passwords of up to 20 bytes.
         'ipmi_password': {'type': 'string', 'minLength': 1,
-                          'default': 'password'},
+                          'maxLength': 20, 'default': 'password'},
         'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
         # true: KVM, as libvirt_domain_type kvm (see _normalise).
         'libvirt_require_vt': {'type': 'boolean'},
@@ -456,6 +457,8 @@ def _describe(error):
             value, schema['description'])
     elif kind in ('minLength', 'minItems', 'minProperties'):
         problem = 'must not be empty'
+    elif kind == 'maxLength':
+        problem = 'is longer than %d characters' % error.validator_value
     elif kind == 'uniqueItems':
         repeated = [item for i, item in enumerate(value)
                     if item in value[:i]]

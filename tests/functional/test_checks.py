@@ -115,11 +115,12 @@ def test_interfaces_of_another_state_dir_or_unmarked_are_refused(
         second.deploy(spec)
     message = str(raised.value)
     host = env.conf.hostagent.host
+    # The first deployment's mark: its cluster name and its uuid.
     assert ("bridge_prefix: interface %s0 exists on %s with owner mark "
-            "'tenks:%s'" % (env.bridge_prefix, host, env.cluster)
+            "'tenks:%s:" % (env.bridge_prefix, host, env.cluster)
             in message)
     assert ("specs[0].node_name_prefix: interface p-%s-0 exists on %s "
-            "with owner mark 'tenks:%s'" % (env.node_name(0), host,
+            "with owner mark 'tenks:%s:" % (env.node_name(0), host,
                                             env.cluster) in message)
     assert hypervisor_state(env) == before
     env.teardown()

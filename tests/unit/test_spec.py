@@ -639,3 +639,13 @@ def test_libvirt_require_vt_asks_for_kvm(tmp_path):
                                      libvirt_domain_type='qemu')) == [
         'libvirt_require_vt: true asks for KVM, but libvirt_domain_type '
         'is qemu']
+
+
+def test_ipmi_password_fits_ipmi_2():
+    # lanplus refuses longer passwords: ipmitool and Ironic could never
+    # reach the BMC.
+    assert spec.validate(change(ipmi_password='p' * 20))['ipmi_password']
+    with pytest.raises(exceptions.SpecError) as info:
+        spec.validate(change(ipmi_password='p' * 21))
+    assert info.value.problems == [
+        'ipmi_password: is longer than 20 characters']
