@@ -122,7 +122,7 @@ def test_a_directory_the_operator_chose_keeps_its_mode(tmp_path):
 
 
 def test_teardown_forgets_the_bmc_password(conf, hypervisor):
-    password = secrets.token_hex(16)
+    password = secrets.token_hex(10)
     with embedded.embedded(conf) as conductor:
         conductor.deploy(make_spec(count=2, ipmi_password=password))
         # Only the cluster's record holds it, not the flows' details.
