@@ -177,11 +177,27 @@ class StateReader:
         import sqlalchemy as sa
 
         from tenks.db import api as db_api
+        from tenks.db import migrations
         url = sa.engine.make_url(self.conf.conductor.database_connection
                                  or db_api.default_url(self.conf.state_dir))
-        if url.get_backend_name() != 'sqlite' or os.path.exists(
+        if url.get_backend_name() == 'sqlite' and not os.path.exists(
                 url.database or ''):
-            self.db = db_api.StateDB(db_api.create_engine(url))
+            return self
+        engine = db_api.create_engine(url)
+        version = db_api.schema_version(engine)
+        if version is None:
+            # Being created by the first command of a fresh state
+            # directory: nothing is deployed yet.
+            engine.dispose()
+        elif version != migrations.HEAD:
+            engine.dispose()
+            raise exceptions.ConfigError(
+                reason='the state database %s is at schema revision %s, '
+                       'this Tenks reads %s: a command that changes '
+                       'something (or the conductor) upgrades it'
+                       % (url.render_as_string(), version, migrations.HEAD))
+        else:
+            self.db = db_api.StateDB(engine)
         return self
 
     def __exit__(self, *exc):

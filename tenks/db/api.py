@@ -5,7 +5,9 @@ parallel threads can record what they create as they create it.
 """
 
 import datetime
+import logging
 import os
+import time
 import uuid as uuidlib
 
 import sqlalchemy as sa
@@ -13,15 +15,33 @@ from sqlalchemy import orm
 
 from tenks import exceptions
 from tenks import fileutils
+from tenks.db import migrations
 from tenks.db import models
+
+LOG = logging.getLogger(__name__)
 
 RESOURCE_CREATING = 'creating'
 RESOURCE_PRESENT = 'present'
 OPERATION_RUNNING = 'running'
 
 
+CHECKPOINT_TRIES = 20
+CHECKPOINT_PAUSE = 0.05  # s between tries while a reader holds the WAL
+
+
 def default_url(state_dir):
     return 'sqlite:///' + os.path.join(state_dir, 'state.sqlite')
+
+
+def schema_version(engine):
+    """The migration the database's schema is at, or None while it has
+    none (a database being created by another process's first use)."""
+    with engine.connect() as connection:
+        if not sa.inspect(connection).has_table(migrations.VERSION_TABLE):
+            return None
+        return connection.exec_driver_sql(
+            'SELECT version_num FROM %s' % migrations.VERSION_TABLE
+        ).scalar()
 
 
 def create_engine(url):
@@ -95,9 +115,23 @@ class StateDB:
             # Copy the WAL, where earlier versions of the record stay,
             # into the database (secure_delete zeroes the freed space),
             # then truncate it.
-            with self.engine.connect().execution_options(
-                    isolation_level='AUTOCOMMIT') as connection:
-                connection.exec_driver_sql('PRAGMA wal_checkpoint(TRUNCATE)')
+            self._truncate_wal()
+
+    def _truncate_wal(self):
+        """Checkpoint the WAL into the database and empty it; a reader
+        of another process may hold it for a moment: try again."""
+        with self.engine.connect().execution_options(
+                isolation_level='AUTOCOMMIT') as connection:
+            for _ in range(CHECKPOINT_TRIES):
+                busy = connection.exec_driver_sql(
+                    'PRAGMA wal_checkpoint(TRUNCATE)').first()[0]
+                if not busy:
+                    return
+                time.sleep(CHECKPOINT_PAUSE)
+        LOG.warning('Could not empty the write-ahead log of %s: a reader '
+                    'kept it busy; the deleted cluster\'s record stays in '
+                    'it until the next checkpoint',
+                    self.engine.url.database)
 
     # Nodes
 

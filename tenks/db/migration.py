@@ -22,10 +22,11 @@ from alembic import command
 from alembic import config
 
 from tenks import exceptions
+from tenks.db import migrations
 
-MIGRATIONS = os.path.join(os.path.dirname(__file__), 'migrations')
+MIGRATIONS = os.path.dirname(migrations.__file__)
 # Not alembic_version: TaskFlow's own migrations use that table.
-VERSION_TABLE = 'tenks_alembic_version'
+VERSION_TABLE = migrations.VERSION_TABLE
 TABLE_PREFIX = 'tenks_'
 
 

@@ -179,6 +179,28 @@ def test_read_only_commands_create_nothing(tenks, state_dir):
     assert not state_dir.exists()
 
 
+def test_read_only_commands_read_only_a_finished_schema(tenks, state_dir):
+    """A database another command is still creating reads as empty; one
+    at another schema revision is refused with a message, never a raw
+    SQL error."""
+    import sqlalchemy as sa
+    state_dir.mkdir()
+    engine = sa.create_engine('sqlite:///%s' % (state_dir / 'state.sqlite'))
+    with engine.begin() as connection:
+        # What alembic has made first: its version table, still empty.
+        connection.exec_driver_sql(
+            'CREATE TABLE tenks_alembic_version (version_num VARCHAR(32))')
+    result = tenks('cluster', 'list', '-f', 'json')
+    assert (result.code, result.json()) == (0, []), result.err
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO tenks_alembic_version VALUES ('0123abcd')")
+    result = tenks('node', 'list')
+    assert result.code == 1
+    assert 'schema revision 0123abcd' in result.err
+    assert 'Traceback' not in result.err and 'sqlite3' not in result.err
+
+
 def test_validate_prints_every_problem_of_every_file(tenks, tmp_path,
                                                       state_dir):
     good = write(tmp_path, 'good.yaml', SPEC)

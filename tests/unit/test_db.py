@@ -17,6 +17,7 @@ from tenks import exceptions
 from tenks import fileutils
 from tenks.db import api as db_api
 from tenks.db import migration
+from tenks.db import migrations
 from tenks.db import models
 from tests.unit.conftest import make_spec
 
@@ -139,3 +140,10 @@ def test_teardown_forgets_the_bmc_password(conf, hypervisor):
         assert files_holding(conf.state_dir, password.encode()) == []
     assert files_holding(conf.state_dir, password.encode()) == []
 
+
+
+def test_head_constant_is_alembics_head():
+    # The read-only CLI compares a database's revision with it without
+    # importing alembic.
+    assert script.ScriptDirectory(migration.MIGRATIONS).get_heads() == [
+        migrations.HEAD]

@@ -1,0 +1,6 @@
+"""alembic migrations of the state database (see tenks.db.migration)."""
+
+# The newest revision, for readers that must not import alembic (the
+# read-only CLI commands); tests/unit/test_db.py keeps it alembic's head.
+HEAD = '29ab870c33a8'
+VERSION_TABLE = 'tenks_alembic_version'
