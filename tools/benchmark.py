@@ -81,9 +81,10 @@ def startup(tmp, runs):
     """Print the start-up figures of the CLI."""
     # A state database as a first deploy leaves it (with no nodes).
     from tenks.db import api as db_api
+    from tenks.db import migration
     state = os.path.join(tmp, 'startup-state')
     os.makedirs(state, mode=0o700)
-    db_api.StateDB(db_api.create_engine(db_api.default_url(state)))
+    migration.upgrade(db_api.create_engine(db_api.default_url(state)))
     # Embedded mode, whatever this shell says.
     env = dict(os.environ)
     env.pop('TENKS_TRANSPORT_URL', None)
