@@ -1,5 +1,6 @@
 """The hostagent's RPC endpoint on a real RabbitMQ (a private vhost), with
-its real libvirt driver: requests re-sent while the first copy runs."""
+its real libvirt driver: requests re-sent while the first copy runs, and
+requests on the same thing while another runs."""
 
 import contextlib
 import os
