@@ -39,7 +39,9 @@ def deploy_plan(spec, deployment, nodes, facts):
         'domain_type': spec['libvirt_domain_type'],
         'ipmi_username': spec['ipmi_username'],
         'hosts': hosts,
-        'nodes': [dict(node, ironic=ironic_node(spec, node))
+        'nodes': [dict(node, ironic=ironic_node(spec, node),
+                       console_log_enabled=spec['node_types'][
+                           node['node_type']]['console_log_enabled'])
                   for node in nodes],
         'flavors': [nova_flavor(spec, flavor)
                     for flavor in spec['nova_flavors']],

@@ -53,6 +53,7 @@ def node_flow(plan, node):
         'vcpus': node['vcpus'],
         'memory_mb': node['memory_mb'],
         'domain_type': plan['domain_type'],
+        'console_log_enabled': node['console_log_enabled'],
         'disks': [{'pool': pool, 'volume': v['name'], 'format': v['format']}
                   for v in node['volumes']],
         'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],

@@ -8,9 +8,16 @@ while the first still runs (a retry after the conductor's
 agent_timeout, a resumed operation) joins it, and one that arrives
 later gets the kept outcome at once; each copy's ``reply_to`` hears the
 outcome.
+
+Requests that act on the same thing (kind and name: a volume of a pool,
+a bridge, a domain's BMC, ...) run one at a time, in whatever order the
+lock hands them out: a revert or a teardown that sends ``remove_x``
+while ``ensure_x`` of the same thing still runs here (its conductor gave
+up waiting) waits for it, then finds and removes what it made.
 """
 
 import collections
+import contextlib
 import errno
 import os
 import shutil
@@ -85,8 +92,34 @@ class HostAgentManager:
         # request id -> the reply_to of every copy waiting for it to end
         self._running = {}
         self._lock = threading.Lock()
+        # (kind, name...) -> [lock, requests holding or awaiting it]
+        self._things = {}
 
-    def _run(self, request_id, reply_to, action, *args):
+    @contextlib.contextmanager
+    def _serialised(self, thing):
+        """Hold the lock of ``thing`` (None: nothing to hold).
+
+        A lock lives while requests hold or await it, so the table does
+        not grow with every name ever seen.
+        """
+        if thing is None:
+            yield
+            return
+        with self._lock:
+            entry = self._things.setdefault(thing, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._things[thing]
+
+    def _run(self, request_id, reply_to, thing, action, *args):
+        """Run ``action(*args)`` once for ``request_id``, alone on
+        ``thing``, and report its outcome to every copy's ``reply_to``."""
         with self._lock:
             outcome = self._recent.get(request_id)
             if outcome is None:
@@ -103,7 +136,8 @@ class HostAgentManager:
                                          **outcome)
             return
         try:
-            outcome = self._outcome(request_id, action, *args)
+            with self._serialised(thing):
+                outcome = self._outcome(request_id, action, *args)
         finally:
             with self._lock:
                 reply_tos = self._running.pop(request_id)
@@ -179,66 +213,70 @@ class HostAgentManager:
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner):
-        self._run(request_id, reply_to, self._inspect, physnet_mappings,
+        self._run(request_id, reply_to, None, self._inspect, physnet_mappings,
                   ipmi_address, ipmi_ports, interfaces, owner)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner):
-        self._run(request_id, reply_to, self.virt.ensure_pool,
-                  name, path, owner)
+        self._run(request_id, reply_to, ('pool', name),
+                  self.virt.ensure_pool, name, path, owner)
 
     def remove_pool(self, context, request_id, reply_to, name, path, owner):
-        self._run(request_id, reply_to, self.virt.remove_pool,
-                  name, path, owner)
+        self._run(request_id, reply_to, ('pool', name),
+                  self.virt.remove_pool, name, path, owner)
 
     def ensure_volume(self, context, request_id, reply_to, pool, name,
                       capacity, fmt, owner):
-        self._run(request_id, reply_to, self.virt.ensure_volume,
-                  pool, name, capacity, fmt, owner)
+        self._run(request_id, reply_to, ('volume', pool, name),
+                  self.virt.ensure_volume, pool, name, capacity, fmt, owner)
 
     def remove_volume(self, context, request_id, reply_to, pool, name,
                       owner):
-        self._run(request_id, reply_to, self.virt.remove_volume,
-                  pool, name, owner)
+        self._run(request_id, reply_to, ('volume', pool, name),
+                  self.virt.remove_volume, pool, name, owner)
 
     def ensure_bridge(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, self.network.ensure_bridge,
-                  name, owner)
+        self._run(request_id, reply_to, ('bridge', name),
+                  self.network.ensure_bridge, name, owner)
 
     def remove_bridge(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, self.network.remove_bridge,
-                  name, owner)
+        self._run(request_id, reply_to, ('bridge', name),
+                  self.network.remove_bridge, name, owner)
 
     def ensure_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner):
-        self._run(request_id, reply_to, self.network.ensure_uplink,
-                  bridge, source, veth_names, owner)
+        self._run(request_id, reply_to, ('uplink', bridge),
+                  self.network.ensure_uplink, bridge, source, veth_names,
+                  owner)
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner):
-        self._run(request_id, reply_to, self.network.remove_uplink,
-                  bridge, source, veth_names, owner)
+        self._run(request_id, reply_to, ('uplink', bridge),
+                  self.network.remove_uplink, bridge, source, veth_names,
+                  owner)
 
     def ensure_port(self, context, request_id, reply_to, bridge, name,
                     owner):
-        self._run(request_id, reply_to, self.network.ensure_port,
-                  bridge, name, owner)
+        self._run(request_id, reply_to, ('port', name),
+                  self.network.ensure_port, bridge, name, owner)
 
     def remove_port(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, self.network.remove_port,
-                  name, owner)
+        self._run(request_id, reply_to, ('port', name),
+                  self.network.remove_port, name, owner)
 
     def ensure_domain(self, context, request_id, reply_to, domain, owner):
-        self._run(request_id, reply_to, self.virt.ensure_domain,
-                  domain, owner)
+        self._run(request_id, reply_to, ('domain', domain['name']),
+                  self.virt.ensure_domain, domain, owner)
 
     def remove_domain(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, self.virt.remove_domain,
-                  name, owner)
+        self._run(request_id, reply_to, ('domain', name),
+                  self.virt.remove_domain, name, owner)
 
     def ensure_bmc(self, context, request_id, reply_to, domain, address,
                    port, username, password):
-        self._run(request_id, reply_to, self.bmc.ensure_bmc,
-                  domain, address, port, username, password)
+        self._run(request_id, reply_to, ('bmc', domain),
+                  self.bmc.ensure_bmc, domain, address, port, username,
+                  password)
 
     def remove_bmc(self, context, request_id, reply_to, domain):
-        self._run(request_id, reply_to, self.bmc.remove_bmc, domain)
+        self._run(request_id, reply_to, ('bmc', domain),
+                  self.bmc.remove_bmc, domain)

@@ -81,10 +81,9 @@ _NODE_TYPE = {
         'physical_networks': dict(_PHYSNET_LIST, default=[]),
         # Default: the top-level default_ironic_driver.
         'ironic_driver': _IRONIC_DRIVER,
-        # The serial console is always logged (see the README).
-        'console_log_enabled': {
-            'enum': [True], 'x-not-supported-yet': [False],
-            'x-note': 'the serial console is always logged'},
+        # Whether the serial console is logged to a file on the
+        # hypervisor (see the README).
+        'console_log_enabled': {'type': 'boolean', 'default': True},
         'cpu_mode': _unsupported('choosing the CPU mode'),
         'machine': _unsupported('choosing the machine type'),
     },
@@ -397,7 +396,8 @@ def _path(keys):
 
 
 _TYPE_NAMES = {'integer': 'an integer', 'string': 'a string',
-               'object': 'a mapping', 'array': 'a list'}
+               'object': 'a mapping', 'array': 'a list',
+               'boolean': 'true or false'}
 
 
 def _show(value):
@@ -444,11 +444,7 @@ def _describe(error):
     elif kind == 'enum':
         if value in schema.get('x-not-supported-yet', ()):
             problem = '%s is not supported yet (supported: %s)' % (
-                _literal(value), ', '.join(
-                    _literal(v) if isinstance(v, bool) else str(v)
-                    for v in error.validator_value))
-            if 'x-note' in schema:
-                problem += ': ' + schema['x-note']
+                _literal(value), ', '.join(map(str, error.validator_value)))
         else:
             problem = '%s is not one of: %s' % (
                 _show(value), ', '.join(map(str, error.validator_value)))

@@ -77,7 +77,8 @@ class VirtDriver(abc.ABC):
 
         ``domain`` keys: name, uuid, vcpus, memory_mb, domain_type
         ('qemu' or 'kvm'), disks ([{pool, volume, format}]), nics
-        ([{mac, tap}]). The serial console is logged to
+        ([{mac, tap}]), console_log_enabled (bool). When it is true, the
+        serial console is logged to
         ``<console_log_dir>/<name>-console.log`` (tenks.conf).
         """
 

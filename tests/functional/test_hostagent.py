@@ -1,5 +1,6 @@
 """The hostagent's RPC endpoint on a real RabbitMQ (a private vhost), with
-its real libvirt driver: requests re-sent while the first copy runs."""
+its real libvirt driver: requests re-sent while the first copy runs, and
+requests on the same thing while another runs."""
 
 import contextlib
 import os
@@ -125,3 +126,42 @@ def test_request_sent_again_while_running_joins_it(bus, tmp_path, left):
         assert len(runs) == 2
     assert agent.virt.remove_volume(pool, 'hx-v', fx.OWNER) is True
     assert agent.virt.remove_pool(pool, pool_dir, fx.OWNER) is True
+
+
+def test_remove_sent_while_ensure_runs_waits_for_it(bus, tmp_path, left):
+    """After an agent_timeout the conductor reverts: its remove_volume
+    (another request id) reaches the agent while ensure_volume of that
+    volume still runs. The remove waits, then removes what the ensure
+    made: no volume is left that nothing records."""
+    conf = fx.make_conf(tmp_path)
+    host = left.name('-hv')
+    agent = hostagent_manager.HostAgentManager(conf, bus)
+    pool = left.name('-pool')
+    pool_dir = os.path.join(left.directory(), 'pool')
+    agent.virt.ensure_pool(pool, pool_dir, fx.OWNER)
+    real = agent.virt.ensure_volume
+
+    def slow_ensure_volume(*args):
+        time.sleep(SLOW)
+        return real(*args)
+
+    agent.virt.ensure_volume = slow_ensure_volume
+    reports = Reports()
+    api = hostagent_rpcapi.HostAgentAPI(bus)
+    owner = {'pool': pool, 'name': 'hx-v', 'owner': fx.OWNER}
+    try:
+        with serving(bus, host, agent, rpc.HOSTAGENT_TOPIC), \
+                serving(bus, host + '-cond', reports, rpc.CONDUCTOR_TOPIC):
+            api.cast(host, 'ensure_volume', 'op/volume:hx-v/execute',
+                     host + '-cond', capacity=GIB, fmt='qcow2', **owner)
+            time.sleep(SLOW / 4)
+            api.cast(host, 'remove_volume', 'op/volume:hx-v/revert',
+                     host + '-cond', **owner)
+            received = reports.wait_for(2)
+        assert [(request_id, result) for request_id, result, _ in
+                received] == [('op/volume:hx-v/execute', fx.CREATED),
+                              ('op/volume:hx-v/revert', {'changed': True})]
+        assert os.listdir(pool_dir) == []
+    finally:
+        agent.virt.remove_volume(pool, 'hx-v', fx.OWNER)
+        agent.virt.remove_pool(pool, pool_dir, fx.OWNER)

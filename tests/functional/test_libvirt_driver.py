@@ -55,6 +55,7 @@ def domain_spec(left, pool, index=0, **changes):
         'vcpus': 1,
         'memory_mb': 128,
         'domain_type': 'qemu',
+        'console_log_enabled': True,
         'disks': [{'pool': pool, 'volume': left.name('-d%d-v0' % index),
                    'format': 'qcow2'},
                   {'pool': pool, 'volume': left.name('-d%d-v1' % index),
@@ -240,6 +241,16 @@ def test_domain_redefined_when_changed(driver, conn, left, pool):
 
     with pytest.raises(exceptions.DriverError, match='UUID'):
         driver.ensure_domain(dict(bigger, uuid=str(uuid.uuid4())), fx.OWNER)
+
+    # Console logging turned off, then on again: redefined each time.
+    quiet = dict(bigger, console_log_enabled=False)
+    assert driver.ensure_domain(quiet, fx.OWNER) == fx.FIXED
+    assert driver.ensure_domain(quiet, fx.OWNER) == fx.UNCHANGED
+    root = ET.fromstring(conn.lookupByName(spec['name']).XMLDesc())
+    assert root.find('devices/serial/log') is None
+    assert driver.ensure_domain(bigger, fx.OWNER) == fx.FIXED
+    root = ET.fromstring(conn.lookupByName(spec['name']).XMLDesc())
+    assert root.find('devices/serial/log') is not None
 
 
 def test_foreign_domains_are_left_alone(driver, conn, left, pool):

@@ -1,5 +1,7 @@
 """LinuxBridgeDriver against real netlink."""
 
+import subprocess
+
 import pytest
 from pyroute2 import IPRoute
 
@@ -256,3 +258,44 @@ def test_failed_ensure_leaves_nothing_it_made(driver, ipr, left, bridge,
     # What existed before the failing request stays.
     assert link(ipr, bridge)['alias'] == fx.OWNER
     assert link(ipr, physical)['kind'] == 'bridge'
+
+
+def test_link_made_by_another_process_meanwhile_is_left(driver, ipr, left,
+                                                       bridge, monkeypatch):
+    """Another process makes the bridge, tap or veth pair between the
+    driver's look and its add: the request fails with a conflict and
+    neither deletes, enslaves nor marks that process's link."""
+    physical = left.name('phys')
+    ipr.link('add', ifname=physical, kind='bridge')
+    veths = [left.name('v0a'), left.name('v0b')]
+    new_bridge, tap = left.name('brn'), left.name('t0')
+    # The name looked at last, and how the other process makes its link.
+    racers = {
+        new_bridge: ['ip', 'link', 'add', new_bridge, 'type', 'bridge'],
+        tap: ['ip', 'tuntap', 'add', tap, 'mode', 'tap'],
+        veths[1]: ['ip', 'link', 'add', veths[0], 'type', 'veth', 'peer',
+                   'name', veths[1]],
+    }
+    owned = linuxbridge._owned
+
+    def racing(ipr, name, owner, kind):
+        found = owned(ipr, name, owner, kind)
+        if found is None and name in racers:
+            subprocess.run(racers.pop(name), check=True)
+        return found
+
+    monkeypatch.setattr(linuxbridge, '_owned', racing)
+    for call, args, name in [
+            (driver.ensure_bridge, (new_bridge,), new_bridge),
+            (driver.ensure_port, (bridge, tap), tap),
+            (driver.ensure_uplink, (bridge, physical, veths), veths[0])]:
+        with pytest.raises(exceptions.ResourceConflict,
+                           match='%s.*created it meanwhile' % name):
+            call(*args, fx.OWNER)
+    assert racers == {}
+    for name, kind in [(new_bridge, 'bridge'), (tap, 'tun'),
+                       (veths[0], 'veth'), (veths[1], 'veth')]:
+        found = link(ipr, name)
+        assert found is not None, name
+        assert (found['kind'], found['alias'], found['master']) == (
+            kind, None, None), name

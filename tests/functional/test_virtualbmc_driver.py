@@ -1,7 +1,8 @@
 """The virtualbmc BMC driver against real libvirt, vbmcd and ipmitool.
 
 Domains are diskless 128 MiB TCG guests named ``hv-vbmc-*``; BMCs use
-UDP ports 6900-6949 (7800-7802 for the tests of issue 7), and each test's
+UDP ports 6900-6949 (7800-7802 for the tests of issue 7, 7820-7829 for
+those of the BMC clean-up fixes), and each test's
 vbmcd a free control port. Fixtures undefine
 the domains and kill every vbmcd process of the test even when the test
 fails, without relying on the driver.
@@ -480,3 +481,46 @@ def test_failed_ensure_leaves_no_bmc(driver, domains, monkeypatch):
     assert not os.path.exists(os.path.join(
         driver.conf.state_dir, 'vbmc', 'domains', name))
     assert udp_free(7802)
+
+
+def test_remove_while_vbmcd_is_dead_stops_the_orphaned_bmc(driver,
+                                                            domains):
+    """vbmcd died, other BMCs remain: the removed BMC's orphaned child
+    no longer answers IPMI, its port is free, the others are kept."""
+    state_dir = driver.conf.state_dir
+    names = domains(2)
+    ports = [7820, 7821]
+    for name, port in zip(names, ports, strict=True):
+        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    os.kill(daemon_pid(state_dir), signal.SIGKILL)
+    driver._proc.wait()
+    assert not udp_free(ports[0])  # its orphaned child still answers
+
+    assert driver.remove_bmc(names[0])
+    assert udp_free(ports[0])
+    assert ipmi(ports[0], 'power', 'status').returncode != 0
+    assert driver.list_bmcs() == [{'domain': names[1], 'address': ADDRESS,
+                                   'port': ports[1], 'status': 'down'}]
+    assert driver.remove_bmc(names[1])
+    assert vbmcd_pids(state_dir) == set()
+    assert udp_free(ports[1])
+
+
+def test_failed_ensure_keeps_the_bmc_it_found(driver, domains,
+                                              monkeypatch):
+    """A request that finds the BMC as asked and then gives up waiting
+    for its port leaves that BMC: the request did not make it."""
+    name, = domains()
+    port = 7822
+    assert driver.ensure_bmc(name, ADDRESS, port, USER,
+                             PASSWORD) == fx.CREATED
+    monkeypatch.setattr(virtualbmc, 'BIND_TIMEOUT', 0.2)
+    monkeypatch.setattr(virtualbmc, '_udp_bound', lambda *args: False)
+    with pytest.raises(exceptions.DriverError, match='was not bound'):
+        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    monkeypatch.undo()
+    assert driver.list_bmcs() == [{'domain': name, 'address': ADDRESS,
+                                   'port': port, 'status': 'running'}]
+    assert ipmi(port, 'power', 'status').returncode == 0
+    assert driver.remove_bmc(name)
+    assert udp_free(port)

@@ -62,3 +62,44 @@ def test_failed_request_reports_its_error_to_every_copy(conf, hypervisor):
     assert [(c, o['error']['type']) for c, _, o in agent.conductor.sent] == [
         ('cond-a', 'HostAgentError'), ('cond-b', 'HostAgentError')]
     assert hypervisor.calls['ensure_volume'] == 1
+
+
+def test_remove_waits_for_a_running_ensure_of_the_same_thing(conf,
+                                                             hypervisor):
+    """A revert's remove_volume sent while ensure_volume of that volume
+    still runs (its conductor timed out) removes what the ensure made;
+    requests on other things are not held up."""
+    agent = make_agent(conf)
+    entered, release = threading.Event(), threading.Event()
+    ensure = agent.virt.ensure_volume
+
+    def blocking(pool, name, *args):
+        if name == 'v0':
+            entered.set()
+            release.wait(10)
+        return ensure(pool, name, *args)
+
+    agent.virt.ensure_volume = blocking
+    owner = 'tenks:c:a'
+    first = threading.Thread(target=agent.ensure_volume, args=(
+        {}, 'op/v0/execute', 'cond-a', 'pool', 'v0', 1024, 'qcow2', owner))
+    first.start()
+    assert entered.wait(10)
+    remover = threading.Thread(target=agent.remove_volume, args=(
+        {}, 'op/v0/revert', 'cond-a', 'pool', 'v0', owner))
+    remover.start()
+    agent.ensure_volume({}, 'op/v1/execute', 'cond-a', 'pool', 'v1', 1024,
+                        'qcow2', owner)
+    remover.join(0.2)
+    assert remover.is_alive()
+    assert hypervisor.calls['remove_volume'] == 0
+    release.set()
+    first.join(10)
+    remover.join(10)
+
+    assert [(r, o['result']) for _, r, o in agent.conductor.sent] == [
+        ('op/v1/execute', {'created': True, 'changed': True}),
+        ('op/v0/execute', {'created': True, 'changed': True}),
+        ('op/v0/revert', {'changed': True})]
+    assert hypervisor.names('volume') == ['v1']
+    assert agent._things == {}

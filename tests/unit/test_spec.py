@@ -61,7 +61,8 @@ def test_defaults_are_filled_in(tmp_path):
     assert loaded == {
         'cluster': 'quickstart',
         'node_types': {'small': {'memory_mb': 256, 'vcpus': 1,
-                                 'volumes': [], 'physical_networks': []}},
+                                 'volumes': [], 'physical_networks': [],
+                                 'console_log_enabled': True}},
         'specs': [{'type': 'small', 'count': 2, 'node_name_prefix': 'tk',
                    'vol_name_prefix': 'vol'}],
         'physical_networks': [],
@@ -566,6 +567,19 @@ def test_tenks_ci_override_loads_with_one_warning(caplog):
     assert caplog.records == []
 
 
+def test_console_log_enabled_per_node_type(tmp_path):
+    """Tenks' meaning: log each node's serial console, or not."""
+    assert spec.validate(minimal())['node_types']['small'][
+        'console_log_enabled'] is True
+    loaded = spec.validate(
+        change(node_types__small__console_log_enabled=False))
+    assert loaded['node_types']['small']['console_log_enabled'] is False
+    assert problems(tmp_path, change(
+        node_types__small__console_log_enabled='no')) == [
+        "node_types.small.console_log_enabled: expected true or false, "
+        "got 'no'"]
+
+
 @pytest.mark.parametrize('key', [
     'cmd', 'virtualenv_path', 'python_upper_constraints_url',
     'system_requirements', 'allocations_file_path', 'state_file_path',
@@ -595,9 +609,6 @@ def test_other_unknown_keys_are_still_errors(tmp_path):
      '(supported: ipmi)'),
     ('default_boot_mode', 'uefi',
      "default_boot_mode: 'uefi' is not supported yet (supported: bios)"),
-    ('node_types__small__console_log_enabled', False,
-     'node_types.small.console_log_enabled: false is not supported yet '
-     '(supported: true): the serial console is always logged'),
     ('node_types__small__volumes', [{'capacity': '1GiB',
                                      'image': 'http://x/img.qcow2'}],
      'node_types.small.volumes[0].image: a volume made from an image is not '

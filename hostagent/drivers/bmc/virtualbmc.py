@@ -102,9 +102,11 @@ class VirtualBmcDriver(base.BmcDriver):
                     raise
         # Also when unchanged: another thread may have just started it.
         if not _poll(lambda: _udp_bound(address, port), BIND_TIMEOUT):
-            # vbmcd respawns a dead BMC every few seconds: leave none.
+            # vbmcd respawns a dead BMC every few seconds: leave none of
+            # ours. One this request found is not its to delete; the
+            # hostagent runs no other request for this BMC meanwhile.
             with self._locked():
-                if self._exists(domain):
+                if changed and self._exists(domain):
                     self._wait_gone(self._delete(domain),
                                     'delete the BMC of %s' % domain)
             raise self._error('start the BMC of %s' % domain,
@@ -118,7 +120,9 @@ class VirtualBmcDriver(base.BmcDriver):
     def remove_bmc(self, domain):
         """Stop and delete the BMC; stop vbmcd once it serves none.
 
-        Returns once the BMC's process is gone and its port free.
+        Returns once the BMC's process is gone and its port free, also
+        when vbmcd is down: a BMC child of a vbmcd that died keeps
+        answering on its port until killed.
         """
         pids = set()
         with self._locked():
@@ -127,7 +131,12 @@ class VirtualBmcDriver(base.BmcDriver):
                 if removed:
                     pids = self._delete(domain)
             elif removed:
+                entry = self._read_entry(domain)
+                if entry is not None:
+                    pids = self._holders(entry['address'],
+                                         int(entry['port']))
                 shutil.rmtree(os.path.join(self._domains_dir, domain))
+                self._kill(pids)
             else:
                 return False
         if removed:

@@ -2,10 +2,15 @@
 
 import contextlib
 import errno
+import fcntl
+import os
+import struct
 import threading
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import ifinfmsg
+from pyroute2.netlink.rtnl.ifinfmsg import tuntap
 
 from hostagent.drivers import base
 from tenks import exceptions
@@ -75,6 +80,47 @@ def _configure(ipr, link, master=None, owner=None):
 
 
 @contextlib.contextmanager
+def _adding(name, owner):
+    """Turn EEXIST from creating ``name`` into ResourceConflict.
+
+    The link was absent when we looked: another process made it since.
+    Nothing of it is ours, so nothing is undone.
+    """
+    try:
+        yield
+    except NetlinkError as e:
+        if e.code != errno.EEXIST:
+            raise
+        raise exceptions.ResourceConflict(
+            kind='Interface', name=name, owner=owner,
+            reason='another process created it meanwhile') from e
+
+
+def _add_tap(name):
+    """Create the persistent tap ``name``; NetlinkError EEXIST if it
+    exists.
+
+    pyroute2's tuntap add attaches to an existing tap of that name and
+    succeeds; IFF_TUN_EXCL makes the kernel refuse instead.
+    """
+    ifr = struct.pack('16sH', name.encode(),
+                      ifinfmsg.IFT_TAP | ifinfmsg.IFT_TUN_EXCL)
+    fd = os.open(tuntap.TUNDEV, os.O_RDWR)
+    try:
+        try:
+            fcntl.ioctl(fd, tuntap.TUNSETIFF, ifr)
+        except OSError as e:
+            if e.errno == errno.EBUSY:
+                raise NetlinkError(
+                    errno.EEXIST, os.strerror(errno.EEXIST)) from e
+            raise
+        # Without it the tap goes with the file descriptor.
+        fcntl.ioctl(fd, tuntap.TUNSETPERSIST, 1)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def _undone_on_error(ipr, name):
     """Delete the link ``name`` this request made if what follows fails.
 
@@ -123,9 +169,13 @@ class LinuxBridgeDriver(base.NetworkDriver):
                                        name) as ipr:
             link = _owned(ipr, name, owner, 'bridge')
             created = link is None
+            if created:
+                # The undo is armed only once the add succeeded: what
+                # another process made meanwhile is not ours to delete.
+                with _adding(name, owner):
+                    ipr.link('add', ifname=name, kind='bridge')
             with _undone_on_error(ipr, name if created else None):
                 if created:
-                    ipr.link('add', ifname=name, kind='bridge')
                     link = _get(ipr, name)
                     # Pin the MAC: a bridge would otherwise take the
                     # lowest MAC of its ports whenever they change.
@@ -176,12 +226,14 @@ class LinuxBridgeDriver(base.NetworkDriver):
                         (veth_names if ends[1] is None
                          else veth_names[::-1])))
             created = ends[0] is None
-            with _undone_on_error(ipr, veth_names[0] if created else None):
-                if created:
-                    # One request to create the pair, another to enslave
-                    # it: the kernel refuses both at once.
+            if created:
+                # One request to create the pair, another to enslave it:
+                # the kernel refuses both at once.
+                with _adding('%s or %s' % tuple(veth_names), owner):
                     ipr.link('add', ifname=veth_names[0], kind='veth',
                              peer=veth_names[1])
+            with _undone_on_error(ipr, veth_names[0] if created else None):
+                if created:
                     ends = [_get(ipr, n) for n in veth_names]
                 changed = _configure(ipr, ends[0], bridge_index, owner)
                 changed = (_configure(ipr, ends[1], src['index'], owner)
@@ -218,11 +270,13 @@ class LinuxBridgeDriver(base.NetworkDriver):
             bridge_index = _bridge_index(ipr, bridge, owner)
             link = _owned(ipr, name, owner, 'tun')
             created = link is None
+            if created:
+                # Persistent, single queue: libvirt re-opens it by name
+                # for <interface type='ethernet'> managed='no'.
+                with _adding(name, owner):
+                    _add_tap(name)
             with _undone_on_error(ipr, name if created else None):
                 if created:
-                    # Persistent, single queue: libvirt re-opens it by
-                    # name for <interface type='ethernet'> managed='no'.
-                    ipr.link('add', ifname=name, kind='tuntap', mode='tap')
                     link = _get(ipr, name)
                 changed = _configure(ipr, link, bridge_index, owner)
             return base.ensured(created, changed)

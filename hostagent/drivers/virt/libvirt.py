@@ -423,8 +423,10 @@ class LibvirtDriver(base.VirtDriver):
             ET.SubElement(el, 'target', dev=nic['tap'], managed='no')
             ET.SubElement(el, 'model', type='virtio')
         serial = ET.SubElement(devices, 'serial', type='pty')
-        ET.SubElement(serial, 'log', file=self._console_log(domain['name']),
-                      append='on')
+        if domain['console_log_enabled']:
+            ET.SubElement(serial, 'log',
+                          file=self._console_log(domain['name']),
+                          append='on')
         ET.SubElement(serial, 'target', port='0')
         console = ET.SubElement(devices, 'console', type='pty')
         ET.SubElement(console, 'target', type='serial', port='0')
