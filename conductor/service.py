@@ -105,7 +105,10 @@ class Conductor:
         """
         if grace is None:
             grace = self.conf.conductor.graceful_shutdown_timeout
-        self._accepting = False
+        # Under the mutex: a submit either made it to the pool before
+        # this, and is cancelled or awaited below, or sees it and refuses.
+        with self._running_mutex:
+            self._accepting = False
         self._cancel_queued()
         with self._running_mutex:
             running = list(self._running.values())
@@ -273,8 +276,16 @@ class Conductor:
         try:
             return future.result()
         except futures.CancelledError:
+            operation = self.db.get_operation(operation_id)
+            if operation.error:
+                raise exceptions.OperationFailed(operation.error) from None
+            # A resumed operation, handed back as it was.
             raise exceptions.OperationFailed(
-                self.db.get_operation(operation_id).error) from None
+                operation=operation.kind.capitalize(),
+                cluster=operation.cluster,
+                reason='conductor %s stopped before it could resume it; it '
+                       'resumes when that conductor starts again'
+                       % self.host) from None
 
     def resume_interrupted(self):
         """Resume what this conductor was running when it last stopped."""
@@ -287,9 +298,13 @@ class Conductor:
             LOG.info('Resuming %s %s of cluster %s', operation.kind,
                      operation.id, operation.cluster)
             cluster = self.db.get_cluster(operation.cluster)
-            self._submit(operation.id, operation.kind, operation.cluster,
-                         None if cluster is None else cluster.state, True,
-                         self._resume)
+            try:
+                self._submit(operation.id, operation.kind, operation.cluster,
+                             None if cluster is None else cluster.state,
+                             True, self._resume)
+            except exceptions.ConductorBusy:
+                self.locks.release(operation.cluster)
+                return
 
     def get_operation(self, operation_id):
         operation = self.db.get_operation(operation_id)
@@ -389,7 +404,8 @@ class Conductor:
                 preflight.check_hosts(
                     self.agents, spec, cluster.uuid, facts,
                     [n for n in recorded if n['cluster'] == name] + missing,
-                    [r.as_dict() for r in self.db.list_resources()])
+                    [r.as_dict() for r in self.db.list_resources()]
+                    + self._planned_elsewhere(name, facts, recorded))
                 self.db.add_nodes(missing)
             nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
             plan = plans.deploy_plan(spec, cluster.uuid, nodes, facts)
@@ -407,6 +423,26 @@ class Conductor:
                 self.db.delete_cluster(name)
             self.db.delete_nodes(uuids)
             raise
+
+    def _planned_elsewhere(self, name, facts, recorded):
+        """The interfaces other clusters' recorded nodes have or will
+        have, as resource dicts: a deploy scheduled (its nodes recorded
+        under the allocation lock) makes its bridges and taps only when
+        its flow runs, after that lock is released."""
+        taken = []
+        for other in self.db.list_clusters():
+            nodes = [n for n in recorded if n['cluster'] == other.name
+                     and n['hypervisor'] in facts]
+            if other.name == name or not nodes:
+                continue
+            plan = plans.deploy_plan(other.spec, other.uuid, nodes, facts)
+            for host, interfaces in scheduler.planned_interfaces(
+                    other.spec, plan).items():
+                taken += [{'cluster': other.name, 'hypervisor': host,
+                           'kind': 'port' if field.startswith('specs')
+                           else 'bridge', 'name': interface}
+                          for interface, field in interfaces.items()]
+        return taken
 
     def _run_teardown(self, operation_id, on_progress):
         name = self.db.get_operation(operation_id).cluster
@@ -446,15 +482,44 @@ class Conductor:
     def _submit(self, operation_id, kind, name, before, resumed, run, *args):
         """Run ``run(operation_id, *args, on_progress)`` in the pool; the
         cluster's lock is released when it ends. ``before``: the state
-        the cluster had, for the failure message."""
-        if not resumed:
-            self.notifier.emit('tenks.cluster.%s.start' % kind, name,
-                               {'operation': operation_id})
-        with self._running_mutex:
-            future = self._pool.submit(self._execute, operation_id, kind,
-                                       name, before, resumed, run, *args)
-            self._running[operation_id] = future
-            self._queued[operation_id] = (kind, name, before, resumed)
+        the cluster had, for the failure message (None: this submit
+        recorded the cluster).
+
+        Raises ConductorBusy if the conductor is stopping or the start
+        cannot be announced; the operation then ends failed, and a
+        cluster this submit recorded is forgotten (a resumed operation
+        is handed back as it was). The caller releases the lock.
+        """
+        try:
+            if not resumed:
+                self.notifier.emit('tenks.cluster.%s.start' % kind, name,
+                                   {'operation': operation_id})
+            with self._running_mutex:
+                self._check_accepting()
+                future = self._pool.submit(self._execute, operation_id,
+                                           kind, name, before, resumed, run,
+                                           *args)
+                self._running[operation_id] = future
+                self._queued[operation_id] = (kind, name, before, resumed)
+        except Exception as e:
+            if isinstance(e, (exceptions.ConductorBusy, RuntimeError)):
+                # RuntimeError: the pool was shut down.
+                reason = 'it is shutting down'
+            else:
+                LOG.exception('Could not start operation %s', operation_id)
+                reason = 'it could not announce operation %s (%s: %s)' % (
+                    operation_id, type(e).__name__, e)
+            if not resumed:
+                if before is None:
+                    self.db.delete_cluster(name)
+                self._fail(operation_id, kind, name,
+                           exceptions.OperationFailed(
+                               operation=kind.capitalize(), cluster=name,
+                               reason='conductor %s did not start it: %s; '
+                                      'nothing was changed' % (self.host,
+                                                               reason)))
+            raise exceptions.ConductorBusy(host=self.host,
+                                           reason=reason) from e
         return operation_id
 
     def _execute(self, operation_id, kind, name, before, resumed, run,
@@ -497,9 +562,14 @@ class Conductor:
 
     def _fail(self, operation_id, kind, name, error):
         self.db.finish_operation(operation_id, FAILED, str(error))
-        self.notifier.emit('tenks.cluster.%s.error' % kind, name,
-                           {'operation': operation_id,
-                            'error': str(error)}, error=True)
+        try:
+            self.notifier.emit('tenks.cluster.%s.error' % kind, name,
+                               {'operation': operation_id,
+                                'error': str(error)}, error=True)
+        except Exception:
+            # Recorded failed already; the event is only an echo of it.
+            LOG.exception('Could not announce the failure of operation %s',
+                          operation_id)
 
     def _after_failure(self, kind, name, before, operation_id):
         if self.db.get_cluster(name) is None:

@@ -37,7 +37,11 @@ def flavor_extra_specs(flavor):
 
 
 def ensure_flavor(conn, flavor, adopt):
-    """Create the flavor, or fix its extra specs; True if it changed."""
+    """Create the flavor, or fix its extra specs; True if it changed.
+
+    A flavor this call creates is deleted again if its extra specs
+    fail, before the error is raised.
+    """
     current = conn.compute.find_flavor(flavor['name'], ignore_missing=True)
     if current is not None and not adopt:
         raise exceptions.ResourceConflict(
@@ -51,8 +55,17 @@ def ensure_flavor(conn, flavor, adopt):
         current = None
     if current is None:
         current = conn.compute.create_flavor(name=flavor['name'], **sizes)
-        conn.compute.create_flavor_extra_specs(current,
-                                               flavor['extra_specs'])
+        try:
+            conn.compute.create_flavor_extra_specs(current,
+                                                   flavor['extra_specs'])
+        except Exception:
+            try:
+                conn.compute.delete_flavor(current)
+            except Exception:
+                LOG.warning('Could not delete flavor %s, created by a '
+                            'request that failed', flavor['name'],
+                            exc_info=True)
+            raise
         return True
     have = conn.compute.fetch_flavor_extra_specs(current).extra_specs or {}
     wanted = flavor['extra_specs']

@@ -9,11 +9,13 @@ import time
 import uuid as uuidlib
 
 import tenacity
+from oslo_log import log as logging
 
 from flows import base
 from tenks import cloud
 from tenks import exceptions
 
+LOG = logging.getLogger(__name__)
 CLOUD_HOST = 'openstack'
 # Fields of a node that registration manages, besides interfaces.
 NODE_FIELDS = ('name', 'driver', 'properties', 'resource_class',
@@ -82,33 +84,45 @@ def ensure_node(conn, conf, node, traits, ports, adopt):
     """The Ironic node ``node`` with ``traits`` and ``ports``, available.
 
     Only what differs is changed on a node that exists. ``adopt`` False:
-    a node found with this UUID is somebody else's.
+    a node found with this UUID is somebody else's. A node this call
+    creates is deleted again if a later step fails, before the error is
+    raised: nothing else would know to remove it.
     """
-    changed = False
     try:
         current = conn.baremetal.get_node(node['id'])
     except cloud.sdk_exceptions().NotFoundException:
         current = None
     if current is None:
         current = conn.baremetal.create_node(**node)
-        changed = True
-    elif not adopt:
+        try:
+            _settle_node(conn, conf, node, current, traits, ports)
+        except Exception:
+            _undo_node(conn, conf, node)
+            raise
+        return True
+    if not adopt:
         raise exceptions.ResourceConflict(
             kind='Ironic node', name=node['id'], owner=node['name'],
             reason='Tenks has no record of creating it')
-    else:
-        updates = {k: v for k, v in node.items()
-                   if k not in ('id', 'driver_info')
-                   and getattr(current, k, None) != v}
-        info = {k: v for k, v in node['driver_info'].items()
-                if current.driver_info.get(k) != v
-                and not k.endswith('password')}
-        if info:
-            # A stored password reads back masked: send it with any change.
-            updates['driver_info'] = node['driver_info']
-        if updates:
-            conn.baremetal.update_node(current, **updates)
-            changed = True
+    changed = False
+    updates = {k: v for k, v in node.items()
+               if k not in ('id', 'driver_info')
+               and getattr(current, k, None) != v}
+    info = {k: v for k, v in node['driver_info'].items()
+            if current.driver_info.get(k) != v
+            and not k.endswith('password')}
+    if info:
+        # A stored password reads back masked: send it with any change.
+        updates['driver_info'] = node['driver_info']
+    if updates:
+        conn.baremetal.update_node(current, **updates)
+        changed = True
+    return _settle_node(conn, conf, node, current, traits, ports) or changed
+
+
+def _settle_node(conn, conf, node, current, traits, ports):
+    """Traits, ports, then manage and provide; True if any changed."""
+    changed = False
     if sorted(current.traits or []) != sorted(traits):
         conn.baremetal.set_node_traits(node['id'], traits)
         changed = True
@@ -147,18 +161,35 @@ def _ensure_ports(conn, node_uuid, ports):
     return changed
 
 
+def delete_node(conn, conf, uuid):
+    """Delete the node (and so its ports) once no state change runs on
+    it; False if there is none."""
+    deadline = time.monotonic() + conf.provision_timeout
+    while True:
+        try:
+            node = conn.baremetal.get_node(uuid)
+        except cloud.sdk_exceptions().NotFoundException:
+            return False
+        if not node.target_provision_state or time.monotonic() > deadline:
+            break
+        time.sleep(conf.poll_interval)
+    conn.baremetal.delete_node(uuid)
+    return True
+
+
+def _undo_node(conn, conf, node):
+    try:
+        _retrying(delete_node)(conn, conf, node['id'])
+    except Exception:
+        LOG.warning('Could not delete Ironic node %s (%s), created by an '
+                    'enrolment that failed', node['name'], node['id'],
+                    exc_info=True)
+
+
 def remove_node(svc, uuid):
     """Delete the node (and so its ports)."""
-    conn = svc.cloud.connection
-    try:
-        node = conn.baremetal.get_node(uuid)
-    except cloud.sdk_exceptions().NotFoundException:
-        return {'changed': False}
-    if node.target_provision_state:
-        _wait(conn, uuid, node.target_provision_state,
-              svc.cloud.conf.provision_timeout, svc.cloud.conf.poll_interval)
-    conn.baremetal.delete_node(uuid)
-    return {'changed': True}
+    return {'changed': delete_node(svc.cloud.connection, svc.cloud.conf,
+                                   uuid)}
 
 
 class EnsureIronicNode(base.EnsureResource):

@@ -9,6 +9,7 @@ from flows import base
 from flows import post_deploy
 from flows import records
 from flows import registration
+from tenks import exceptions
 
 # What goes first: flavors before the nodes they schedule to, Ironic
 # nodes (with their ports) before their BMC, a BMC before its domain, a
@@ -37,6 +38,10 @@ CLOUD_REMOVERS = {
 class RemoveResource(task.Task):
     """Remove one recorded thing, then its record.
 
+    A thing found carrying no mark of this deployment (replaced by
+    somebody else's of the same name) is left where it is; its record
+    goes, and the operation's result warns about it.
+
     Reversion strategy: none. A removal is not undone; what is still
     recorded lets the next teardown finish the job.
     """
@@ -51,13 +56,20 @@ class RemoveResource(task.Task):
     def execute(self, operation_id):
         svc = services.get()
         row = self.row
-        if row['kind'] in CLOUD_REMOVERS:
-            result = CLOUD_REMOVERS[row['kind']](svc, **row['remove_args'])
-        else:
-            result = svc.agents.request(
-                row['hypervisor'], 'remove_' + row['kind'],
-                base.request_id(operation_id, self.name),
-                **row['remove_args'])
+        try:
+            if row['kind'] in CLOUD_REMOVERS:
+                result = CLOUD_REMOVERS[row['kind']](svc,
+                                                     **row['remove_args'])
+            else:
+                result = svc.agents.request(
+                    row['hypervisor'], 'remove_' + row['kind'],
+                    base.request_id(operation_id, self.name),
+                    **row['remove_args'])
+        except exceptions.ResourceConflict as e:
+            result = {'changed': False, 'warnings': [
+                'Left %s %s on %s: it is no longer ours (%s); its record '
+                'is dropped' % (row['kind'], row['name'], row['hypervisor'],
+                                e)]}
         svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
         return result
 

@@ -55,7 +55,9 @@ conductor_opts = [
                     'agent_timeout is sent again before the task fails.'),
     cfg.IntOpt('workers',
                default=16, min=1,
-               help='Tasks of one flow that run at the same time.'),
+               help='Tasks that run at the same time, counted across '
+                    'every flow (deploys, teardowns) of this conductor: '
+                    'they share one pool of threads.'),
     cfg.IntOpt('max_operations',
                default=8, min=1,
                help='Operations (deploys, teardowns) that run at the same '

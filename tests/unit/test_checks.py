@@ -399,3 +399,35 @@ def test_a_failing_check_does_not_hide_the_other():
         + PLACEMENT_UNCHECKED]
 
 
+
+
+def test_two_clusters_on_the_same_bridges_at_once_one_is_refused(
+        conductor, hypervisor):
+    # The first deploy holds in its flow before any interface of it is
+    # recorded; the second is checked meanwhile.
+    release = threading.Event()
+    entered = threading.Event()
+    real_ensure = hypervisor.ensure
+
+    def slow_ensure(kind, name, value=True):
+        if kind == 'pool' and name == 'tenks-unit':
+            entered.set()
+            assert release.wait(10)
+        return real_ensure(kind, name, value)
+
+    hypervisor.ensure = slow_ensure
+    first = conductor.submit_deploy(make_spec(count=1))
+    assert entered.wait(10)
+    second = conductor.submit_deploy(make_spec(count=1, cluster='other'))
+    try:
+        with pytest.raises(exceptions.InterfaceConflict) as raised:
+            conductor.wait(second)
+    finally:
+        release.set()
+    assert conductor.wait(first)['changed']
+    assert ('bridge_prefix: bridge brtenks0 on hv1 is recorded for cluster '
+            'unit') in str(raised.value)
+    assert conductor.db.get_cluster('other') is None
+    assert [n.cluster for n in conductor.db.list_nodes()] == ['unit']
+    assert hypervisor.names('pool') == ['tenks-unit']
+    assert hypervisor.names('domain') == ['tk0']

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -316,3 +317,111 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
     task.revert(None, operation_id='op3', cluster='unit')
     assert ('volume', 'lost') in hypervisor.things
     assert db.get_resource('hv1', 'volume', 'lost') is None
+
+
+# A submit that cannot start its operation
+
+
+def test_unannounced_deploy_ends_failed_and_forgets_the_cluster(
+        conductor, hypervisor, monkeypatch):
+    def broken(event_type, cluster, payload, error=False):
+        if event_type.endswith('.start'):
+            raise OSError('bus down')
+
+    monkeypatch.setattr(conductor.notifier, 'emit', broken)
+    with pytest.raises(exceptions.ConductorBusy) as raised:
+        conductor.submit_deploy(make_spec(count=1))
+    assert 'bus down' in str(raised.value)
+    [operation] = conductor.list_operations()
+    assert operation['state'] == 'failed'
+    assert 'did not start it' in operation['error']
+    assert 'bus down' in operation['error']
+    assert conductor.db.get_cluster('unit') is None
+    assert hypervisor.things == {}
+    # The cluster is not left locked.
+    monkeypatch.undo()
+    assert conductor.deploy(make_spec(count=1))['changed']
+
+
+def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
+        conductor, hypervisor, monkeypatch):
+    conductor.deploy(make_spec(count=1))
+
+    def shut(*args, **kwargs):
+        # stop() shut the pool down after the accepting check.
+        raise RuntimeError('cannot schedule new futures after shutdown')
+
+    monkeypatch.setattr(conductor._pool, 'submit', shut)
+    with pytest.raises(exceptions.ConductorBusy) as raised:
+        conductor.submit_teardown('unit')
+    assert 'shutting down' in str(raised.value)
+    operation = conductor.list_operations()[-1]
+    assert (operation['kind'], operation['state']) == ('teardown', 'failed')
+    assert 'shutting down' in operation['error']
+    # Deployed before: the record stays, as do its things.
+    assert conductor.db.get_cluster('unit').state == 'deployed'
+    assert hypervisor.names('domain') == ['tk0']
+    monkeypatch.undo()
+    conductor.teardown('unit')
+
+
+def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
+        conf, hypervisor):
+    from tenks import embedded
+    conf.set_override('max_operations', 1, group='conductor')
+    release = threading.Event()
+    real_ensure = hypervisor.ensure
+
+    def slow_ensure(kind, name, value=True):
+        if kind == 'pool' and name == 'tenks-first':
+            assert release.wait(10)
+        return real_ensure(kind, name, value)
+
+    hypervisor.ensure = slow_ensure
+    with embedded.embedded(conf) as conductor:
+        first = conductor.submit_deploy(make_spec(count=1, cluster='first'))
+        # An operation a dead process left running, resumed behind it.
+        conductor.db.save_cluster('second', make_spec(
+            count=1, cluster='second', bridge_prefix='brs'), 'scheduled')
+        second = conductor._create_operation('deploy', 'second')
+        conductor.resume_interrupted()
+        outcome = []
+        waiter = threading.Thread(target=lambda: outcome.append(
+            pytest.raises(exceptions.OperationFailed, conductor.wait,
+                          second)))
+        waiter.start()
+        time.sleep(0.2)  # the waiter waits before the stop cancels
+        stopper = threading.Thread(target=conductor.stop, args=(10,))
+        stopper.start()
+        waiter.join(10)
+        release.set()
+        stopper.join(10)
+        assert conductor.get_operation(first)['state'] == 'succeeded'
+    message = str(outcome[0].value)
+    assert 'Deploy of cluster second failed' in message
+    assert 'stopped before it could resume it' in message
+    # Handed back as it was, for the next start to resume.
+    assert conductor.get_operation(second)['state'] == 'running'
+
+
+def test_teardown_leaves_a_replaced_thing_and_warns(conductor, hypervisor,
+                                                   monkeypatch):
+    conductor.deploy(make_spec(count=2))
+    real_remove = hypervisor.remove
+
+    def remove(kind, name):
+        if (kind, name) == ('domain', 'tk1'):
+            raise fakes.conflict(kind, name)
+        return real_remove(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', remove)
+    result = conductor.teardown('unit')
+    [warning] = result['warnings']
+    assert warning.startswith('Left domain tk1 on hv1: it is no longer ours')
+    assert 'somebody else made it' in warning
+    assert list(hypervisor.things) == [('domain', 'tk1')]
+    assert conductor.db.get_cluster('unit') is None
+    assert conductor.db.list_resources() == []
+    assert conductor.db.list_nodes() == []
+    operation = conductor.list_operations()[-1]
+    assert operation['result']['warnings'] == [warning]

@@ -1,3 +1,5 @@
+import types
+
 import pytest
 from taskflow import task
 from taskflow.types import failure
@@ -229,3 +231,32 @@ def test_enrolled_nodes_get_registration_and_post_deploy_tasks():
                        'capabilities': 'boot_mode:bios'}}
     assert p['placement_wait'] == [['CUSTOM_GOLD', ['CUSTOM_A'], 2]]
     assert p['flavors'][0]['disk'] == 1
+
+
+class Nova:
+    """A compute proxy that creates flavors but refuses extra specs."""
+
+    def __init__(self):
+        self.flavors = {}
+
+    def find_flavor(self, name, ignore_missing=True):
+        return self.flavors.get(name)
+
+    def create_flavor(self, name, **sizes):
+        self.flavors[name] = name
+        return name
+
+    def create_flavor_extra_specs(self, flavor, specs):
+        raise RuntimeError('extra specs refused')
+
+    def delete_flavor(self, flavor):
+        del self.flavors[flavor]
+
+
+def test_a_flavor_whose_extra_specs_fail_is_not_left_behind():
+    conn = types.SimpleNamespace(compute=Nova())
+    flavor = {'name': 'gold', 'vcpus': 1, 'ram': 128, 'disk': 0,
+              'extra_specs': {'resources:CUSTOM_GOLD': '1'}}
+    with pytest.raises(RuntimeError, match='extra specs refused'):
+        post_deploy.ensure_flavor(conn, flavor, adopt=False)
+    assert conn.compute.flavors == {}
