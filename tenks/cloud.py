@@ -13,11 +13,17 @@ wins:
    clouds.yaml, read by openstacksdk's own loader (standard search path,
    ``OS_CLIENT_CONFIG_FILE`` included).
 
+A cloud of clouds.yaml (1. or 3.) is completed by the OS_* variables the
+way the ``openstack`` CLI completes it: through the defaults of
+openstacksdk's argparse options, so ``OS_CLOUD=mycloud OS_PASSWORD=...``
+brings the password that clouds.yaml leaves out.
+
 Credentials stay in openstacksdk; nothing here logs them. openstacksdk
 is imported on first use: it takes a third of a second, and only a
 deploy that enrols nodes needs it.
 """
 
+import argparse
 import functools
 import os
 import threading
@@ -63,7 +69,7 @@ class Cloud:
     def source(self):
         """((kind, what to connect to), where that came from), or None."""
         if self.conf.cloud:
-            return ('cloud', self.conf.cloud), (
+            return ('cloud', (None, self.conf.cloud)), (
                 'cloud %s of clouds.yaml ([openstack] cloud)'
                 % self.conf.cloud)
         if any(self.conf[option] for _, option in SERVICES.values()):
@@ -102,12 +108,19 @@ class Cloud:
                 **{'%s_endpoint_override' % service: self.conf[option]
                    for service, (_, option) in SERVICES.items()
                    if self.conf[option]})
+        config, name = what
         try:
-            if kind == 'cloud':
-                return openstack.connect(cloud=what)
-            config, name = what
+            if config is None:
+                from openstack.config import loader as sdk_loader
+                config = sdk_loader.OpenStackConfig()
+            # What the openstack CLI does: options whose defaults are the
+            # OS_* variables, merged over the named cloud.
+            argv = ['--os-cloud', name]
+            parser = argparse.ArgumentParser(add_help=False)
+            config.register_argparse_arguments(parser, argv)
+            options, _ = parser.parse_known_args(argv)
             return openstack.connection.Connection(
-                config=config.get_one(name))
+                config=config.get_one(argparse=options))
         except Exception as e:
             # ConfigException (no such cloud) or keystoneauth's
             # MissingRequiredOptions (an openrc without a password...).
@@ -115,13 +128,24 @@ class Cloud:
                 reason='cannot use %s: %s' % (described, e)) from e
 
     def endpoint(self, service):
-        """The endpoint of ``service``, or None when there is none."""
+        """The endpoint of ``service``, or None when the catalogue has none.
+
+        CloudUnavailable when Keystone cannot be reached or refuses the
+        credentials: the catalogue cannot be read then.
+        """
+        from keystoneauth1 import exceptions as ksa_exceptions
+        from openstack import exceptions as sdk
+        connection = self.connection
         try:
-            return self.connection.endpoint_for(service)
-        except exceptions.ConfigError:
-            raise
-        except Exception:
+            return connection.endpoint_for(service)
+        except (sdk.EndpointNotFound, ksa_exceptions.EndpointNotFound):
             return None
+        except (ksa_exceptions.ClientException, sdk.SDKException) as e:
+            auth = connection.config.config.get('auth') or {}
+            raise exceptions.CloudUnavailable(
+                service='Keystone',
+                endpoint=auth.get('auth_url') or '(no auth_url)',
+                reason='%s (%s)' % (e, self.source[1])) from e
 
     def check(self, services):
         """Raise CloudUnavailable unless every service answers."""

@@ -11,6 +11,9 @@ import socket
 from oslo_config import cfg
 
 STATE_DIR_ENV = 'TENKS_STATE_DIR'
+# What a service name may be on the bus (an AMQP routing key part); a
+# name with spaces is most often an inline comment oslo.config kept.
+HOST_REGEX = r'^[A-Za-z0-9._-]+$'
 
 
 def default_state_dir():
@@ -26,12 +29,14 @@ def default_state_dir():
 default_opts = [
     cfg.StrOpt('host',
                default=socket.gethostname(),
+               regex=HOST_REGEX,
                sample_default='<hostname>',
                help='Name of this service on the bus, as in Nova and Ironic: '
                     'the server a conductor or a hostagent listens as. It '
-                    'need not be a hostname, but must be valid in an AMQP '
-                    'key. [conductor] host and [hostagent] host override '
-                    'it.'),
+                    'need not be a hostname, but may hold only letters, '
+                    'digits, ".", "_" and "-" (no inline comments: '
+                    'oslo.config keeps them in the value). [conductor] '
+                    'host and [hostagent] host override it.'),
     cfg.StrOpt('state_dir',
                default=default_state_dir(),
                sample_default='/var/lib/tenks',
@@ -43,6 +48,7 @@ default_opts = [
 
 conductor_opts = [
     cfg.StrOpt('host',
+               regex=HOST_REGEX,
                help='Name of this conductor on the bus; hostagents send '
                     'their results to it. Default: [DEFAULT] host.'),
     cfg.IntOpt('agent_timeout',
@@ -78,6 +84,7 @@ conductor_opts = [
 
 hostagent_opts = [
     cfg.StrOpt('host',
+               regex=HOST_REGEX,
                help='Name of this hypervisor: the server the conductor '
                     'addresses casts to. Default: [DEFAULT] host.'),
     cfg.StrOpt('libvirt_uri',
@@ -110,9 +117,9 @@ hostagent_opts = [
                 default={},
                 help="physnet:interface mappings of this hypervisor; they "
                      "take precedence over a cluster spec's."),
-    cfg.StrOpt('ipmi_address',
-               help="Address this hypervisor's BMCs listen on, instead of "
-                    "the cluster spec's ipmi_address."),
+    cfg.IPOpt('ipmi_address',
+              help="Address this hypervisor's BMCs listen on, instead of "
+                   "the cluster spec's ipmi_address."),
     cfg.StrOpt('resource_prefix',
                default='',
                regex=r'^[a-z0-9]{0,4}$',
@@ -168,8 +175,13 @@ class ConfigOpts(cfg.ConfigOpts):
 
     def __call__(self, *args, **kwargs):
         super().__call__(*args, **kwargs)
+        try:
+            host = self.host
+        except cfg.Error:
+            # Not a valid name: the service's checks report it.
+            return
         for group in SERVICE_GROUPS:
-            self.set_default('host', self.host, group=group)
+            self.set_default('host', host, group=group)
 
 
 def new_conf():

@@ -1,24 +1,26 @@
 """Lifecycle events: recorded in the state database, sent on the bus.
 
 Other services listen with an oslo.messaging notification listener on
-the topic ``tenks_notifications`` (event types ``tenks.cluster.deploy.
+the topics of ``[oslo_messaging_notifications] topics`` (default
+``tenks_notifications``; event types ``tenks.cluster.deploy.
 start|end|error``, ``tenks.cluster.teardown.*``, ``tenks.node.create.end``,
-``tenks.node.delete.end``); ``tenks events`` shows the recorded ones.
+``tenks.node.delete.end``), sent by ``[oslo_messaging_notifications]
+driver`` (default ``messagingv2``); ``tenks events`` shows the recorded
+ones.
 """
 
 import oslo_messaging as messaging
-
-TOPIC = 'tenks_notifications'
 
 
 class Notifier:
 
     def __init__(self, bus, db, publisher_id):
         # Embedded, nobody can listen: the events are only recorded.
-        driver = 'noop' if bus.embedded else 'messagingv2'
+        # Otherwise driver and topics are [oslo_messaging_notifications]'s.
+        driver = 'noop' if bus.embedded else None
         self._notifier = messaging.Notifier(
             bus.notification_transport, publisher_id=publisher_id,
-            driver=driver, topics=[TOPIC])
+            driver=driver)
         self.db = db
 
     def emit(self, event_type, cluster, payload, error=False):
@@ -29,7 +31,10 @@ class Notifier:
 
 
 def listener(bus, endpoint, pool=None):
-    """A notification listener calling ``endpoint.info``/``error``."""
+    """A notification listener calling ``endpoint.info``/``error``, on
+    the first topic the notifier sends to (each event goes to every
+    topic: listening to all would show it several times)."""
+    topic = bus.conf.oslo_messaging_notifications.topics[0]
     return messaging.get_notification_listener(
-        bus.notification_transport, [messaging.Target(topic=TOPIC)],
+        bus.notification_transport, [messaging.Target(topic=topic)],
         [endpoint], pool=pool)

@@ -15,6 +15,7 @@ from oslo_config import cfg
 from oslo_messaging import opts as messaging_opts
 from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
+from oslo_messaging.notify import notifier as msg_notifier
 
 from tenks import memory_transport
 
@@ -26,12 +27,19 @@ EMBEDDED_TRANSPORT_URL = 'kombu+memory:////'
 ALLOWED_EXMODS = ['tenks.exceptions']
 
 CONTROL_EXCHANGE = 'tenks'
+NOTIFICATION_TOPIC = 'tenks_notifications'
+NOTIFICATION_DRIVER = 'messagingv2'
 
 
 def set_defaults():
     """Tenks' own defaults of oslo.messaging's options; also the hook
     oslo-config-generator calls, so the sample shows them."""
     messaging.set_transport_defaults(control_exchange=CONTROL_EXCHANGE)
+    # oslo.messaging has no setter for these; its list_opts() hands out
+    # copies of this list, so the defaults must be set here.
+    cfg.set_defaults(msg_notifier._notifier_opts,
+                     driver=[NOTIFICATION_DRIVER],
+                     topics=[NOTIFICATION_TOPIC])
 
 
 set_defaults()
@@ -80,8 +88,13 @@ class Bus:
 
     @functools.cached_property
     def notification_transport(self):
+        """[oslo_messaging_notifications] transport_url, else the RPC
+        transport's URL (always the latter when embedded)."""
+        url = self.url
+        if not self.embedded:
+            url = self.conf.oslo_messaging_notifications.transport_url or url
         return messaging.get_notification_transport(
-            self.conf, url=self.url, allowed_remote_exmods=ALLOWED_EXMODS)
+            self.conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
 
     @property
     def embedded(self):

@@ -68,7 +68,8 @@ _VOLUME = {
     },
 }
 
-_IRONIC_DRIVER = {'enum': ['ipmi'], 'x-not-supported-yet': ['redfish']}
+_IRONIC_DRIVER = {'enum': ['ipmi'],
+                  'x-not-supported-yet': ['redfish', 'snmp']}
 
 _NODE_TYPE = {
     'type': 'object',
@@ -211,17 +212,22 @@ SCHEMA = {
         # true: KVM, as libvirt_domain_type kvm (see _normalise).
         'libvirt_require_vt': {'type': 'boolean'},
         'default_ironic_driver': dict(_IRONIC_DRIVER, default='ipmi'),
-        # Which emulator serves the BMCs of each Ironic driver's nodes.
+        # Which emulator serves the BMCs of each Ironic driver's nodes;
+        # the Ansible-based Tenks' own defaults load unchanged.
         'bmc_emulators': {
             'type': 'object',
             'additionalProperties': False,
             'patternProperties': {
-                '^[a-z]+_ipmitool$': {'enum': ['virtualbmc']},
+                # Classic drivers: pxe_ipmitool, agent_ipmitool_socat...
+                r'^[a-z]+_ipmitool(_socat)?\Z': {'enum': ['virtualbmc']},
+                r'^[a-z]+_snmp\Z': {'enum': ['virtualpdu']},
             },
             'properties': {
                 'ipmi': {'enum': ['virtualbmc']},
-                # Redfish nodes are refused (ironic_driver) until built.
+                # Redfish and SNMP nodes are refused (ironic_driver:
+                # "not supported yet"), so these choose nothing yet.
                 'redfish': {'enum': ['sushy-tools']},
+                'snmp': {'enum': ['virtualpdu']},
             },
         },
         # The nodes are BIOS machines (UEFI comes with firmware support).

@@ -10,7 +10,7 @@ import pytest
 # The console script installed beside this venv's python.
 TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
 
-HEAVY = ('taskflow', 'sqlalchemy', 'oslo_messaging', 'eventlet',
+HEAVY = ('taskflow', 'sqlalchemy', 'alembic', 'oslo_messaging', 'eventlet',
          'conductor', 'flows', 'hostagent', 'openstack', 'libvirt')
 
 
@@ -50,6 +50,31 @@ def test_read_only_command_reads_the_database_alone(tmp_path):
     heavy = set(HEAVY) - {'sqlalchemy'}
     assert modules.isdisjoint(heavy), sorted(modules.intersection(heavy))
     assert not (tmp_path / 'state').exists()
+
+
+@pytest.fixture(scope='module')
+def existing_database(tmp_path_factory):
+    """A state directory whose database a first command made (with the
+    embedded conductor and hostagent)."""
+    path = tmp_path_factory.mktemp('existing')
+    _, code, out, err = imported(path, 'hypervisor', 'list', '-f', 'json')
+    assert code == 0, err
+    assert (path / 'state' / 'state.sqlite').exists()
+    return path
+
+
+@pytest.mark.parametrize('command', [
+    ['node', 'list'], ['cluster', 'list'], ['operation', 'list'],
+    ['events']])
+def test_read_only_command_on_an_existing_database(existing_database,
+                                                   command):
+    # Reading an existing database still needs SQLAlchemy alone.
+    modules, code, out, err = imported(existing_database, *command,
+                                       '-f', 'json')
+    assert (code, out, err) == (0, '[]\n', '')
+    assert 'sqlalchemy' in modules
+    heavy = set(HEAVY) - {'sqlalchemy'}
+    assert modules.isdisjoint(heavy), sorted(modules.intersection(heavy))
 
 
 def test_deploy_imports_what_it_needs(tmp_path):

@@ -82,3 +82,36 @@ def test_cloud_without_the_service_says_so(environ):
                        match='cloud first of clouds.yaml has no compute '
                              'endpoint'):
         make_cloud().check(['compute'])
+
+
+@pytest.fixture
+def password_cloud(environ, tmp_path):
+    """A cloud of clouds.yaml whose password is left to OS_PASSWORD."""
+    path = tmp_path / 'clouds.yaml'
+    path.write_text(yaml.safe_dump({'clouds': {'mycloud': {
+        'auth_type': 'password',
+        'auth': {'auth_url': 'http://127.0.0.1:9/', 'username': 'admin',
+                 'project_name': 'admin', 'user_domain_name': 'Default',
+                 'project_domain_name': 'Default'}}}}))
+    environ.setenv('OS_PASSWORD', 's3cret')
+    return environ
+
+
+def test_os_password_completes_os_cloud(password_cloud):
+    password_cloud.setenv('OS_CLOUD', 'mycloud')
+    auth = make_cloud().connection.config.config['auth']
+    assert auth['password'] == 's3cret'
+    assert auth['username'] == 'admin'
+
+
+def test_os_password_completes_configured_cloud(password_cloud):
+    auth = make_cloud(cloud='mycloud').connection.config.config['auth']
+    assert auth['password'] == 's3cret'
+
+
+def test_unreachable_keystone_is_named(password_cloud):
+    password_cloud.setenv('OS_CLOUD', 'mycloud')
+    with pytest.raises(exceptions.CloudUnavailable,
+                       match=r'Cannot reach Keystone at '
+                             r'http://127\.0\.0\.1:9/: .*cloud mycloud'):
+        make_cloud().check(['baremetal'])

@@ -85,3 +85,29 @@ def test_service_without_a_bus(tmp_path):
     conf = parse(tmp_path, '[DEFAULT]\nstate_dir = %s\n' % tmp_path)
     [problem] = service.validate(conf, 'conductor')
     assert problem.startswith('transport_url is not set')
+
+
+@pytest.mark.parametrize('section', ['DEFAULT', 'conductor', 'hostagent'])
+def test_host_with_an_inline_comment_is_refused(tmp_path, section):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[%s]\nhost = hv1  # the name\n' % section)
+    problems = service.validate(conf, 'hostagent')
+    assert problems == [
+        "[%s] host (in %s): Value 'hv1  # the name' doesn't match regex "
+        "'^[A-Za-z0-9._-]+$'" % (section, tmp_path / 'tenks.conf')]
+
+
+def test_ipmi_address_must_be_an_ip_address(tmp_path):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[hostagent]\nipmi_address = 192.0.2.1  # BMCs\n')
+    [problem] = service.validate(conf, 'hostagent')
+    assert problem.startswith('[hostagent] ipmi_address (in %s): '
+                              % (tmp_path / 'tenks.conf'))
+    assert 'IP' in problem and '192.0.2.1  # BMCs' in problem
+
+
+def test_ipmi_address_accepted(tmp_path):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[hostagent]\nipmi_address = 192.0.2.1\n')
+    assert service.validate(conf, 'hostagent') == []
+    assert conf.hostagent.ipmi_address == '192.0.2.1'

@@ -634,10 +634,36 @@ def test_tenks_keys_of_what_is_not_built(tmp_path, field, value, problem):
 
 
 def test_bmc_emulators_as_tenks_defaults_them():
-    emulators = {'ipmi': 'virtualbmc', 'pxe_ipmitool': 'virtualbmc',
-                 'redfish': 'sushy-tools'}
+    # The Ansible-based Tenks' defaults, pasted.
+    emulators = {'agent_ipmitool': 'virtualbmc',
+                 'agent_ipmitool_socat': 'virtualbmc',
+                 'ipmi': 'virtualbmc',
+                 'pxe_ipmitool': 'virtualbmc',
+                 'pxe_ipmitool_socat': 'virtualbmc',
+                 'pxe_snmp': 'virtualpdu',
+                 'redfish': 'sushy-tools',
+                 'snmp': 'virtualpdu'}
     loaded = spec.validate(dict(minimal(), bmc_emulators=emulators))
     assert loaded['bmc_emulators'] == emulators
+
+
+@pytest.mark.parametrize('field,value,problem', [
+    ('bmc_emulators', {'pxe_ipmitool_socat': 'virtualpdu'},
+     "bmc_emulators.pxe_ipmitool_socat: 'virtualpdu' is not one of: "
+     "virtualbmc"),
+    ('bmc_emulators', {'pxe_snmp': 'virtualbmc'},
+     "bmc_emulators.pxe_snmp: 'virtualbmc' is not one of: virtualpdu"),
+    ('bmc_emulators', {'pxe_ipmitool_socat_x': 'virtualbmc'},
+     "bmc_emulators: unknown key 'pxe_ipmitool_socat_x'"),
+    ('default_ironic_driver', 'snmp',
+     "default_ironic_driver: 'snmp' is not supported yet (supported: "
+     "ipmi)"),
+    ('node_types__small__ironic_driver', 'snmp',
+     "node_types.small.ironic_driver: 'snmp' is not supported yet "
+     "(supported: ipmi)"),
+])
+def test_bmc_emulators_and_snmp(tmp_path, field, value, problem):
+    assert problems(tmp_path, change(**{field: value})) == [problem]
 
 
 def test_libvirt_require_vt_asks_for_kvm(tmp_path):
