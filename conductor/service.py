@@ -134,15 +134,10 @@ class Conductor:
                 del self._running[operation_id]
         for operation_id, (kind, name, before, resumed) in queued:
             if not resumed:
-                if before is None:
-                    # Recorded by its submit, and never scheduled.
-                    self.db.delete_cluster(name)
-                self._fail(operation_id, kind, name,
-                           exceptions.OperationFailed(
-                               operation=kind.capitalize(), cluster=name,
-                               reason='conductor %s stopped before it '
-                                      'began; nothing was changed: run it '
-                                      'again' % self.host))
+                self._fail_unstarted(
+                    operation_id, kind, name, before,
+                    'conductor %s stopped before it began; nothing was '
+                    'changed: run it again' % self.host)
             self.locks.release(name)
 
     # Hypervisors
@@ -510,14 +505,10 @@ class Conductor:
                 reason = 'it could not announce operation %s (%s: %s)' % (
                     operation_id, type(e).__name__, e)
             if not resumed:
-                if before is None:
-                    self.db.delete_cluster(name)
-                self._fail(operation_id, kind, name,
-                           exceptions.OperationFailed(
-                               operation=kind.capitalize(), cluster=name,
-                               reason='conductor %s did not start it: %s; '
-                                      'nothing was changed' % (self.host,
-                                                               reason)))
+                self._fail_unstarted(
+                    operation_id, kind, name, before,
+                    'conductor %s did not start it: %s; nothing was '
+                    'changed' % (self.host, reason))
             raise exceptions.ConductorBusy(host=self.host,
                                            reason=reason) from e
         return operation_id
@@ -559,6 +550,14 @@ class Conductor:
                            {'operation': operation_id,
                             'changed': len(outcome.changed)})
         return dict(result, operation=operation_id)
+
+    def _fail_unstarted(self, operation_id, kind, name, before, reason):
+        """End an operation that never began; forget the cluster its
+        submit recorded (``before`` None), which nothing was made for."""
+        if before is None:
+            self.db.delete_cluster(name)
+        self._fail(operation_id, kind, name, exceptions.OperationFailed(
+            operation=kind.capitalize(), cluster=name, reason=reason))
 
     def _fail(self, operation_id, kind, name, error):
         self.db.finish_operation(operation_id, FAILED, str(error))

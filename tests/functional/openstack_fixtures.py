@@ -70,3 +70,16 @@ def wait_for_node(conn, node_id, timeout=60):
                                   node.power_state, node.target_power_state,
                                   timeout))
         time.sleep(POLL)
+
+
+def remove_ironic_nodes(conn, prefix):
+    """Delete the Ironic nodes whose names start with ``prefix``, once
+    their actions are over; return what was there, for a leftover
+    check."""
+    left = []
+    for node in conn.baremetal.nodes():
+        if node.name and node.name.startswith(prefix):
+            left.append('ironic node %s' % node.name)
+            wait_for_node(conn, node.id)
+            conn.baremetal.delete_node(node.id)
+    return left

@@ -32,11 +32,7 @@ def env(tmp_path, openstack_services, cloud):
                               group='openstack')
     yield cluster
     left = cluster.leftovers()
-    for node in cloud.baremetal.nodes():
-        if node.name.startswith(cluster.node_prefix):
-            left.append('ironic node %s' % node.name)
-            of.wait_for_node(cloud, node.id)
-            cloud.baremetal.delete_node(node.id)
+    left += of.remove_ironic_nodes(cloud, cluster.node_prefix)
     cluster.force_clean()
     assert left == [], 'the test left %s behind' % left
 

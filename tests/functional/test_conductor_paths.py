@@ -40,12 +40,7 @@ def cloud_env(tmp_path, openstack_services, cloud):
                                   group='openstack')
     with cf.checked(cluster):
         yield cluster
-        left = ['ironic node %s' % n.name for n in cloud.baremetal.nodes()
-                if n.name.startswith(cluster.node_prefix)]
-        for node in cloud.baremetal.nodes():
-            if node.name.startswith(cluster.node_prefix):
-                of.wait_for_node(cloud, node.id)
-                cloud.baremetal.delete_node(node.id)
+        left = of.remove_ironic_nodes(cloud, cluster.node_prefix)
         assert left == [], 'the test left %s behind' % left
 
 

@@ -30,14 +30,9 @@ def env(tmp_path, openstack_services, cloud):
                                   group='openstack')
     yield cluster
     left = cluster.leftovers()
-    left += ['ironic node %s' % n.name for n in cloud.baremetal.nodes()
-             if n.name.startswith(cluster.node_prefix)]
     left += ['flavor %s' % f.name for f in cloud.compute.flavors()
              if f.name.startswith(cluster.cluster)]
-    for node in cloud.baremetal.nodes():
-        if node.name.startswith(cluster.node_prefix):
-            of.wait_for_node(cloud, node.id)
-            cloud.baremetal.delete_node(node.id)
+    left += of.remove_ironic_nodes(cloud, cluster.node_prefix)
     for flavor in cloud.compute.flavors():
         if flavor.name.startswith(cluster.cluster):
             cloud.compute.delete_flavor(flavor)
