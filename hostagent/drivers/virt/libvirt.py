@@ -211,7 +211,13 @@ class LibvirtDriver(base.VirtDriver):
         """
         ours = None
         for pool in conn.listAllStoragePools():
-            at = ET.fromstring(pool.XMLDesc()).findtext('target/path')
+            # Another hostagent of this libvirt may remove a pool of its
+            # own between the listing and this look at it.
+            xml = _lookup(lambda p: p.XMLDesc(), pool,
+                          libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if xml is None:
+                continue
+            at = ET.fromstring(xml).findtext('target/path')
             at = os.path.normpath(at) if at else None
             if pool.name() != name and at != path:
                 continue
