@@ -90,6 +90,34 @@ def test_second_state_dir_never_removes_what_the_first_deployed(env,
             ipr.link('del', ifname=external)
 
 
+def test_second_state_dir_without_links_is_refused_in_its_flow(env,
+                                                              tmp_path):
+    """Without NICs nothing is refused before the flow: the second
+    deployment's flow meets the first one's pool, and its rollback
+    leaves every domain, pool, volume and BMC of the first."""
+    spec = env.spec(count=2, physical_networks=[], node_types={'small': {
+        'memory_mb': 128, 'vcpus': 1, 'volumes': [{'capacity': '64MiB'}]}})
+    env.deploy(spec)
+    ports = [n['bmc_port'] for n in env.nodes()]
+    before = inventory(env, ports)
+    assert {'domain', 'pool', 'volume', 'BMC'} <= {
+        entry.split()[0] for entry in before}
+
+    other = cf.ClusterEnv(tmp_path / 'other', port_base=PORT_BASE)
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        other.deploy(spec)
+    # The flow ran, and its pool task met the first deployment's mark.
+    assert 'pool:' in str(raised.value)
+    assert 'tenks:%s:' % env.cluster in str(raised.value)
+    assert 'Everything this deploy created was rolled back' in str(
+        raised.value)
+    assert inventory(env, ports) == before
+    assert other.nodes() == []
+
+    env.teardown()
+    assert env.leftovers() == []
+
+
 def libvirtd_pid():
     with open('/run/libvirtd.pid') as f:
         return int(f.read().strip())
