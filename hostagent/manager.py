@@ -165,9 +165,7 @@ class HostAgentManager:
             return {'error': exceptions.to_report(e)}
         if isinstance(value, dict):
             return {'result': value}
-        if isinstance(value, tuple):
-            changed, extra = value
-            return {'result': dict(extra, changed=changed)}
+        # A remove_*: whether it removed something.
         return {'result': {'changed': bool(value)}}
 
     def facts(self):
@@ -209,7 +207,7 @@ class HostAgentManager:
                 [name, mark] for name, mark in (
                     (name, interface_mark(name)) for name in interfaces)
                 if mark is not None and (owner is None or mark != owner)])
-        return False, facts
+        return dict(facts, changed=False)
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner):
