@@ -114,9 +114,10 @@ class OperationCommand(Command):
                           help='Print the operation id and return.')
         return parser
 
-    def run_operation(self, args, start, describe):
+    def run_operation(self, args, start, describe, source=None):
         """``start(client)`` -> operation id; ``describe(operation, s)``
-        -> the line to print once it succeeded."""
+        -> the line to print once it succeeded. A failure names
+        ``source`` (the spec file), whose fields its error may name."""
         started = time.monotonic()
         with client.connect(self.app.conf) as tenks:
             operation_id = start(tenks)
@@ -125,7 +126,9 @@ class OperationCommand(Command):
                 return
             operation = tenks.wait(operation_id)
         if operation['state'] != 'succeeded':
-            raise exceptions.OperationFailed(operation['error'])
+            raise exceptions.OperationFailed(
+                '%s: %s' % (source, operation['error']) if source
+                else operation['error'])
         for warning in operation['result'].get('warnings', []):
             self.app.stderr.write('Warning: %s\n' % warning)
         if operation['result'].get('resumed'):
@@ -156,7 +159,8 @@ class Deploy(OperationCommand):
             return ('Cluster %s is already deployed as specified: nothing '
                     'changed in %.2f s.' % (spec['cluster'], elapsed))
 
-        self.run_operation(args, lambda tenks: tenks.deploy(spec), describe)
+        self.run_operation(args, lambda tenks: tenks.deploy(spec), describe,
+                           source=args.spec)
 
 
 class Teardown(OperationCommand):

@@ -117,6 +117,19 @@ def test_json_and_yaml_print_lists_and_mappings(deployed):
     assert isinstance(hypervisor['physnet_mappings'], dict)
 
 
+def test_a_failed_deploy_names_its_spec_file(deployed, tmp_path,
+                                             hypervisor):
+    """The error of a deploy refused before anything is made names the
+    file, then the field of it to change."""
+    path = write(tmp_path, 'other.yaml', dict(SPEC, cluster='other'))
+    result = deployed('deploy', path)
+    assert result.code == 1
+    assert result.err.startswith('%s: Deploy of cluster other failed: '
+                                 % path), result.err
+    assert 'bridge_prefix: bridge brtenks0 on ' in result.err
+    assert 'is recorded for cluster unit' in result.err
+
+
 def test_tables_stay_readable(deployed):
     nodes = deployed('node', 'list', '-f', 'json').json()
     table = deployed('node', 'list').out
