@@ -315,9 +315,9 @@ def test_recovers_from_killed_vbmcd(driver, domains):
     assert not udp_free(port)  # the orphaned BMC child still holds it
     assert driver.list_bmcs()[0]['status'] == 'down'
 
-    # The restarted vbmcd serves the stored BMC once more.
+    # The restarted vbmcd serves the stored BMC once more: a repair.
     assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                             PASSWORD) == fx.UNCHANGED
+                             PASSWORD) == fx.FIXED
     assert ipmi(port, 'power', 'status').returncode == 0
     assert driver.remove_bmc(name)
     assert vbmcd_pids(state_dir) == set()

@@ -71,7 +71,9 @@ class VirtualBmcDriver(base.BmcDriver):
         else holds the port.
         """
         with self._locked():
-            self._ensure_daemon()
+            # vbmcd started again (it had died) starts the BMCs it knows:
+            # a repair, even when this one's entry was as asked.
+            restarted = self._ensure_daemon()
             entry = self._read_entry(domain)
             created = entry is None
             wanted = {'address': address, 'port': str(port),
@@ -115,7 +117,7 @@ class VirtualBmcDriver(base.BmcDriver):
                                  self._log_file))
         if changed:
             LOG.info('Added BMC for %s on %s:%d', domain, address, port)
-        return base.ensured(created, changed)
+        return base.ensured(created, changed or restarted)
 
     def remove_bmc(self, domain):
         """Stop and delete the BMC; stop vbmcd once it serves none.
@@ -318,9 +320,10 @@ class VirtualBmcDriver(base.BmcDriver):
         return False
 
     def _ensure_daemon(self):
-        """Start vbmcd unless it runs; return once it answers."""
+        """Start vbmcd unless it runs; return once it answers, saying
+        whether it had to start it."""
         if self._running():
-            return
+            return False
         # Children of a vbmcd that died hard may still hold ports.
         self._kill(self._our_pids())
         if not self._configured_port and (self._port is None
@@ -362,6 +365,7 @@ class VirtualBmcDriver(base.BmcDriver):
             raise
         LOG.info('Started vbmcd (pid %d, control port %d) in %.2f s',
                  self._proc.pid, self._port, time.monotonic() - start)
+        return True
 
     def _answering(self):
         """Whether the vbmcd we started listens; raise if it exited."""
