@@ -30,6 +30,7 @@ from conductor import waiters
 from flows import deploy
 from flows import records
 from flows import teardown
+from hostagent import rpcapi as hostagent_rpcapi
 from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
@@ -94,6 +95,12 @@ class Conductor:
 
     def start(self):
         self.server.start()
+        # Hostagents that started first registered with nobody: their
+        # casts found no queue. Ask them to register now.
+        try:
+            hostagent_rpcapi.HostAgentAPI(self.bus).ask_to_register()
+        except Exception as e:
+            LOG.warning('Could not ask the hostagents to register: %s', e)
 
     def stop(self, grace=None):
         """Take no more work, let running operations finish, then stop.

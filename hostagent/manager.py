@@ -209,6 +209,10 @@ class HostAgentManager:
                 if mark is not None and (owner is None or mark != owner)])
         return dict(facts, changed=False)
 
+    def register_now(self, context):
+        """Register with the conductors at once (a conductor started)."""
+        self.conductor.register_agent(self.host, self.facts())
+
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner):
         self._run(request_id, reply_to, None, self._inspect, physnet_mappings,

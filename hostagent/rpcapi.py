@@ -12,11 +12,14 @@ API version history:
   uplink, port, domain and bmc. Everything but BMCs carries an owner
   mark (volumes too); every ensure_* result says whether it
   ``created`` the thing.
+* 1.1 - register_now: a cast to every hostagent (fanout) asking it to
+  register at once, sent by a conductor that starts, so that agents
+  started before it need not wait for their next heartbeat.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.0'
+RPC_API_VERSION = '1.1'
 
 # Methods of API 1.0, with the keyword arguments each takes.
 METHODS = {
@@ -53,3 +56,8 @@ class HostAgentAPI:
         cctxt = self.client.prepare(server=host, version='1.0')
         cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
                    **kwargs)
+
+    def ask_to_register(self):
+        """Ask every hostagent to register with its facts now."""
+        self.client.prepare(fanout=True, version='1.1').cast(
+            {}, 'register_now')

@@ -103,6 +103,48 @@ vbmcd_control_port = %d
             bus.cleanup()
 
 
+def test_hostagent_started_before_its_conductor_registers_at_once(
+        tmp_path):
+    """Its first registration found no conductor; the conductor asks it
+    when it starts, rather than letting it wait for its heartbeat."""
+    token = cf.ClusterEnv(tmp_path, port_base=PORT_BASE).cluster.split(
+        '-')[1]
+    with vhost('tenks-order-%s' % token) as url:
+        agent = service('hostagent', tmp_path, '''
+[DEFAULT]
+transport_url = %s
+state_dir = %s
+host = early-%s
+
+[hostagent]
+heartbeat_interval = 600
+vbmcd_control_port = %d
+''' % (url, tmp_path / 'agent', token, cf.free_tcp_port()))
+        conductor = service('conductor', tmp_path, '''
+[DEFAULT]
+transport_url = %s
+state_dir = %s
+host = c-%s
+''' % (url, tmp_path / 'conductor', token))
+        conf = tenks_conf.new_conf()
+        conf([], default_config_files=[])
+        bus = rpc.Bus(conf, url=url)
+        try:
+            agent.start()
+            # Its first registration has gone out, to nobody.
+            time.sleep(2)
+            conductor.start()
+            api = rpcapi.ConductorAPI(bus, timeout=2)
+            hosts = wait_for(lambda: {
+                h['host'] for h in api.list_hypervisors()
+                if h['state'] == 'up'}, str(tmp_path), timeout=20)
+            assert hosts == {'early-%s' % token}
+        finally:
+            conductor.stop()
+            agent.stop()
+            bus.cleanup()
+
+
 def wait_for(poll, logs, timeout=60):
     deadline = time.monotonic() + timeout
     while True:

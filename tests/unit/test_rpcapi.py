@@ -123,6 +123,19 @@ def test_every_hostagent_request_reaches_its_handler(method):
     assert_accepts_exactly(handler, kwargs)
 
 
+def test_ask_to_register_reaches_every_hostagent():
+    bus = Bus()
+    hostagent_rpcapi.HostAgentAPI(bus).ask_to_register()
+    [(kind, target, kwargs, options)] = bus.sent
+    assert (kind, target, kwargs) == ('cast', 'register_now', {})
+    assert options['fanout'] and 'server' not in options
+    assert options['topic'] == rpc.HOSTAGENT_TOPIC
+    assert versionutils.is_compatible(options['version'],
+                                      hostagent_manager.RPC_API_VERSION)
+    assert_accepts_exactly(hostagent_manager.HostAgentManager.register_now,
+                           kwargs)
+
+
 def test_hostagent_client_refuses_what_the_agent_would_not_take():
     bus = Bus()
     api = hostagent_rpcapi.HostAgentAPI(bus)
