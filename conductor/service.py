@@ -47,10 +47,6 @@ FAILED = 'failed'
 INTERRUPTED = 'interrupted'
 
 
-def mask_spec(spec):
-    return dict(spec, ipmi_password='***')
-
-
 class Conductor:
 
     def __init__(self, conf, bus):
@@ -321,12 +317,10 @@ class Conductor:
         cluster = self.db.get_cluster(name)
         if cluster is None:
             raise exceptions.ClusterNotFound(name=name)
-        return dict(cluster.as_dict(), spec=mask_spec(cluster.spec),
-                    nodes=self.list_nodes(name))
+        return dict(cluster.as_dict(), nodes=self.list_nodes(name))
 
     def list_clusters(self):
-        return [dict(c.as_dict(), spec=mask_spec(c.spec))
-                for c in self.db.list_clusters()]
+        return [c.as_dict() for c in self.db.list_clusters()]
 
     def list_nodes(self, cluster=None):
         return [n.as_dict() for n in self.db.list_nodes(cluster=cluster)]

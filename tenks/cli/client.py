@@ -220,12 +220,10 @@ class StateReader:
         cluster = self.db and self.db.get_cluster(name)
         if cluster is None:
             raise exceptions.ClusterNotFound(name=name)
-        return dict(cluster.as_dict(), spec=_mask(cluster.spec),
-                    nodes=self.list_nodes(name))
+        return dict(cluster.as_dict(), nodes=self.list_nodes(name))
 
     def list_clusters(self):
-        return [dict(c.as_dict(), spec=_mask(c.spec))
-                for c in self._rows('list_clusters')]
+        return [c.as_dict() for c in self._rows('list_clusters')]
 
     def list_nodes(self, cluster=None):
         return [n.as_dict() for n in self._rows('list_nodes', cluster)]
@@ -237,7 +235,3 @@ class StateReader:
     def follow_events(self, callback):
         _no_follow()
 
-
-def _mask(spec):
-    # As the conductor's get_cluster does (conductor.service.mask_spec).
-    return dict(spec, ipmi_password='***')

@@ -38,6 +38,12 @@ class Cluster(Base):
     updated_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         default=_now, onupdate=_now)
 
+    def as_dict(self):
+        """The row for callers: the spec's BMC password masked."""
+        row = super().as_dict()
+        row['spec'] = dict(row['spec'], ipmi_password='***')
+        return row
+
 
 class Node(Base):
     """A node's allocation: its names, MACs and BMC port stay stable."""
