@@ -7,8 +7,9 @@ whether the interfaces the deploy would create there are free.
 
 import uuid
 
-from conductor import plans
 from tenks import exceptions
+from tenks import names
+from tenks import reconcile
 from tenks import scheduler
 
 
@@ -22,20 +23,22 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     ``facts``: {host: first inspect result}; ``nodes``: every node of
     the cluster, recorded or just scheduled.
     """
-    plan = plans.deploy_plan(spec, deployment, nodes, facts)
-    for host in sorted(plan['hosts']):
+    hosts = {host: reconcile.host_setup(spec, facts[host])
+             for host in sorted({node['hypervisor'] for node in nodes})}
+    for host in hosts:
         if facts[host]['network_driver'] != spec['bridge_type']:
             raise exceptions.NetworkDriverMismatch(
                 host=host, driver=facts[host]['network_driver'],
                 bridge_type=spec['bridge_type'])
-    wanted = scheduler.planned_interfaces(spec, plan)
+    wanted = scheduler.planned_interfaces(hosts, nodes)
     found = {
         host: agents.request(
             host, 'inspect', 'inspect/%s' % uuid.uuid4(),
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
-            interfaces=sorted(interfaces), owner=plan['owner'])
+            interfaces=sorted(interfaces),
+            owner=names.owner(spec['cluster'], deployment))
         for host, interfaces in sorted(wanted.items())}
-    problems = scheduler.interface_conflicts(spec, plan, found, resources)
+    problems = scheduler.interface_conflicts(spec, wanted, found, resources)
     if problems:
         raise exceptions.InterfaceConflict(conflicts='; '.join(problems))

@@ -5,9 +5,13 @@ TaskFlow tables of the state database; the flow detail records the
 factory and every atom's state and result.
 """
 
+import collections
+import threading
 from concurrent import futures
 
 from oslo_log import log as logging
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import sql
 from taskflow import engines
 from taskflow import exceptions as tf_exceptions
 from taskflow import states
@@ -17,6 +21,11 @@ from taskflow.persistence.backends import impl_sqlalchemy
 from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
+
+# Atom metadata a resume does without.
+PROGRESS_KEYS = ('progress', 'progress_details')
+# Atoms and flows whose written state a connection remembers.
+REMEMBERED = 4096
 
 
 def stage(atom_name):
@@ -54,8 +63,93 @@ class Outcome:
             self.failures.append((name, details['result']))
 
 
+class LeanConnection(impl_sqlalchemy.Connection):
+    """TaskFlow's SQLAlchemy connection, writing only what a resume needs.
+
+    TaskFlow saves an atom for each state and each progress change, each
+    save reading the row first, and rewrites every atom of a flow when
+    the flow changes state. Resuming needs each atom's state, intention
+    and result, and the flow's state: an atom is written with one UPDATE
+    when one of those changed, and a flow's change writes the flow row
+    and inserts only atoms not written yet.
+    """
+
+    def __init__(self, backend, upgrade_lock):
+        super().__init__(backend, upgrade_lock)
+        self._lock = threading.Lock()
+        # atom uuid -> what was last written, progress left out
+        self._written = collections.OrderedDict()
+        # flow uuid -> uuids of its atoms in the database
+        self._atoms = collections.OrderedDict()
+
+    def _remember(self, table, key, value):
+        with self._lock:
+            table[key] = value
+            table.move_to_end(key)
+            while len(table) > REMEMBERED:
+                table.popitem(last=False)
+
+    def update_atom_details(self, atom_detail):
+        value = atom_detail.to_dict()
+        lasting = dict(value, meta={k: v for k, v in value['meta'].items()
+                                    if k not in PROGRESS_KEYS})
+        with self._lock:
+            unchanged = self._written.get(atom_detail.uuid) == lasting
+        if unchanged:
+            return atom_detail
+        atoms = self._tables.atomdetails
+        try:
+            with self._engine.begin() as conn:
+                updated = conn.execute(
+                    sql.update(atoms).where(atoms.c.uuid == atom_detail.uuid)
+                    .values(value)).rowcount
+        except sa_exc.SQLAlchemyError:
+            tf_exceptions.raise_with_cause(
+                tf_exceptions.StorageFailure,
+                'Failed updating atom details with uuid %r'
+                % atom_detail.uuid)
+        if not updated:
+            raise tf_exceptions.NotFound(
+                'No atom details found with uuid %r' % atom_detail.uuid)
+        self._remember(self._written, atom_detail.uuid, lasting)
+        return atom_detail
+
+    def update_flow_details(self, flow_detail):
+        flows = self._tables.flowdetails
+        atoms = self._tables.atomdetails
+        try:
+            with self._engine.begin() as conn:
+                value = flow_detail.to_dict()
+                updated = conn.execute(
+                    sql.update(flows).where(flows.c.uuid == flow_detail.uuid)
+                    .values(value)).rowcount
+                if not updated:
+                    raise tf_exceptions.NotFound(
+                        'No flow details found with uuid %r'
+                        % flow_detail.uuid)
+                with self._lock:
+                    known = self._atoms.get(flow_detail.uuid)
+                if known is None:
+                    known = set(conn.execute(
+                        sql.select(atoms.c.uuid).where(
+                            atoms.c.parent_uuid == flow_detail.uuid))
+                        .scalars())
+                for atom_detail in flow_detail:
+                    if atom_detail.uuid not in known:
+                        self._insert_atom_details(conn, atom_detail,
+                                                  flow_detail.uuid)
+                        known.add(atom_detail.uuid)
+        except sa_exc.SQLAlchemyError:
+            tf_exceptions.raise_with_cause(
+                tf_exceptions.StorageFailure,
+                'Failed updating flow details with uuid %r'
+                % flow_detail.uuid)
+        self._remember(self._atoms, flow_detail.uuid, known)
+        return flow_detail
+
+
 class PersistenceBackend(impl_sqlalchemy.SQLAlchemyBackend):
-    """TaskFlow's SQLAlchemy backend, sharing one Connection object.
+    """TaskFlow's SQLAlchemy backend with one shared LeanConnection.
 
     Its connections are stateless (each operation takes a connection of
     the engine), but building one rebuilds the table schema, and TaskFlow
@@ -64,7 +158,8 @@ class PersistenceBackend(impl_sqlalchemy.SQLAlchemyBackend):
 
     def __init__(self, engine):
         super().__init__({'connection': str(engine.url)}, engine=engine)
-        self._connection = super().get_connection()
+        self._connection = LeanConnection(self, self._upgrade_lock)
+        self._connection.validate()
 
     def get_connection(self):
         return self._connection

@@ -1,28 +1,116 @@
-"""The deploy flow: host setup, network setup, every node (with its
-registration), then post-deploy (flavors, Placement)."""
+"""The deploy flow, built from an operation's plan (tenks.reconcile).
+
+Host setup, then every node created or changed (one task each, and its
+enrolment), post-deploy (flavors, Placement), then the removals, last so
+that a failure before them removes nothing; then the new spec recorded.
+The factory takes only the operation id and reads the plan from the
+state database, so what TaskFlow saves stays small and a resume builds
+the same flow again.
+"""
 
 from taskflow.patterns import linear_flow
+from taskflow.patterns import unordered_flow
 
+from conductor import services
 from flows import host_setup
 from flows import network_setup
 from flows import nodes
 from flows import post_deploy
 from flows import records
+from flows import registration
+from flows import teardown
+
+# Removal order among host things: uplinks, then bridges, then pools.
+HOST_REMOVAL = ('uplink', 'bridge', 'pool')
 
 
-def get_deploy_flow(plan):
-    """Flow factory (module level: a jobboard saves it by import path).
-
-    ``plan``: JSON built by conductor.plans.deploy_plan.
-    """
+def get_deploy_flow(operation_id):
+    """Flow factory (module level: a jobboard saves it by import path)."""
+    db = services.get().db
+    operation = db.get_operation(operation_id)
+    plan, spec = operation.plan, operation.spec
     flow = linear_flow.Flow('deploy:%s' % plan['cluster'])
-    flow.add(
-        records.MarkCluster(records.CLUSTER_DEPLOYING),
-        host_setup.host_setup_flow(plan),
-        network_setup.network_setup_flow(plan),
-        nodes.nodes_flow(plan),
-    )
-    if plan['flavors'] or any(n.get('ironic') for n in plan['nodes']):
+    flow.add(records.MarkCluster(records.CLUSTER_DEPLOYING))
+    if plan['host_ensure']:
+        flow.add(host_flow(plan['host_ensure']))
+    changing = unordered_flow.Flow('nodes')
+    for entry in plan['nodes']:
+        if entry['agent'] or entry['enrol']:
+            changing.add(node_flow(entry, spec['ipmi_password'],
+                                   plan['force']))
+    flow.add(changing)
+    if plan['flavors']['ensure'] or any(e['enrol'] for e in plan['nodes']):
         flow.add(post_deploy.post_deploy_flow(plan))
-    flow.add(records.MarkCluster(records.CLUSTER_DEPLOYED))
+    removals = removal_flow(plan, db.list_resources(plan['cluster']))
+    if removals is not None:
+        flow.add(removals)
+    flow.add(records.CommitSpec({
+        entry['uuid']: entry['new']['record']['spec_index']
+        for entry in plan['nodes'] if entry['new'] is not None}))
     return flow
+
+
+def host_flow(entries):
+    """Pools and bridges of every host, each uplink after its bridge."""
+    flow = unordered_flow.Flow('host-setup')
+    chains = {}
+    for entry in entries:
+        host, kind, name = entry['hypervisor'], entry['kind'], entry['name']
+        if kind == 'pool':
+            flow.add(host_setup.EnsurePool(host, name, entry['args'],
+                                           entry['args']))
+            continue
+        chain = chains.get((host, name))
+        if chain is None:
+            chain = chains[(host, name)] = linear_flow.Flow(
+                'network:%s:%s' % (host, name))
+            flow.add(chain)
+        if kind == 'bridge':
+            chain.add(network_setup.EnsureBridge(host, name, entry['args'],
+                                                 entry['args']))
+            continue
+        if entry['old'] is not None:
+            # Same veth names, another source: the old link goes first.
+            chain.add(teardown.RemoveResource({
+                'hypervisor': host, 'kind': kind, 'name': name,
+                'remove_args': entry['old']}))
+        chain.add(network_setup.EnsureUplink(host, name, entry['args'],
+                                             entry['args']))
+    return flow
+
+
+def node_flow(entry, password, force):
+    flow = linear_flow.Flow('node-flow:%s' % entry['uuid'])
+    if entry['agent']:
+        flow.add(nodes.ConvergeNode(entry, password, force,
+                                    finishes=not entry['enrol']))
+    if entry['enrol']:
+        flow.add(registration.EnsureIronicNode(entry, finishes=True))
+    return flow
+
+
+def removal_flow(plan, resources):
+    """Nodes, flavors, then host things the plan no longer has."""
+    by_node = {}
+    for row in resources:
+        by_node.setdefault(row.node, []).append(row.as_dict())
+    flow = linear_flow.Flow('removals')
+    stage = unordered_flow.Flow('remove:nodes')
+    for entry in plan['nodes']:
+        if entry['new'] is None:
+            stage.add(nodes.RemoveNode(entry['uuid'], entry['name'],
+                                       entry['hypervisor'],
+                                       by_node.get(entry['uuid'], [])))
+    gone = {('nova_flavor', name) for name in plan['flavors']['remove']}
+    gone.update(('ironic_node', uuid) for uuid in plan['unenrol'])
+    stage.add(*[teardown.RemoveResource(row.as_dict()) for row in resources
+                if (row.kind, row.name) in gone])
+    if len(stage):
+        flow.add(stage)
+    for kind in HOST_REMOVAL:
+        rows = [row for row in plan['host_remove'] if row['kind'] == kind]
+        if rows:
+            removing = unordered_flow.Flow('remove:%s' % kind)
+            removing.add(*[teardown.RemoveResource(row) for row in rows])
+            flow.add(removing)
+    return flow if len(flow) else None

@@ -1,82 +1,270 @@
-"""VM configuration and BMC: per node, volumes and NIC ports, a defined
-(not started) domain, and an emulated BMC in front of it."""
+"""VM configuration and BMC, one task per node.
 
-from taskflow.patterns import linear_flow
-from taskflow.patterns import unordered_flow
+A node's volumes, NIC ports, domain and BMC are made, changed or removed
+by one hostagent request (``ensure_node`` / ``remove_node``), and
+recorded in two short transactions: the things it may create are
+recorded 'creating' before the request, and confirmed (or forgotten)
+after it.
+"""
+
+from oslo_log import log as logging
+from taskflow import task
 
 from conductor import services
 from flows import base
 from flows import records
 from flows import registration
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+CREATE = 'create'
+UPDATE = 'update'
 
 
-class EnsureVolume(base.EnsureResource):
-    kind = 'volume'
+def node_resources(view):
+    """[(kind, name, remove args)] of what a node (a plan view) has on
+    its hypervisor, as recorded."""
+    owner = view['owner']
+    things = [('volume', vol['name'], {'pool': view['pool'],
+                                       'name': vol['name'], 'owner': owner})
+              for vol in view['volumes']]
+    things += [('port', nic['tap'], {'name': nic['tap'], 'owner': owner})
+               for nic in view['nics']]
+    things.append(('domain', view['name'], {'name': view['name'],
+                                            'owner': owner}))
+    things.append(('bmc', view['name'], {'domain': view['name']}))
+    return things
 
 
-class EnsurePort(base.EnsureResource):
-    kind = 'port'
+def agent_node(view, password, gone=None):
+    """The ``node`` argument of the hostagent's ensure_node: ``view``'s
+    state, and the parts of ``gone`` (an earlier view) it no longer has
+    removed."""
+    node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
+                                 'memory_mb', 'console_log_enabled',
+                                 'pool', 'volumes')}
+    node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
+                    for nic in view['nics']]
+    node['bmc'] = dict(view['bmc'], password=password)
+    node['bmc'].pop('type', None)
+    node['remove'] = {'volumes': [], 'ports': []}
+    if gone is not None:
+        volumes = {vol['name'] for vol in view['volumes']}
+        taps = {nic['tap'] for nic in view['nics']}
+        node['remove'] = {
+            'volumes': [v['name'] for v in gone['volumes']
+                        if v['name'] not in volumes],
+            'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
+    return node
 
 
-class EnsureDomain(base.EnsureResource):
-    kind = 'domain'
+def parts_of(rows):
+    """The ``node`` argument of the hostagent's remove_node, from the
+    recorded resources (dicts) of one node."""
+    node = {'name': None, 'pool': None, 'volumes': [], 'nics': []}
+    for row in rows:
+        args = row['remove_args']
+        if row['kind'] == 'volume':
+            node['pool'] = args['pool']
+            node['volumes'].append({'name': args['name']})
+        elif row['kind'] == 'port':
+            node['nics'].append({'tap': args['name']})
+        elif row['kind'] == 'domain':
+            node['name'] = args['name']
+        elif row['kind'] == 'bmc':
+            node['name'] = args['domain']
+    return node
 
 
-class EnsureBmc(base.EnsureResource):
-    kind = 'bmc'
-
-    def request_args(self, cluster):
-        # The password stays in the cluster record; it is read when
-        # needed, never stored in the flow.
-        spec = services.get().db.get_cluster(cluster).spec
-        return dict(self.ensure_args, password=spec['ipmi_password'])
+def _keys(pairs):
+    return {tuple(pair) for pair in pairs}
 
 
-def node_flow(plan, node):
-    host = node['hypervisor']
-    owner = plan['owner']
-    pool = plan['hosts'][host]['pool']['name']
-    parts = unordered_flow.Flow('parts:%s' % node['uuid'])
-    for vol in node['volumes']:
-        remove = {'pool': pool, 'name': vol['name'], 'owner': owner}
-        parts.add(EnsureVolume(host, vol['name'], dict(
-            remove, capacity=vol['capacity'], fmt=vol['format']), remove,
-            node['uuid']))
-    for nic in node['nics']:
-        remove = {'name': nic['tap'], 'owner': owner}
-        parts.add(EnsurePort(host, nic['tap'],
-                             dict(remove, bridge=nic['bridge']), remove,
-                             node['uuid']))
-    domain = {
-        'name': node['name'],
-        'uuid': node['uuid'],
-        'vcpus': node['vcpus'],
-        'memory_mb': node['memory_mb'],
-        'domain_type': plan['domain_type'],
-        'console_log_enabled': node['console_log_enabled'],
-        'disks': [{'pool': pool, 'volume': v['name'], 'format': v['format']}
-                  for v in node['volumes']],
-        'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
-    }
-    bmc = {'domain': node['name'], 'address': node['bmc_address'],
-           'port': node['bmc_port'], 'username': plan['ipmi_username']}
-    flow = linear_flow.Flow('node:%s' % node['uuid'])
-    flow.add(
-        records.StartNode(node['uuid']),
-        parts,
-        EnsureDomain(host, node['name'], {'domain': domain, 'owner': owner},
-                     {'name': node['name'], 'owner': owner}, node['uuid']),
-        EnsureBmc(host, node['name'], bmc, {'domain': node['name']},
-                  node['uuid']),
-    )
-    if node.get('ironic'):
-        flow.add(registration.EnsureIronicNode(node, node['ironic']))
-    flow.add(records.FinishNode(node['uuid']))
-    return flow
+class ConvergeNode(task.Task):
+    """Create a node on its hypervisor, or change it to its new view.
+
+    ``entry``: a node of the plan ({'uuid', 'action', 'old', 'new'}).
+    ``finishes``: this task is the node's last, so it marks the node
+    deployed (and announces a node it created).
+
+    Reversion strategy: what this operation created goes (what the
+    agent said it created, or what it was asked to create without an
+    answer); a node it changed gets its old view back. A node this
+    operation began is forgotten once nothing of it stays recorded.
+    """
+
+    def __init__(self, entry, password, force, finishes):
+        super().__init__(name='node:%s' % entry['uuid'],
+                         requires=(base.OPERATION_ID, base.CLUSTER))
+        self.entry = entry
+        self.password = password
+        self.force = force
+        self.finishes = finishes
+
+    @property
+    def host(self):
+        return self.entry['new']['hypervisor']
+
+    @property
+    def uuid(self):
+        return self.entry['uuid']
+
+    def execute(self, operation_id, cluster):
+        svc = services.get()
+        new, old = self.entry['new'], self.entry['old']
+        wanted = node_resources(new)
+        before = svc.db.begin_resources(cluster, self.host, operation_id,
+                                        wanted, node=self.uuid)
+        if self.entry['action'] == CREATE:
+            svc.db.set_node_state(self.uuid, records.NODE_DEPLOYING)
+        try:
+            result = svc.agents.request(
+                self.host, 'ensure_node',
+                base.request_id(operation_id, self.name),
+                node=agent_node(new, self.password, old),
+                owner=new['owner'], force=self.force)
+        except exceptions.AgentTimeout:
+            # No answer: it may have made things. The records stay for
+            # the revert.
+            raise
+        except Exception:
+            # The agent answered: it left nothing this request created.
+            svc.db.delete_resources(self.host, [
+                (kind, name) for kind, name, _ in wanted
+                if (kind, name) not in before])
+            raise
+        created = _keys(result['created'])
+        credits = {}
+        for kind, name, _ in wanted:
+            row = before.get((kind, name))
+            asked_before = (row is not None and row['operation'] ==
+                            operation_id and row['state'] == 'creating')
+            if row is not None and row['state'] == 'present':
+                credits[(kind, name)] = row['operation']
+            elif (kind, name) in created or asked_before:
+                credits[(kind, name)] = operation_id
+            else:
+                credits[(kind, name)] = None
+        removed = _keys(result['removed'])
+        svc.db.finish_resources(self.host, credits, removed)
+        self._record(svc, new['record'])
+        if self.finishes:
+            records.finish_node(svc, cluster, self.uuid,
+                                announce=self.entry['action'] == CREATE)
+        return {'changed': result['changed'],
+                'created': sorted(created), 'removed': sorted(removed),
+                'power_state': result.get('power_state')}
+
+    def _record(self, svc, record):
+        svc.db.update_node(self.uuid, **{
+            k: record[k] for k in ('node_type', 'vcpus', 'memory_mb',
+                                   'volumes', 'nics', 'bmc_address',
+                                   'bmc_port')})
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        svc = services.get()
+        mine = svc.db.list_resources(node=self.uuid, operation=operation_id)
+        if self.entry['action'] == CREATE:
+            if mine and not self._remove(svc, operation_id, mine):
+                return
+            records.settle_new_node(svc.db, self.uuid)
+            return
+        old = self.entry['old']
+        # The old view back, without what this operation added; what it
+        # removed is made again (empty) and recorded.
+        added = dict(old, volumes=[
+            {'name': r['name']} for r in mine if r['kind'] == 'volume'],
+            nics=[{'tap': r['name']} for r in mine if r['kind'] == 'port'])
+        wanted = node_resources(old)
+        before = svc.db.begin_resources(cluster, self.host, operation_id,
+                                        wanted, node=self.uuid)
+        try:
+            result = svc.agents.request(
+                self.host, 'ensure_node',
+                base.request_id(operation_id, self.name, 'revert'),
+                node=agent_node(old, self.password, added),
+                owner=old['owner'], force=self.force)
+        except Exception as e:
+            LOG.warning('Could not give node %s its old state back while '
+                        'reverting: %s', old['name'], e)
+            return
+        svc.db.finish_resources(
+            self.host, {(kind, name): before[(kind, name)]['operation']
+                        if (kind, name) in before else operation_id
+                        for kind, name, _ in wanted},
+            _keys(result['removed']))
+        self._record(svc, old['record'])
+
+    def _remove(self, svc, operation_id, rows):
+        """Remove the things ``rows`` record; whether they are gone."""
+        try:
+            svc.agents.request(
+                self.host, 'remove_node',
+                base.request_id(operation_id, self.name, 'revert'),
+                node=parts_of(rows), owner=self.entry['new']['owner'])
+        except exceptions.ResourceConflict as e:
+            LOG.warning('Leaving parts of node %s on %s while reverting: '
+                        '%s', self.entry['name'], self.host, e)
+        except Exception as e:
+            # Keep the records so a re-run or a teardown can finish.
+            LOG.warning('Could not remove node %s on %s while reverting: '
+                        '%s', self.entry['name'], self.host, e)
+            return False
+        svc.db.delete_resources(self.host, [(r['kind'], r['name'])
+                                            for r in rows])
+        return True
 
 
-def nodes_flow(plan):
-    flow = unordered_flow.Flow('nodes')
-    for node in plan['nodes']:
-        flow.add(node_flow(plan, node))
-    return flow
+class RemoveNode(task.Task):
+    """Remove a node: its Ironic node, BMC, domain, ports and volumes,
+    then its records.
+
+    ``rows``: the node's recorded resources (dicts). Something found not
+    ours (replaced by somebody else's) is left where it is, with a
+    warning; its record goes.
+
+    Reversion strategy: none. Removals run last, and a removal is not
+    undone; what stays recorded lets a re-run or teardown finish.
+    """
+
+    def __init__(self, node_uuid, name, host, rows):
+        super().__init__(name='remove:%s' % node_uuid,
+                         requires=(base.OPERATION_ID, base.CLUSTER))
+        self.node_uuid = node_uuid
+        self.node_name = name
+        self.host = host
+        self.rows = rows
+
+    def execute(self, operation_id, cluster):
+        svc = services.get()
+        warnings = []
+        changed = False
+        for row in self.rows:
+            if row['kind'] == 'ironic_node':
+                changed = registration.remove_node(
+                    svc, **row['remove_args'])['changed'] or changed
+                svc.db.delete_resource(row['hypervisor'], row['kind'],
+                                       row['name'])
+        here = [r for r in self.rows if r['hypervisor'] == self.host]
+        if here:
+            owner = next((r['remove_args']['owner'] for r in here
+                          if 'owner' in r['remove_args']), None)
+            try:
+                result = svc.agents.request(
+                    self.host, 'remove_node',
+                    base.request_id(operation_id, self.name),
+                    node=dict(parts_of(here), name=self.node_name),
+                    owner=owner)
+                changed = result['changed'] or changed
+            except exceptions.ResourceConflict as e:
+                warnings.append('Left parts of node %s on %s: they are no '
+                                'longer ours (%s); their records are '
+                                'dropped' % (self.node_name, self.host, e))
+            svc.db.delete_resources(self.host, [(r['kind'], r['name'])
+                                                for r in here])
+        records.forget_node(svc, cluster, self.node_uuid)
+        return {'changed': changed, 'warnings': warnings}
+
+    def revert(self, result, **kwargs):
+        pass

@@ -270,16 +270,20 @@ def _flavor_warnings(conn, resource_classes):
 
 
 def post_deploy_flow(plan):
+    """Flavors to make or change, then, when nodes were enrolled or
+    changed in Ironic, the wait for Placement and the advisory check."""
     flow = linear_flow.Flow('post-deploy')
     flavors = unordered_flow.Flow('flavors')
-    flavors.add(*[EnsureFlavor(f) for f in plan['flavors']])
+    flavors.add(*[EnsureFlavor(f) for f in plan['flavors']['ensure']])
     flow.add(flavors)
+    if not any(entry['enrol'] for entry in plan['nodes']):
+        return flow
     if plan['placement_wait']:
         flow.add(WaitForPlacement(plan['placement_wait'],
                                   plan['placement_timeout']))
-    enrolled = [n['uuid'] for n in plan['nodes'] if n.get('ironic')]
-    if enrolled:
-        flow.add(CheckCoexistence(enrolled, sorted(
-            {registration.normalise_resource_class(n['ironic']['rc'])
-             for n in plan['nodes'] if n.get('ironic')})))
+    enrolled = [entry['new'] for entry in plan['nodes']
+                if entry['new'] is not None and entry['new']['ironic']]
+    flow.add(CheckCoexistence([n['uuid'] for n in enrolled], sorted(
+        {registration.normalise_resource_class(n['ironic']['rc'])
+         for n in enrolled})))
     return flow

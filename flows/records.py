@@ -66,55 +66,42 @@ def node_payload(node):
             'macs': [nic['mac'] for nic in node.nics]}
 
 
-class StartNode(task.Task):
-    """Mark a node deploying; provide the state it had.
+def finish_node(svc, cluster, node_uuid, announce):
+    """Mark a node deployed; announce it if this operation created it."""
+    svc.db.set_node_state(node_uuid, NODE_DEPLOYED)
+    if announce:
+        svc.notifier.emit('tenks.node.create.end', cluster,
+                          node_payload(svc.db.get_node(node_uuid)))
 
-    Reversion strategy: a node this operation scheduled is forgotten
-    once its own tasks have reverted its resources, or kept as failed
-    while some remain recorded; any other gets the state it had back.
+
+def forget_node(svc, cluster, node_uuid):
+    """Delete the record of a node whose resources are all removed."""
+    node = svc.db.get_node(node_uuid)
+    if node is None:
+        return
+    svc.db.delete_node(node_uuid)
+    svc.notifier.emit('tenks.node.delete.end', cluster, node_payload(node))
+
+
+class CommitSpec(task.Task):
+    """Record the spec the deploy applied, each node's entry in it, and
+    the cluster deployed.
+
+    Reversion strategy: none; it runs last.
     """
 
-    def __init__(self, node_uuid):
-        super().__init__(name='node:%s:start' % node_uuid,
-                         provides='node-before:%s' % node_uuid)
-        self.node_uuid = node_uuid
+    def __init__(self, spec_indexes):
+        super().__init__(name='cluster:commit',
+                         requires=(base.OPERATION_ID, base.CLUSTER))
+        self.spec_indexes = spec_indexes
 
-    def execute(self):
+    def execute(self, operation_id, cluster):
         db = services.get().db
-        previous = db.get_node(self.node_uuid).state
-        db.set_node_state(self.node_uuid, NODE_DEPLOYING)
-        return previous
+        db.commit_cluster(cluster, db.get_operation(operation_id).spec,
+                          CLUSTER_DEPLOYED, self.spec_indexes)
 
     def revert(self, result, **kwargs):
-        db = services.get().db
-        if result == NODE_SCHEDULED:
-            settle_new_node(db, self.node_uuid)
-        elif isinstance(result, str):
-            db.set_node_state(self.node_uuid, result)
-
-
-class FinishNode(task.Task):
-    """Mark a node deployed; announce it if this operation created it.
-
-    Reversion strategy: back to deploying, for StartNode's revert to
-    settle.
-    """
-
-    def __init__(self, node_uuid):
-        super().__init__(name='node:%s:finish' % node_uuid,
-                         requires=(base.CLUSTER,),
-                         rebind={'before': 'node-before:%s' % node_uuid})
-        self.node_uuid = node_uuid
-
-    def execute(self, cluster, before):
-        svc = services.get()
-        svc.db.set_node_state(self.node_uuid, NODE_DEPLOYED)
-        if before in (NODE_SCHEDULED, NODE_FAILED):
-            svc.notifier.emit('tenks.node.create.end', cluster,
-                              node_payload(svc.db.get_node(self.node_uuid)))
-
-    def revert(self, cluster, before, **kwargs):
-        services.get().db.set_node_state(self.node_uuid, NODE_DEPLOYING)
+        pass
 
 
 class ForgetCluster(task.Task):

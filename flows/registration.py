@@ -11,7 +11,9 @@ import uuid as uuidlib
 import tenacity
 from oslo_log import log as logging
 
+from conductor import services
 from flows import base
+from flows import records
 from tenks import cloud
 from tenks import exceptions
 
@@ -193,30 +195,61 @@ def remove_node(svc, uuid):
 
 
 class EnsureIronicNode(base.EnsureResource):
-    """Enrol one node in Ironic and make it available.
+    """Enrol one node in Ironic and make it available, or bring its
+    Ironic node to the node's new view.
+
+    ``entry``: a node of the plan ({'uuid', 'action', 'old', 'new'}).
+    ``finishes``: this task is the node's last, so it marks the node
+    deployed (and announces a node it created).
 
     Reversion strategy: delete the node (its ports go with it) when this
-    operation created it; see EnsureResource.
+    operation created it (see EnsureResource); an Ironic node it changed
+    gets its old view back.
     """
 
     kind = 'ironic_node'
 
-    def __init__(self, node, ironic):
-        super().__init__(CLOUD_HOST, node['uuid'], ironic,
-                         {'uuid': node['uuid']}, node['uuid'])
-        self.node = node
+    def __init__(self, entry, finishes):
+        super().__init__(CLOUD_HOST, entry['uuid'], entry['new']['ironic'],
+                         {'uuid': entry['uuid']}, entry['uuid'])
+        self.entry = entry
+        self.finishes = finishes
 
     def remove(self, svc, operation_id):
         return remove_node(svc, **self.remove_args)
 
+    def execute(self, operation_id, cluster):
+        result = super().execute(operation_id, cluster)
+        if self.finishes:
+            records.finish_node(services.get(), cluster, self.entry['uuid'],
+                                announce=self.entry['action'] == 'create')
+        return result
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        old = self.entry['old']
+        if not isinstance(result, dict) or result['new'] or not (
+                old and old['ironic']):
+            return super().revert(result, operation_id, cluster, **kwargs)
+        svc = services.get()
+        try:
+            self._ensure(svc, old, old['ironic'], svc.db.get_cluster(
+                cluster).spec, adopt=True)
+        except Exception as e:
+            LOG.warning('Could not give Ironic node %s its old fields back '
+                        'while reverting: %s', old['name'], e)
+
     def ensure(self, svc, operation_id, cluster, adopt):
-        config = self.ensure_args  # {'fields', 'traits', 'rc'}
-        db = svc.db
+        spec = svc.db.get_operation(operation_id).spec
+        return self._ensure(svc, self.entry['new'], self.ensure_args, spec,
+                            adopt)
+
+    def _ensure(self, svc, view, config, spec, adopt):
+        """``config``: {'fields', 'traits', 'rc'} of ``view``."""
+        node = view['record']
         conn = svc.cloud.connection
-        spec = db.get_cluster(cluster).spec
         driver_info = {
-            'ipmi_address': self.node['bmc_address'],
-            'ipmi_port': self.node['bmc_port'],
+            'ipmi_address': node['bmc_address'],
+            'ipmi_port': node['bmc_port'],
             'ipmi_username': spec['ipmi_username'],
             'ipmi_password': spec['ipmi_password'],
         }
@@ -224,12 +257,12 @@ class EnsureIronicNode(base.EnsureResource):
             image = resolve_image(conn, spec.get(key))
             if image:
                 driver_info[key] = image
-        node = dict(config['fields'], id=self.node['uuid'],
-                    driver_info=driver_info)
+        fields = dict(config['fields'], id=node['uuid'],
+                      driver_info=driver_info)
         ports = []
-        for nic in self.node['nics']:
-            bridge = db.get_resource(self.node['hypervisor'], 'bridge',
-                                     nic['bridge'])
+        for nic in node['nics']:
+            bridge = svc.db.get_resource(node['hypervisor'], 'bridge',
+                                         nic['bridge'])
             ports.append({
                 'address': nic['mac'],
                 'physical_network': nic['physnet'],
@@ -245,14 +278,15 @@ class EnsureIronicNode(base.EnsureResource):
         def attempt():
             # What an earlier attempt of this task created is ours.
             attempts.append(True)
-            return ensure_node(conn, svc.cloud.conf, node, config['traits'],
-                               ports, adopt or len(attempts) > 1)
+            return ensure_node(conn, svc.cloud.conf, fields,
+                               config['traits'], ports,
+                               adopt or len(attempts) > 1)
 
         try:
             changed = attempt() or len(attempts) > 1
         except cloud.sdk_exceptions().SDKException as e:
             raise exceptions.CloudError(
-                service='Ironic', action='enrol node %s' % self.node['name'],
+                service='Ironic', action='enrol node %s' % node['name'],
                 reason=str(e)) from e
         # Without a record, a node found there is refused: any node now
         # there was created by this task.

@@ -6,6 +6,7 @@ from taskflow.patterns import unordered_flow
 
 from conductor import services
 from flows import base
+from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
@@ -77,14 +78,40 @@ class RemoveResource(task.Task):
         pass
 
 
-def get_teardown_flow(cluster, resources):
-    """Flow factory. ``resources``: recorded rows as dicts."""
-    flow = linear_flow.Flow('teardown:%s' % cluster)
+def teardown_plan(cluster, nodes, resources):
+    """What a teardown removes: each node with its recorded resources
+    (dicts), then the rest."""
+    planned = {}
+    for node in nodes:
+        planned[node['uuid']] = {'uuid': node['uuid'], 'name': node['name'],
+                                 'hypervisor': node['hypervisor'],
+                                 'rows': []}
+    others = []
+    for row in resources:
+        entry = planned.get(row['node'])
+        if entry is None:
+            others.append(row)
+        else:
+            entry['rows'].append(row)
+    return {'cluster': cluster, 'nodes': list(planned.values()),
+            'others': others}
+
+
+def get_teardown_flow(operation_id):
+    """Flow factory: the teardown planned for operation ``operation_id``
+    (see teardown_plan)."""
+    plan = services.get().db.get_operation(operation_id).plan
+    flow = linear_flow.Flow('teardown:%s' % plan['cluster'])
     flow.add(records.MarkCluster(records.CLUSTER_DELETING))
     for kinds in REMOVAL_STAGES:
         stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
-        stage.add(*[RemoveResource(row) for row in resources
+        if kinds == ('domain',):
+            stage.add(*[nodes.RemoveNode(n['uuid'], n['name'],
+                                         n['hypervisor'], n['rows'])
+                        for n in plan['nodes']])
+        stage.add(*[RemoveResource(row) for row in plan['others']
                     if row['kind'] in kinds])
-        flow.add(stage)
+        if len(stage):
+            flow.add(stage)
     flow.add(records.ForgetCluster())
     return flow

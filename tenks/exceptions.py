@@ -84,8 +84,20 @@ class ConductorBusy(TenksError):
 
 
 class SpecChanged(TenksError):
-    msg_fmt = ('Cluster %(name)s is deployed with a different spec '
-               '(%(fields)s differ); tear it down first to change it')
+    msg_fmt = ('A deploy of cluster %(name)s was interrupted with another '
+               'spec (%(fields)s differ): run it again with that spec to '
+               'finish it, or tear the cluster down')
+
+
+class ChangeRefused(TenksError):
+    """A spec asks for a change that cannot be made in place."""
+
+    msg_fmt = 'Cluster %(name)s cannot change as asked: %(reason)s'
+
+
+class NodesDeployed(TenksError):
+    msg_fmt = ('Cluster %(name)s: Ironic has deployed %(nodes)s; a deploy '
+               'never removes or resizes such nodes without --force')
 
 
 class NoValidHost(TenksError):

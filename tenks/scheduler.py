@@ -203,34 +203,35 @@ def _new_volume_bytes(spec, recorded):
     return total
 
 
-def planned_interfaces(spec, plan):
+def planned_interfaces(hosts, nodes):
     """{host: {interface name: spec field it comes from}} of the
-    interfaces ``plan`` creates: bridges, uplink veths, node taps."""
+    interfaces a deploy creates: bridges and uplink veths of ``hosts``
+    ({host: tenks.reconcile.host_setup}), taps of ``nodes`` (records)."""
     wanted = {}
-    for host, setup in plan['hosts'].items():
+    for host, setup in hosts.items():
         names_here = wanted.setdefault(host, {})
         for bridge in setup['bridges']:
             names_here[bridge['name']] = 'bridge_prefix'
             for veth in (bridge['uplink'] or {}).get('veth_names', ()):
                 names_here[veth] = 'bridge_prefix'
-    for node in plan['nodes']:
+    for node in nodes:
         field = 'specs[%d].node_name_prefix' % node['spec_index']
         for nic in node['nics']:
             wanted.setdefault(node['hypervisor'], {})[nic['tap']] = field
     return wanted
 
 
-def interface_conflicts(spec, plan, facts, recorded):
-    """Problems with the interfaces ``plan`` would create, each naming
-    the spec field, the interface, the host and who holds it.
+def interface_conflicts(spec, wanted, facts, recorded):
+    """Problems with the interfaces ``wanted`` (planned_interfaces) a
+    deploy of ``spec`` would create, each naming the spec field, the
+    interface, the host and who holds it.
 
-    ``facts``: {host: inspect result for planned_interfaces(...)};
+    ``facts``: {host: inspect result for those interfaces};
     ``recorded``: resources (dicts: cluster, hypervisor, kind, name) of
     every cluster of this state database. A name recorded for another
     cluster, or present on the host without this deployment's mark, is
     taken; a bridge's uplink is recorded under the bridge's name.
     """
-    wanted = planned_interfaces(spec, plan)
     problems = []
     for resource in recorded:
         if resource['cluster'] == spec['cluster'] or resource['kind'] not in (

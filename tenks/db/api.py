@@ -102,6 +102,21 @@ class StateDB:
                 cluster.spec = spec
                 cluster.state = state
 
+    def commit_cluster(self, name, spec, state, spec_indexes):
+        """Record the spec a deploy applied, and each node's entry in it
+        ({node uuid: index in spec['specs']})."""
+        nodes = models.Node.__table__
+        with self._session.begin() as session:
+            session.execute(sa.update(models.Cluster).where(
+                models.Cluster.name == name).values(spec=spec, state=state))
+            if spec_indexes:
+                session.execute(
+                    sa.update(nodes).where(
+                        nodes.c.uuid == sa.bindparam('u')).values(
+                            spec_index=sa.bindparam('i')),
+                    [{'u': uuid, 'i': index}
+                     for uuid, index in spec_indexes.items()])
+
     def set_cluster_state(self, name, state):
         with self._session.begin() as session:
             session.get(models.Cluster, name).state = state
@@ -150,8 +165,13 @@ class StateDB:
             session.add_all(models.Node(**node) for node in nodes)
 
     def set_node_state(self, uuid, state):
+        self.update_node(uuid, state=state)
+
+    def update_node(self, uuid, **fields):
+        """Set ``fields`` of the node's record, in one statement."""
         with self._session.begin() as session:
-            session.get(models.Node, uuid).state = state
+            session.execute(sa.update(models.Node).where(
+                models.Node.uuid == uuid).values(**fields))
 
     def get_node(self, uuid):
         with self._session() as session:
@@ -211,6 +231,70 @@ class StateDB:
             row.data = data
             row.operation = operation
 
+    def begin_resources(self, cluster, hypervisor, operation, wanted,
+                        node=None):
+        """Record the things ``wanted`` ([(kind, name, remove_args)]) not
+        recorded yet as 'creating', credited to ``operation``.
+
+        Returns {(kind, name): row dict} of those recorded before. A
+        name recorded for another cluster raises ResourceConflict and
+        records nothing.
+        """
+        table = models.Resource
+        match = sa.or_(*[sa.and_(table.kind == kind, table.name == name)
+                         for kind, name, _ in wanted])
+        with self._session.begin() as session:
+            rows = session.scalars(sa.select(table).where(
+                table.hypervisor == hypervisor, match)).all()
+            for row in rows:
+                if row.cluster != cluster:
+                    raise exceptions.ResourceConflict(
+                        kind=row.kind, name=row.name,
+                        owner='cluster %s' % cluster,
+                        reason='cluster %s created it on %s' % (
+                            row.cluster, hypervisor))
+            before = {(row.kind, row.name): row.as_dict() for row in rows}
+            new = [{'cluster': cluster, 'hypervisor': hypervisor,
+                    'kind': kind, 'name': name, 'remove_args': args,
+                    'state': RESOURCE_CREATING, 'operation': operation,
+                    'node': node, 'data': {}}
+                   for kind, name, args in wanted
+                   if (kind, name) not in before]
+            if new:
+                session.execute(sa.insert(table), new)
+        return before
+
+    def finish_resources(self, hypervisor, credits, removed=()):
+        """Mark the things of ``credits`` ({(kind, name): operation that
+        created it, or None}) present and forget those ``removed``."""
+        table = models.Resource.__table__
+        with self._session.begin() as session:
+            if credits:
+                session.execute(
+                    sa.update(table).where(
+                        table.c.hypervisor == hypervisor,
+                        table.c.kind == sa.bindparam('k'),
+                        table.c.name == sa.bindparam('n')).values(
+                            state=RESOURCE_PRESENT,
+                            operation=sa.bindparam('o')),
+                    [{'k': kind, 'n': name, 'o': operation}
+                     for (kind, name), operation in credits.items()])
+            if removed:
+                self._delete_resources(session, hypervisor, removed)
+
+    def delete_resources(self, hypervisor, keys):
+        """Forget the things ``keys`` ([(kind, name)]) on ``hypervisor``."""
+        with self._session.begin() as session:
+            self._delete_resources(session, hypervisor, keys)
+
+    @staticmethod
+    def _delete_resources(session, hypervisor, keys):
+        table = models.Resource
+        session.execute(sa.delete(table).where(
+            table.hypervisor == hypervisor,
+            sa.or_(*[sa.and_(table.kind == kind, table.name == name)
+                     for kind, name in keys])))
+
     def delete_resource(self, hypervisor, kind, name):
         with self._session.begin() as session:
             session.execute(sa.delete(models.Resource).filter_by(
@@ -227,11 +311,16 @@ class StateDB:
 
     # Operations
 
-    def create_operation(self, operation_id, cluster, kind, conductor):
+    def create_operation(self, operation_id, cluster, kind, conductor,
+                         spec=None):
         with self._session.begin() as session:
             session.add(models.Operation(
                 id=operation_id, cluster=cluster, kind=kind,
-                state=OPERATION_RUNNING, conductor=conductor))
+                state=OPERATION_RUNNING, conductor=conductor, spec=spec))
+
+    def set_operation_plan(self, operation_id, plan):
+        with self._session.begin() as session:
+            session.get(models.Operation, operation_id).plan = plan
 
     def set_operation_progress(self, operation_id, progress):
         with self._session.begin() as session:

@@ -69,6 +69,9 @@ class Node(Base):
     bmc_address: orm.Mapped[str] = orm.mapped_column(sa.String(64))
     bmc_port: orm.Mapped[int]
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    # A count that goes down removes the newest nodes first.
+    created_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        default=_now)
 
 
 class Resource(Base):
@@ -101,6 +104,14 @@ class Resource(Base):
 class Operation(Base):
     __tablename__ = 'tenks_operations'
 
+    def as_dict(self):
+        """The row for callers: no plan, the spec's BMC password masked."""
+        row = super().as_dict()
+        del row['plan']
+        if row['spec']:
+            row['spec'] = dict(row['spec'], ipmi_password='***')
+        return row
+
     id: orm.Mapped[str] = orm.mapped_column(sa.String(36), primary_key=True)
     cluster: orm.Mapped[str] = orm.mapped_column(sa.String(64), index=True)
     kind: orm.Mapped[str] = orm.mapped_column(sa.String(16))
@@ -112,6 +123,11 @@ class Operation(Base):
     # {'changed': [tasks that changed something], 'resumed': bool}
     result: orm.Mapped[dict] = orm.mapped_column(default=dict)
     error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # A deploy's plan (tenks.reconcile.plan), which its flow is built from
+    # again on resume, and the spec it applies (the cluster's record gets
+    # it when the flow succeeds).
+    plan: orm.Mapped[dict | None]
+    spec: orm.Mapped[dict | None]
     created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         default=_now)
     finished_at: orm.Mapped[datetime.datetime | None]

@@ -1,0 +1,54 @@
+"""A deploy's plan: the spec against the records, on the hypervisors'
+facts, with the nodes it adds scheduled (see tenks.reconcile)."""
+
+from tenks import reconcile
+from tenks import scheduler
+
+
+def plan_deploy(spec, cluster, facts, nodes, resources, force):
+    """The plan of a deploy of ``spec``, and the nodes it schedules.
+
+    ``cluster``: the cluster's record (its spec is the old one, unless
+    it is new: state 'scheduled'); ``facts``: {host: inspect result};
+    ``nodes``: node records (dicts) of every cluster; ``resources``: this
+    cluster's recorded resources (dicts). Returns (plan, new nodes).
+    """
+    name = spec['cluster']
+    old_spec = None if cluster.state == 'scheduled' else cluster.spec
+    mine = [n for n in nodes if n['cluster'] == name]
+    others = [n for n in nodes if n['cluster'] != name]
+    old_views = {}
+    if old_spec is not None:
+        old_views = {
+            n['uuid']: reconcile.view(old_spec, cluster.uuid, n,
+                                      facts[n['hypervisor']])
+            for n in mine
+            if n['state'] == 'deployed' and n['hypervisor'] in facts}
+    placed = reconcile.reassign(old_spec, spec, mine)
+    gone = reconcile.surplus(spec, placed)
+    leaving = {n['uuid'] for n in gone}
+    taken_macs = {nic['mac'] for n in nodes for nic in n['nics']}
+    kept = []
+    for node in placed:
+        if node['uuid'] in leaving:
+            continue
+        host_facts = facts[node['hypervisor']]
+        taken_ports = {n['bmc_port'] for n in nodes + kept
+                       if n['bmc_address'] == host_facts['ipmi_address']
+                       and n['uuid'] != node['uuid']}
+        kept.append(reconcile.reshaped(spec, node, host_facts, taken_macs,
+                                       taken_ports))
+    new_nodes = scheduler.schedule(spec, facts, others + kept + gone)
+    plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,
+                          old_views, new_nodes, facts, resources)
+    plan['force'] = force
+    return plan, new_nodes
+
+
+def deployed_in_ironic(plan):
+    """UUIDs of the enrolled nodes the plan removes or resizes, which
+    Ironic must not have deployed (unless forced)."""
+    return sorted(
+        entry['uuid'] for entry in plan['nodes']
+        if entry['old'] is not None and entry['old'].get('ironic')
+        and (entry['new'] is None or entry['agent']))

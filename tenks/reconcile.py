@@ -1,0 +1,537 @@
+"""A cluster's spec against its records: what a deploy must change.
+
+Pure functions. A node's identity is its record (UUID, name, MACs, BMC
+port), never its place in ``specs``: entries are matched by content, so
+reordering the YAML changes nothing. :func:`plan` returns the JSON plan
+the deploy flow applies and ``tenks plan`` prints: each node with its
+state before (``old``) and after (``new``), the host resources to make or
+remove, the flavors, and ``changes``, one line per resource and field.
+"""
+
+import os
+import random
+import re
+
+from tenks import exceptions
+from tenks import names
+
+GIB = 1024 ** 3
+STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
+
+CREATE = 'create'
+UPDATE = 'update'
+DELETE = 'delete'
+REPLACE = 'replace'
+# Node actions besides those: nothing to do.
+KEEP = 'keep'
+
+
+def match_entries(old_specs, new_specs):
+    """{old index: new index} of the ``specs`` entries that stay.
+
+    An entry keeps its nodes wherever it moves: first an identical entry
+    takes it, then one that differs only in count, then one of the same
+    node type and name prefix, in list order.
+    """
+    def key(entry):
+        return entry['type'], entry.get('node_name_prefix')
+
+    def but_count(entry):
+        return {k: v for k, v in entry.items() if k != 'count'}
+
+    passes = (lambda a, b: a == b,
+              lambda a, b: but_count(a) == but_count(b),
+              lambda a, b: key(a) == key(b))
+    matched = {}
+    free = list(range(len(new_specs)))
+    for same in passes:
+        for old_index, old in enumerate(old_specs):
+            if old_index in matched:
+                continue
+            for new_index in free:
+                if same(old, new_specs[new_index]):
+                    matched[old_index] = new_index
+                    free.remove(new_index)
+                    break
+    return matched
+
+
+def reassign(old_spec, spec, nodes):
+    """Recorded nodes (dicts) with ``spec_index`` in ``spec`` (None:
+    their entry is gone)."""
+    if old_spec is None:
+        return [dict(n) for n in nodes]
+    mapping = match_entries(old_spec['specs'], spec['specs'])
+    return [dict(n, spec_index=mapping.get(n['spec_index'])) for n in nodes]
+
+
+def age(node):
+    """Sort key, oldest first: creation time, then the name's number."""
+    number = re.search(r'(\d+)$', node['name'])
+    return (node.get('created_at') or '',
+            int(number.group(1)) if number else -1, node['name'])
+
+
+def surplus(spec, nodes):
+    """Nodes (reassigned) to remove: those beyond their entry's count,
+    newest first, and those whose entry is gone."""
+    gone = [n for n in nodes if n['spec_index'] is None]
+    for index, entry in enumerate(spec['specs']):
+        mine = sorted((n for n in nodes if n['spec_index'] == index),
+                      key=age)
+        gone += reversed(mine[entry['count']:])
+    return gone
+
+
+def _new_mac(taken):
+    while True:
+        mac = '52:54:00:%02x:%02x:%02x' % tuple(
+            random.randrange(256) for _ in range(3))
+        if mac not in taken:
+            taken.add(mac)
+            return mac
+
+
+def reshaped(spec, node, host_facts, taken_macs, taken_ports):
+    """The record of kept ``node`` (reassigned) as ``spec`` wants it.
+
+    Kept: UUID, name, hypervisor, the MAC and tap of each physical
+    network it stays on, and the BMC port while it is in the range.
+    ``taken_macs``: MACs in use anywhere; ``taken_ports``: BMC ports in
+    use at this host's BMC address (this node's own excluded).
+    """
+    entry = spec['specs'][node['spec_index']]
+    node_type = spec['node_types'][entry['type']]
+    name = node['name']
+    volumes = []
+    for index, vol in enumerate(node_type['volumes']):
+        volume = {'name': names.volume(name, entry['vol_name_prefix'],
+                                       index),
+                  'capacity': vol['capacity'], 'format': vol['format']}
+        volumes.append(volume)
+    by_physnet = {nic['physnet']: nic for nic in node['nics']}
+    wanted = node_type['physical_networks']
+    # A new NIC never takes the tap name of one that goes: both are in
+    # the same request.
+    old_taps = {nic['tap'] for nic in node['nics']}
+    free_taps = (names.tap(name, i) for i in range(len(wanted) + len(
+        node['nics'])) if names.tap(name, i) not in old_taps)
+    nics = []
+    for physnet in wanted:
+        bridge = names.bridge(spec, physnet, host_facts['resource_prefix'])
+        nic = by_physnet.get(physnet)
+        if nic is None:
+            nic = {'physnet': physnet, 'mac': _new_mac(taken_macs),
+                   'tap': next(free_taps)}
+        nics.append(dict(nic, bridge=bridge))
+    address = host_facts['ipmi_address']
+    port = node['bmc_port']
+    ports = range(spec['ipmi_port_range_start'],
+                  spec['ipmi_port_range_end'] + 1)
+    if port not in ports or address != node['bmc_address']:
+        busy = set(host_facts['busy_ports']) | taken_ports
+        free = [p for p in ports if p not in busy]
+        if not free:
+            raise exceptions.PortRangeExhausted(
+                start=ports.start, end=ports.stop - 1,
+                host=node['hypervisor'], needed=1, free=0)
+        port = free[0]
+        taken_ports.add(port)
+    return dict(node, node_type=entry['type'], vcpus=node_type['vcpus'],
+                memory_mb=node_type['memory_mb'], volumes=volumes,
+                nics=nics, bmc_address=address, bmc_port=port)
+
+
+def view(spec, deployment, node, host_facts):
+    """What the flows apply for ``node`` (a record) under ``spec``."""
+    entry = spec['specs'][node['spec_index']]
+    node_type = spec['node_types'][entry['type']]
+    return {
+        'uuid': node['uuid'],
+        'name': node['name'],
+        'cluster': spec['cluster'],
+        'hypervisor': node['hypervisor'],
+        'owner': names.owner(spec['cluster'], deployment),
+        'domain_type': spec['libvirt_domain_type'],
+        'vcpus': node['vcpus'],
+        'memory_mb': node['memory_mb'],
+        'console_log_enabled': node_type['console_log_enabled'],
+        'pool': names.pool(spec['cluster'], host_facts['resource_prefix']),
+        'volumes': node['volumes'],
+        'nics': node['nics'],
+        'bmc': {'type': node['bmc_type'], 'address': node['bmc_address'],
+                'port': node['bmc_port'],
+                'username': spec['ipmi_username']},
+        'ironic': ironic_node(spec, node),
+        'record': node,
+    }
+
+
+def ironic_node(spec, node):
+    """What registration sets on the node's Ironic node, or None when
+    its spec has no ironic_config (no password: it is read when used)."""
+    config = spec['specs'][node['spec_index']].get('ironic_config')
+    if config is None:
+        return None
+    node_type = spec['node_types'][node['node_type']]
+    volumes = node_type['volumes']
+    properties = {
+        'cpus': node['vcpus'],
+        'memory_mb': node['memory_mb'],
+        # GiB, rounded down: a root disk never bigger than the volume.
+        'local_gb': volumes[0]['capacity'] // GIB if volumes else 0,
+        'cpu_arch': 'x86_64',
+        'capabilities': 'boot_mode:%s' % spec['default_boot_mode'],
+    }
+    properties.update(config['properties'])
+    fields = {
+        'name': node['name'],
+        'driver': node_type.get('ironic_driver',
+                                spec['default_ironic_driver']),
+        'properties': properties,
+        'resource_class': config['resource_class'],
+    }
+    fields.update({k: v for k, v in config.items()
+                   if k.endswith('_interface')
+                   or k in ('conductor_group', 'shard')})
+    return {'fields': fields, 'traits': config['traits'],
+            'rc': config['resource_class']}
+
+
+def normalise_resource_class(name):
+    """Placement's class for an Ironic resource class: CUSTOM_<NAME>."""
+    normal = ''.join(c if c.isalnum() else '_' for c in name.upper())
+    return normal if normal.startswith('CUSTOM_') else 'CUSTOM_' + normal
+
+
+def flavor_extra_specs(flavor):
+    """Nova extra specs that schedule onto nodes of ``flavor``'s class,
+    and only by that class."""
+    specs = {'resources:%s' % normalise_resource_class(
+        flavor['resource_class']): '1'}
+    specs.update({'resources:%s' % rc: '0' for rc in STANDARD_CLASSES})
+    specs.update({'trait:%s' % t: 'required'
+                  for t in flavor['required_traits']})
+    specs.update({'trait:%s' % t: 'forbidden'
+                  for t in flavor['forbidden_traits']})
+    specs.update({k: str(v) for k, v in flavor['custom_specs'].items()})
+    return specs
+
+
+def nova_flavor(spec, flavor):
+    node_type = spec['node_types'][flavor['node_type']]
+    volumes = node_type['volumes']
+    flavor = dict(flavor, name=flavor.get('name', flavor['resource_class']))
+    return {
+        'name': flavor['name'],
+        'vcpus': node_type['vcpus'],
+        'ram': node_type['memory_mb'],
+        'disk': volumes[0]['capacity'] // GIB if volumes else 0,
+        'extra_specs': flavor_extra_specs(flavor),
+    }
+
+
+def placement_wait(spec):
+    """[(resource class, traits, units)] to wait for, or None."""
+    if not spec['wait_for_placement']:
+        return None
+    wanted = {}
+    for entry in spec['specs']:
+        config = entry.get('ironic_config')
+        if config and entry['count']:
+            key = (normalise_resource_class(config['resource_class']),
+                   tuple(sorted(config['traits'])))
+            wanted[key] = wanted.get(key, 0) + entry['count']
+    return [[rc, list(traits), count]
+            for (rc, traits), count in sorted(wanted.items())]
+
+
+def host_setup(spec, host_facts):
+    """The pool and bridges (with uplinks) of the cluster on one host."""
+    prefix = host_facts['resource_prefix']
+    mappings = host_facts['physnet_mappings']
+    bridges = []
+    for physnet in spec['physical_networks']:
+        bridge = names.bridge(spec, physnet, prefix)
+        uplink = None
+        if physnet in mappings:
+            uplink = {'source': mappings[physnet],
+                      'veth_names': list(names.uplink_veths(bridge))}
+        bridges.append({'name': bridge, 'physnet': physnet,
+                        'uplink': uplink})
+    return {
+        'pool': {'name': names.pool(spec['cluster'], prefix),
+                 'path': os.path.join(host_facts['pool_dir'],
+                                      prefix + spec['cluster'])},
+        'bridges': bridges,
+    }
+
+
+def host_resources(spec, deployment, host, host_facts):
+    """[(kind, name, ensure args)] of the host's pool, bridges, uplinks;
+    an ensure's args are also its remove's."""
+    owner = names.owner(spec['cluster'], deployment)
+    setup = host_setup(spec, host_facts)
+    wanted = [('pool', setup['pool']['name'],
+               dict(setup['pool'], owner=owner))]
+    for bridge in setup['bridges']:
+        wanted.append(('bridge', bridge['name'],
+                       {'name': bridge['name'], 'owner': owner}))
+        if bridge['uplink']:
+            wanted.append(('uplink', bridge['name'],
+                           dict(bridge['uplink'], bridge=bridge['name'],
+                                owner=owner)))
+    return wanted
+
+
+def _check_volumes(old, new):
+    """Refuse what cannot change in place: a volume's format, a shrink."""
+    before = {v['name']: v for v in old['volumes']}
+    for vol in new['volumes']:
+        was = before.get(vol['name'])
+        if was is None:
+            continue
+        if was['format'] != vol['format']:
+            raise exceptions.ChangeRefused(
+                name=old['cluster'],
+                reason='volume %s of node %s is %s: its format cannot '
+                       'change in place (change vol_name_prefix to make new '
+                       'volumes)' % (vol['name'], new['name'],
+                                     was['format']))
+        if vol['capacity'] < was['capacity']:
+            raise exceptions.ChangeRefused(
+                name=old['cluster'],
+                reason='volume %s of node %s has %d bytes: a volume cannot '
+                       'shrink (asked for %d)' % (
+                           vol['name'], new['name'], was['capacity'],
+                           vol['capacity']))
+
+
+def node_changes(old, new):
+    """Lines of what changes on a node from view ``old`` to ``new``
+    (either None: the node is created or removed)."""
+    if old is None or new is None:
+        action, state = (CREATE, new) if old is None else (DELETE, old)
+        lines = [('domain', None, None if old else _size(state),
+                  _size(state) if old is None else None)]
+        lines += [('volume %s' % v['name'], None, None, None)
+                  for v in state['volumes']]
+        lines += [('port %s' % n['tap'], None, None, None)
+                  for n in state['nics']]
+        lines.append(('bmc', None, None, '%s:%d' % (
+            state['bmc']['address'], state['bmc']['port'])))
+        if state['ironic']:
+            lines.append(('ironic node', None, None, state['ironic']['rc']))
+        return [_line(state, what, action, field, None if old is None
+                      else after, after if old is None else None)
+                for what, field, before, after in lines]
+    _check_volumes(old, new)
+    changes = []
+    for field in ('memory_mb', 'vcpus', 'domain_type',
+                  'console_log_enabled'):
+        if old[field] != new[field]:
+            changes.append(_line(new, 'domain', UPDATE, field, old[field],
+                                 new[field]))
+    before = {v['name']: v for v in old['volumes']}
+    after = {v['name']: v for v in new['volumes']}
+    for name in after.keys() - before.keys():
+        changes.append(_line(new, 'volume %s' % name, CREATE, 'capacity',
+                             None, after[name]['capacity']))
+    for name in before.keys() - after.keys():
+        changes.append(_line(new, 'volume %s' % name, DELETE, 'capacity',
+                             before[name]['capacity'], None))
+    for name in before.keys() & after.keys():
+        if before[name]['capacity'] != after[name]['capacity']:
+            changes.append(_line(new, 'volume %s' % name, UPDATE,
+                                 'capacity', before[name]['capacity'],
+                                 after[name]['capacity']))
+    before = {n['tap']: n for n in old['nics']}
+    after = {n['tap']: n for n in new['nics']}
+    for tap in after.keys() - before.keys():
+        changes.append(_line(new, 'port %s' % tap, CREATE, 'physnet',
+                             None, after[tap]['physnet']))
+    for tap in before.keys() - after.keys():
+        changes.append(_line(new, 'port %s' % tap, DELETE, 'physnet',
+                             before[tap]['physnet'], None))
+    for tap in before.keys() & after.keys():
+        if before[tap]['bridge'] != after[tap]['bridge']:
+            changes.append(_line(new, 'port %s' % tap, UPDATE, 'bridge',
+                                 before[tap]['bridge'],
+                                 after[tap]['bridge']))
+    for field in ('address', 'port', 'username'):
+        if old['bmc'][field] != new['bmc'][field]:
+            changes.append(_line(new, 'bmc', UPDATE, field,
+                                 old['bmc'][field], new['bmc'][field]))
+    changes += _ironic_changes(old, new)
+    return sorted(changes, key=lambda c: (c['resource'], c['field'] or ''))
+
+
+def _ironic_changes(old, new):
+    before, after = old['ironic'], new['ironic']
+    if before == after:
+        return []
+    if before is None or after is None:
+        action = CREATE if before is None else DELETE
+        return [_line(new, 'ironic node', action, 'resource_class',
+                      before and before['rc'], after and after['rc'])]
+    changes = []
+    if sorted(before['traits']) != sorted(after['traits']):
+        changes.append(_line(new, 'ironic node', UPDATE, 'traits',
+                             sorted(before['traits']),
+                             sorted(after['traits'])))
+    fields = before['fields'].keys() | after['fields'].keys()
+    for field in sorted(fields):
+        was = before['fields'].get(field)
+        now = after['fields'].get(field)
+        if was != now:
+            changes.append(_line(new, 'ironic node', UPDATE, field, was,
+                                 now))
+    return changes
+
+
+def _size(state):
+    return '%d MiB, %d vCPU' % (state['memory_mb'], state['vcpus'])
+
+
+def _line(state, resource, action, field, old, new):
+    return {'node': state['name'], 'hypervisor': state['hypervisor'],
+            'resource': resource, 'action': action, 'field': field,
+            'old': old, 'new': new}
+
+
+def _host_line(host, kind, name, action, field=None, old=None, new=None):
+    return {'node': None, 'hypervisor': host,
+            'resource': '%s %s' % (kind, name), 'action': action,
+            'field': field, 'old': old, 'new': new}
+
+
+def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
+         facts, resources):
+    """What a deploy of ``spec`` changes.
+
+    ``old_spec``: the recorded spec (None for a new cluster); ``kept``:
+    this cluster's node records (dicts) that stay, reassigned to
+    ``spec`` and reshaped (:func:`reassign`, :func:`reshaped`);
+    ``gone``: those to remove (:func:`surplus`); ``old_views``: {uuid:
+    view under ``old_spec``} of its deployed nodes; ``new_nodes``: the
+    records the scheduler allocated; ``facts``: {host: inspect result};
+    ``resources``: this cluster's recorded resources (dicts).
+    """
+    planned = []
+    for node in gone:
+        planned.append({'uuid': node['uuid'], 'name': node['name'],
+                        'hypervisor': node['hypervisor'], 'action': DELETE,
+                        'agent': False, 'enrol': False,
+                        'old': old_views.get(node['uuid'])
+                        or {'name': node['name'],
+                            'hypervisor': node['hypervisor'],
+                            'record': node},
+                        'new': None})
+    password = _password_changed(old_spec, spec)
+    for node in kept + new_nodes:
+        new = view(spec, deployment, node, facts[node['hypervisor']])
+        old = old_views.get(node['uuid'])
+        if old is None:
+            # New, or its first deploy never finished: a revert removes
+            # only what this operation makes.
+            entry = {'action': CREATE, 'agent': True,
+                     'enrol': new['ironic'] is not None}
+        else:
+            changes = node_changes(old, new)
+            agent = password or any(c['resource'] != 'ironic node'
+                                    for c in changes)
+            changed = agent or bool(changes)
+            entry = {'action': UPDATE if changed else KEEP, 'agent': agent,
+                     'enrol': changed and new['ironic'] is not None}
+        planned.append(dict(entry, uuid=node['uuid'], name=node['name'],
+                            hypervisor=node['hypervisor'], old=old,
+                            new=new))
+    planned.sort(key=lambda n: (n['hypervisor'], n['name']))
+
+    changes = []
+    for node in planned:
+        if node['action'] == DELETE and 'uuid' not in node['old']:
+            changes.append(_line(node['old'], 'node', DELETE, None, None,
+                                 None))
+        elif node['action'] != KEEP:
+            changes += node_changes(node['old'], node['new'])
+        if node['action'] == UPDATE and password:
+            changes.append(_line(node['new'], 'bmc', UPDATE,
+                                 'ipmi_password', '***', '***'))
+
+    hosts = sorted({n['hypervisor'] for n in planned
+                    if n['action'] != DELETE})
+    host_ensure, host_remove = [], []
+    recorded = {(r['hypervisor'], r['kind'], r['name']): r
+                for r in resources
+                if r['kind'] in ('pool', 'bridge', 'uplink')}
+    wanted = {}
+    for host in hosts:
+        for kind, name, args in host_resources(spec, deployment, host,
+                                               facts[host]):
+            wanted[(host, kind, name)] = args
+    for key, args in wanted.items():
+        row = recorded.get(key)
+        host, kind, name = key
+        if row is None or row['state'] != 'present':
+            host_ensure.append({'hypervisor': host, 'kind': kind,
+                                'name': name, 'args': args, 'old': None})
+            changes.append(_host_line(host, kind, name, CREATE))
+        elif row['remove_args'] != args:
+            host_ensure.append({'hypervisor': host, 'kind': kind,
+                                'name': name, 'args': args,
+                                'old': row['remove_args']})
+            changes.append(_host_line(
+                host, kind, name, REPLACE, 'source',
+                row['remove_args'].get('source'), args.get('source')))
+    for key, row in recorded.items():
+        if key not in wanted:
+            host_remove.append(row)
+            changes.append(_host_line(row['hypervisor'], row['kind'],
+                                      row['name'], DELETE))
+
+    old_flavors = {f['name']: f for f in (
+        nova_flavor(old_spec, f) for f in old_spec['nova_flavors'])} \
+        if old_spec else {}
+    new_flavors = {f['name']: f for f in (
+        nova_flavor(spec, f) for f in spec['nova_flavors'])}
+    flavors = {'ensure': [], 'remove': []}
+    for name, flavor in new_flavors.items():
+        if old_flavors.get(name) != flavor:
+            flavors['ensure'].append(flavor)
+            changes.append({'node': None, 'hypervisor': None,
+                            'resource': 'flavor %s' % name,
+                            'action': UPDATE if name in old_flavors
+                            else CREATE, 'field': None,
+                            'old': old_flavors.get(name), 'new': flavor})
+    for name in old_flavors.keys() - new_flavors.keys():
+        flavors['remove'].append(name)
+        changes.append({'node': None, 'hypervisor': None,
+                        'resource': 'flavor %s' % name, 'action': DELETE,
+                        'field': None, 'old': old_flavors[name],
+                        'new': None})
+
+    return {
+        'cluster': spec['cluster'],
+        'owner': names.owner(spec['cluster'], deployment),
+        'nodes': planned,
+        # Ironic nodes of nodes that stay but lose their ironic_config.
+        'unenrol': [n['uuid'] for n in planned if n['action'] == UPDATE
+                    and n['old']['ironic'] and not n['new']['ironic']],
+        'host_ensure': host_ensure,
+        'host_remove': host_remove,
+        'flavors': flavors,
+        'placement_wait': placement_wait(spec),
+        'placement_timeout': spec['placement_timeout'],
+        'changes': changes,
+    }
+
+
+def _password_changed(old_spec, spec):
+    return old_spec is not None and (
+        old_spec['ipmi_password'] != spec['ipmi_password'])
+
+
+def destructive(plan):
+    """The changes that lose something: removals and replacements."""
+    return [c for c in plan['changes'] if c['action'] in (DELETE, REPLACE)]
