@@ -25,8 +25,8 @@ from conductor import manager
 from conductor import plans
 from conductor import preflight
 from conductor import runner
-from conductor import services
 from conductor import waiters
+from flows import context
 from flows import deploy
 from flows import records
 from flows import teardown
@@ -71,7 +71,7 @@ class Conductor:
         self.notifier = notifier.Notifier(bus, self.db,
                                           'tenks.conductor.%s' % self.host)
         self.cloud = cloud.Cloud(conf)
-        services.install(services.Services(
+        context.install(context.Clients(
             db=self.db, agents=self.agents, notifier=self.notifier,
             cloud=self.cloud))
         self.locks = locks.ClusterLocks(self.lock_dir)

@@ -4,8 +4,8 @@
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
-from conductor import services
 from flows import base
+from flows import context
 from flows import records
 from flows import registration
 
@@ -28,7 +28,7 @@ class EnsureBmc(base.EnsureResource):
     def request_args(self, cluster):
         # The password stays in the cluster record; it is read when
         # needed, never stored in the flow.
-        spec = services.get().db.get_cluster(cluster).spec
+        spec = context.get().db.get_cluster(cluster).spec
         return dict(self.ensure_args, password=spec['ipmi_password'])
 
 

@@ -2,8 +2,8 @@
 
 from taskflow import task
 
-from conductor import services
 from flows import base
+from flows import context
 
 CLUSTER_SCHEDULED = 'scheduled'
 CLUSTER_DEPLOYING = 'deploying'
@@ -42,13 +42,13 @@ class MarkCluster(task.Task):
         self.state = state
 
     def execute(self, cluster):
-        db = services.get().db
+        db = context.get().db
         previous = db.get_cluster(cluster).state
         db.set_cluster_state(cluster, self.state)
         return previous
 
     def revert(self, result, cluster, **kwargs):
-        db = services.get().db
+        db = context.get().db
         for node in db.list_nodes(cluster=cluster):
             if node.state == NODE_SCHEDULED:
                 settle_new_node(db, node.uuid)
@@ -80,13 +80,13 @@ class StartNode(task.Task):
         self.node_uuid = node_uuid
 
     def execute(self):
-        db = services.get().db
+        db = context.get().db
         previous = db.get_node(self.node_uuid).state
         db.set_node_state(self.node_uuid, NODE_DEPLOYING)
         return previous
 
     def revert(self, result, **kwargs):
-        db = services.get().db
+        db = context.get().db
         if result == NODE_SCHEDULED:
             settle_new_node(db, self.node_uuid)
         elif isinstance(result, str):
@@ -107,14 +107,14 @@ class FinishNode(task.Task):
         self.node_uuid = node_uuid
 
     def execute(self, cluster, before):
-        svc = services.get()
+        svc = context.get()
         svc.db.set_node_state(self.node_uuid, NODE_DEPLOYED)
         if before in (NODE_SCHEDULED, NODE_FAILED):
             svc.notifier.emit('tenks.node.create.end', cluster,
                               node_payload(svc.db.get_node(self.node_uuid)))
 
     def revert(self, cluster, before, **kwargs):
-        services.get().db.set_node_state(self.node_uuid, NODE_DEPLOYING)
+        context.get().db.set_node_state(self.node_uuid, NODE_DEPLOYING)
 
 
 class ForgetCluster(task.Task):
@@ -128,7 +128,7 @@ class ForgetCluster(task.Task):
         super().__init__(name='cluster:forget', requires=(base.CLUSTER,))
 
     def execute(self, cluster):
-        svc = services.get()
+        svc = context.get()
         for node in svc.db.list_nodes(cluster=cluster):
             svc.db.delete_node(node.uuid)
             svc.notifier.emit('tenks.node.delete.end', cluster,

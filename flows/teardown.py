@@ -4,8 +4,8 @@ from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
-from conductor import services
 from flows import base
+from flows import context
 from flows import post_deploy
 from flows import records
 from flows import registration
@@ -54,7 +54,7 @@ class RemoveResource(task.Task):
         self.row = row
 
     def execute(self, operation_id):
-        svc = services.get()
+        svc = context.get()
         row = self.row
         try:
             if row['kind'] in CLOUD_REMOVERS:
