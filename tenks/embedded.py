@@ -8,7 +8,7 @@ import contextlib
 
 from futurist import _thread as futurist_thread
 
-from conductor import service as conductor_service
+from conductor import conductor as tenks_conductor
 from hostagent import service as hostagent_service
 from tenks import rpc
 
@@ -22,7 +22,7 @@ def embedded(conf):
     futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.05
     bus = rpc.Bus(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
     agent = hostagent_service.HostAgent(conf, bus)
-    conductor = conductor_service.Conductor(conf, bus)
+    conductor = tenks_conductor.Conductor(conf, bus)
     agent.start()
     conductor.start()
     try:

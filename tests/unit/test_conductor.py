@@ -238,7 +238,8 @@ def test_hypervisor_delete_refuses_one_up_or_hosting_nodes(conductor,
     message = str(raised.value)
     assert 'its hostagent is up' in message
     assert 'cluster(s) unit' in message
-    monkeypatch.setattr(conductor, 'hypervisor_state', lambda row: 'down')
+    monkeypatch.setattr(conductor.registry, 'hypervisor_state',
+                        lambda row: 'down')
     with pytest.raises(exceptions.HypervisorInUse) as raised:
         conductor.delete_hypervisor('hv1')
     assert 'is up' not in str(raised.value)
@@ -351,7 +352,7 @@ def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
         # stop() shut the pool down after the accepting check.
         raise RuntimeError('cannot schedule new futures after shutdown')
 
-    monkeypatch.setattr(conductor._pool, 'submit', shut)
+    monkeypatch.setattr(conductor.operations._pool, 'submit', shut)
     with pytest.raises(exceptions.ConductorBusy) as raised:
         conductor.submit_teardown('unit')
     assert 'shutting down' in str(raised.value)
@@ -383,7 +384,7 @@ def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
         # An operation a dead process left running, resumed behind it.
         conductor.db.save_cluster('second', make_spec(
             count=1, cluster='second', bridge_prefix='brs'), 'scheduled')
-        second = conductor._create_operation('deploy', 'second')
+        second = conductor.operations.create('deploy', 'second')
         conductor.resume_interrupted()
         outcome = []
         waiter = threading.Thread(target=lambda: outcome.append(
