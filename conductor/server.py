@@ -5,8 +5,8 @@ from conductor import conductor as tenks_conductor
 
 
 def main():
-    from tenks import service
-    service.run('conductor', run_conductor)
+    from tenks import daemon
+    daemon.run('conductor', run_conductor)
 
 
 def run_conductor(conf, bus):

@@ -214,11 +214,11 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
 def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
                                                        hypervisor):
     """An agent that comes back within the retry window just answers."""
-    from hostagent import service as hostagent_service
+    from hostagent import server as hostagent_server
     conductor.agents.timeout = 0.3
     conductor.agents.retries = 3
     conf.set_override('host', 'late', group='hostagent')
-    late = hostagent_service.HostAgent(conf, conductor.bus)
+    late = hostagent_server.HostAgent(conf, conductor.bus)
     timer = threading.Timer(0.4, late.start)
     timer.start()
     try:
@@ -368,7 +368,7 @@ def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
 
 def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
         conf, hypervisor):
-    from tenks import embedded
+    from tenks.cli import embedded
     conf.set_override('max_operations', 1, group='conductor')
     release = threading.Event()
     real_ensure = hypervisor.ensure
