@@ -3,7 +3,7 @@
 from oslo_log import log as logging
 from taskflow import task
 
-from conductor import services
+from flows import context
 from tenks import exceptions
 from tenks.db import api as db_api
 
@@ -71,7 +71,7 @@ class EnsureResource(task.Task):
             **self.remove_args)
 
     def execute(self, operation_id, cluster):
-        svc = services.get()
+        svc = context.get()
         before = svc.db.begin_resource(cluster, self.host, self.kind,
                                        self.resource, self.remove_args,
                                        operation_id, self.node_uuid)
@@ -107,7 +107,7 @@ class EnsureResource(task.Task):
         return dict(result, new=credit == operation_id)
 
     def revert(self, result, operation_id, cluster, **kwargs):
-        svc = services.get()
+        svc = context.get()
         if isinstance(result, dict):
             if not result['new']:
                 return

@@ -11,7 +11,7 @@ the same flow again.
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
-from conductor import services
+from flows import context
 from flows import host_setup
 from flows import network_setup
 from flows import nodes
@@ -26,7 +26,7 @@ HOST_REMOVAL = ('uplink', 'bridge', 'pool')
 
 def get_deploy_flow(operation_id):
     """Flow factory (module level: a jobboard saves it by import path)."""
-    db = services.get().db
+    db = context.get().db
     operation = db.get_operation(operation_id)
     plan, spec = operation.plan, operation.spec
     flow = linear_flow.Flow('deploy:%s' % plan['cluster'])

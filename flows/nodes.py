@@ -10,8 +10,8 @@ after it.
 from oslo_log import log as logging
 from taskflow import task
 
-from conductor import services
 from flows import base
+from flows import context
 from flows import records
 from flows import registration
 from tenks import exceptions
@@ -111,7 +111,7 @@ class ConvergeNode(task.Task):
         return self.entry['uuid']
 
     def execute(self, operation_id, cluster):
-        svc = services.get()
+        svc = context.get()
         new, old = self.entry['new'], self.entry['old']
         wanted = node_resources(new)
         before = svc.db.begin_resources(cluster, self.host, operation_id,
@@ -163,7 +163,7 @@ class ConvergeNode(task.Task):
                                    'bmc_port')})
 
     def revert(self, result, operation_id, cluster, **kwargs):
-        svc = services.get()
+        svc = context.get()
         mine = svc.db.list_resources(node=self.uuid, operation=operation_id)
         if self.entry['action'] == CREATE:
             if mine and not self._remove(svc, operation_id, mine):
@@ -237,7 +237,7 @@ class RemoveNode(task.Task):
         self.rows = rows
 
     def execute(self, operation_id, cluster):
-        svc = services.get()
+        svc = context.get()
         warnings = []
         changed = False
         for row in self.rows:

@@ -9,8 +9,8 @@ from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
-from conductor import services
 from flows import base
+from flows import context
 from flows import registration
 from tenks import cloud
 from tenks import exceptions
@@ -146,7 +146,7 @@ class WaitForPlacement(task.Task):
         self.timeout = timeout
 
     def execute(self):
-        conn = services.get().cloud.connection
+        conn = context.get().cloud.connection
         deadline = time.monotonic() + self.timeout
         while True:
             short = []
@@ -185,7 +185,7 @@ class CheckCoexistence(task.Task):
         self.resource_classes = resource_classes
 
     def execute(self):
-        conn = services.get().cloud.connection
+        conn = context.get().cloud.connection
         return {'warnings': coexistence_warnings(
             conn, self.node_uuids, self.resource_classes)}
 

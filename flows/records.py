@@ -2,8 +2,8 @@
 
 from taskflow import task
 
-from conductor import services
 from flows import base
+from flows import context
 
 CLUSTER_SCHEDULED = 'scheduled'
 CLUSTER_DEPLOYING = 'deploying'
@@ -42,13 +42,13 @@ class MarkCluster(task.Task):
         self.state = state
 
     def execute(self, cluster):
-        db = services.get().db
+        db = context.get().db
         previous = db.get_cluster(cluster).state
         db.set_cluster_state(cluster, self.state)
         return previous
 
     def revert(self, result, cluster, **kwargs):
-        db = services.get().db
+        db = context.get().db
         for node in db.list_nodes(cluster=cluster):
             if node.state == NODE_SCHEDULED:
                 settle_new_node(db, node.uuid)
@@ -96,7 +96,7 @@ class CommitSpec(task.Task):
         self.spec_indexes = spec_indexes
 
     def execute(self, operation_id, cluster):
-        db = services.get().db
+        db = context.get().db
         db.commit_cluster(cluster, db.get_operation(operation_id).spec,
                           CLUSTER_DEPLOYED, self.spec_indexes)
 
@@ -115,7 +115,7 @@ class ForgetCluster(task.Task):
         super().__init__(name='cluster:forget', requires=(base.CLUSTER,))
 
     def execute(self, cluster):
-        svc = services.get()
+        svc = context.get()
         for node in svc.db.list_nodes(cluster=cluster):
             svc.db.delete_node(node.uuid)
             svc.notifier.emit('tenks.node.delete.end', cluster,

@@ -11,8 +11,8 @@ import uuid as uuidlib
 import tenacity
 from oslo_log import log as logging
 
-from conductor import services
 from flows import base
+from flows import context
 from flows import records
 from tenks import cloud
 from tenks import exceptions
@@ -221,7 +221,7 @@ class EnsureIronicNode(base.EnsureResource):
     def execute(self, operation_id, cluster):
         result = super().execute(operation_id, cluster)
         if self.finishes:
-            records.finish_node(services.get(), cluster, self.entry['uuid'],
+            records.finish_node(context.get(), cluster, self.entry['uuid'],
                                 announce=self.entry['action'] == 'create')
         return result
 
@@ -230,7 +230,7 @@ class EnsureIronicNode(base.EnsureResource):
         if not isinstance(result, dict) or result['new'] or not (
                 old and old['ironic']):
             return super().revert(result, operation_id, cluster, **kwargs)
-        svc = services.get()
+        svc = context.get()
         try:
             self._ensure(svc, old, old['ironic'], svc.db.get_cluster(
                 cluster).spec, adopt=True)

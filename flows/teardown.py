@@ -4,8 +4,8 @@ from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
-from conductor import services
 from flows import base
+from flows import context
 from flows import nodes
 from flows import post_deploy
 from flows import records
@@ -55,7 +55,7 @@ class RemoveResource(task.Task):
         self.row = row
 
     def execute(self, operation_id):
-        svc = services.get()
+        svc = context.get()
         row = self.row
         try:
             if row['kind'] in CLOUD_REMOVERS:
@@ -100,7 +100,7 @@ def teardown_plan(cluster, nodes, resources):
 def get_teardown_flow(operation_id):
     """Flow factory: the teardown planned for operation ``operation_id``
     (see teardown_plan)."""
-    plan = services.get().db.get_operation(operation_id).plan
+    plan = context.get().db.get_operation(operation_id).plan
     flow = linear_flow.Flow('teardown:%s' % plan['cluster'])
     flow.add(records.MarkCluster(records.CLUSTER_DELETING))
     for kinds in REMOVAL_STAGES:

@@ -54,9 +54,9 @@ from conductor import waiters
 from hostagent import manager as hostagent_manager
 from hostagent.drivers import base
 from tenks import conf as tenks_conf
-from tenks import embedded
 from tenks import rpc
 from tenks import spec as tenks_spec
+from tenks.cli import embedded
 
 PARTS = ('latency', 'throughput', 'deploy')
 WARM_UP = 20  # round trips before measuring (connections, queues)

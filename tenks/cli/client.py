@@ -127,7 +127,7 @@ class EmbeddedClient:
     remote = False
 
     def __init__(self, conf):
-        from tenks import embedded
+        from tenks.cli import embedded
         self._context = embedded.embedded(conf)
         self.conductor = None
 

@@ -18,8 +18,8 @@ import libvirt
 from pyroute2 import IPRoute
 
 from tenks import conf as tenks_conf
-from tenks import embedded
 from tenks import spec as tenks_spec
+from tenks.cli import embedded
 
 URI = 'qemu:///system'
 # The console scripts installed beside this venv's python.

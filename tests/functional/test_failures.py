@@ -16,9 +16,9 @@ import pytest
 from pyroute2 import IPRoute
 
 from conductor import plans
-from tenks import embedded
 from tenks import exceptions
 from tenks import names
+from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional

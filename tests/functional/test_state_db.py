@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from tenks import embedded
+from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional

@@ -4,8 +4,8 @@ import pytest
 
 from hostagent import manager
 from tenks import conf as tenks_conf
-from tenks import embedded
 from tenks import spec as tenks_spec
+from tenks.cli import embedded
 from tests.unit import fakes
 
 warnings.filterwarnings('ignore', module='oslo_service')

@@ -265,7 +265,7 @@ def test_inspect_reports_driver_space_and_foreign_interfaces(conductor,
 
 
 def test_operations_beyond_max_operations_wait_their_turn(conf, hypervisor):
-    from tenks import embedded
+    from tenks.cli import embedded
     conf.set_override('max_operations', 1, group='conductor')
     release = threading.Event()
     started = []

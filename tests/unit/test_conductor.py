@@ -214,11 +214,11 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
 def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
                                                        hypervisor):
     """An agent that comes back within the retry window just answers."""
-    from hostagent import service as hostagent_service
+    from hostagent import server as hostagent_server
     conductor.agents.timeout = 0.3
     conductor.agents.retries = 3
     conf.set_override('host', 'late', group='hostagent')
-    late = hostagent_service.HostAgent(conf, conductor.bus)
+    late = hostagent_server.HostAgent(conf, conductor.bus)
     timer = threading.Timer(0.4, late.start)
     timer.start()
     try:
@@ -238,7 +238,8 @@ def test_hypervisor_delete_refuses_one_up_or_hosting_nodes(conductor,
     message = str(raised.value)
     assert 'its hostagent is up' in message
     assert 'cluster(s) unit' in message
-    monkeypatch.setattr(conductor, 'hypervisor_state', lambda row: 'down')
+    monkeypatch.setattr(conductor.registry, 'hypervisor_state',
+                        lambda row: 'down')
     with pytest.raises(exceptions.HypervisorInUse) as raised:
         conductor.delete_hypervisor('hv1')
     assert 'is up' not in str(raised.value)
@@ -351,7 +352,7 @@ def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
         # stop() shut the pool down after the accepting check.
         raise RuntimeError('cannot schedule new futures after shutdown')
 
-    monkeypatch.setattr(conductor._pool, 'submit', shut)
+    monkeypatch.setattr(conductor.operations._pool, 'submit', shut)
     with pytest.raises(exceptions.ConductorBusy) as raised:
         conductor.submit_teardown('unit')
     assert 'shutting down' in str(raised.value)
@@ -367,7 +368,7 @@ def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
 
 def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
         conf, hypervisor):
-    from tenks import embedded
+    from tenks.cli import embedded
     conf.set_override('max_operations', 1, group='conductor')
     release = threading.Event()
     real_ensure = hypervisor.ensure
@@ -383,7 +384,7 @@ def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
         # An operation a dead process left running, resumed behind it.
         conductor.db.save_cluster('second', make_spec(
             count=1, cluster='second', bridge_prefix='brs'), 'scheduled')
-        second = conductor._create_operation('deploy', 'second')
+        second = conductor.operations.create('deploy', 'second')
         conductor.resume_interrupted()
         outcome = []
         waiter = threading.Thread(target=lambda: outcome.append(

@@ -12,9 +12,9 @@ from alembic import autogenerate
 from alembic import script
 from alembic.runtime import migration as alembic_migration
 
-from tenks import embedded
 from tenks import exceptions
 from tenks import fileutils
+from tenks.cli import embedded
 from tenks.db import api as db_api
 from tenks.db import migration
 from tenks.db import migrations

@@ -6,8 +6,8 @@ import socket
 import pytest
 
 from tenks import conf as tenks_conf
+from tenks import daemon
 from tenks import rpc
-from tenks import service
 
 
 def parse(tmp_path, text):
@@ -45,7 +45,7 @@ state_dir = %s
 @pytest.mark.parametrize('name', ['conductor', 'hostagent'])
 def test_good_configuration_has_no_problem(tmp_path, name):
     conf = parse(tmp_path, GOOD % (tmp_path / 'state'))
-    assert service.validate(conf, name) == []
+    assert daemon.validate(conf, name) == []
     assert (tmp_path / 'state').is_dir()
 
 
@@ -55,7 +55,7 @@ def test_every_bad_value_is_named_with_its_file(tmp_path):
 resource_prefix = Bad!
 heartbeat_interval = often
 ''')
-    heartbeat, prefix = service.validate(conf, 'hostagent')
+    heartbeat, prefix = daemon.validate(conf, 'hostagent')
     path = tmp_path / 'tenks.conf'
     assert heartbeat.startswith('[hostagent] heartbeat_interval (in %s): '
                                 % path)
@@ -67,23 +67,23 @@ heartbeat_interval = often
 def test_unknown_driver(tmp_path):
     conf = parse(tmp_path, GOOD % (tmp_path / 'state')
                  + '[hostagent]\nbmc_driver = sushy\n')
-    assert service.validate(conf, 'hostagent') == [
+    assert daemon.validate(conf, 'hostagent') == [
         "[hostagent] bmc_driver: no driver 'sushy' (known: virtualbmc)"]
     # Drivers are the hostagent's business only.
-    assert service.validate(conf, 'conductor') == []
+    assert daemon.validate(conf, 'conductor') == []
 
 
 def test_unusable_state_dir(tmp_path):
     (tmp_path / 'file').write_text('')
     conf = parse(tmp_path, GOOD % (tmp_path / 'file' / 'state'))
-    [problem] = service.validate(conf, 'conductor')
+    [problem] = daemon.validate(conf, 'conductor')
     assert problem.startswith('[DEFAULT] state_dir %s cannot be created'
                               % (tmp_path / 'file' / 'state'))
 
 
 def test_service_without_a_bus(tmp_path):
     conf = parse(tmp_path, '[DEFAULT]\nstate_dir = %s\n' % tmp_path)
-    [problem] = service.validate(conf, 'conductor')
+    [problem] = daemon.validate(conf, 'conductor')
     assert problem.startswith('transport_url is not set')
 
 
@@ -91,7 +91,7 @@ def test_service_without_a_bus(tmp_path):
 def test_host_with_an_inline_comment_is_refused(tmp_path, section):
     conf = parse(tmp_path, GOOD % (tmp_path / 'state')
                  + '[%s]\nhost = hv1  # the name\n' % section)
-    problems = service.validate(conf, 'hostagent')
+    problems = daemon.validate(conf, 'hostagent')
     assert problems == [
         "[%s] host (in %s): Value 'hv1  # the name' doesn't match regex "
         "'^[A-Za-z0-9._-]+$'" % (section, tmp_path / 'tenks.conf')]
@@ -100,7 +100,7 @@ def test_host_with_an_inline_comment_is_refused(tmp_path, section):
 def test_ipmi_address_must_be_an_ip_address(tmp_path):
     conf = parse(tmp_path, GOOD % (tmp_path / 'state')
                  + '[hostagent]\nipmi_address = 192.0.2.1  # BMCs\n')
-    [problem] = service.validate(conf, 'hostagent')
+    [problem] = daemon.validate(conf, 'hostagent')
     assert problem.startswith('[hostagent] ipmi_address (in %s): '
                               % (tmp_path / 'tenks.conf'))
     assert 'IP' in problem and '192.0.2.1  # BMCs' in problem
@@ -109,5 +109,5 @@ def test_ipmi_address_must_be_an_ip_address(tmp_path):
 def test_ipmi_address_accepted(tmp_path):
     conf = parse(tmp_path, GOOD % (tmp_path / 'state')
                  + '[hostagent]\nipmi_address = 192.0.2.1\n')
-    assert service.validate(conf, 'hostagent') == []
+    assert daemon.validate(conf, 'hostagent') == []
     assert conf.hostagent.ipmi_address == '192.0.2.1'

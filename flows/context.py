@@ -1,8 +1,9 @@
-"""The live services flow tasks use: state database, hostagents, events
+"""The live clients flow tasks use: state database, hostagents, events
 and the OpenStack cloud.
 
 Tasks are rebuilt from their persisted flow on resume, so they hold no
-clients of their own; the conductor process installs these once.
+clients of their own; the process that runs the flows (the conductor)
+installs these once.
 """
 
 import dataclasses
@@ -11,16 +12,16 @@ _installed = None
 
 
 @dataclasses.dataclass
-class Services:
+class Clients:
     db: object
     agents: object
     notifier: object
     cloud: object
 
 
-def install(services):
+def install(clients):
     global _installed
-    _installed = services
+    _installed = clients
 
 
 def get():

@@ -1,5 +1,8 @@
 """Embedded mode: conductor and local hostagent in one process.
 
+The CLI wires them here, above both packages: this is the composition
+root, and no module of ``tenks`` outside the CLI imports either.
+
 They talk over oslo.messaging's in-memory transport, exactly as they do
 over RabbitMQ in distributed mode.
 """
@@ -8,8 +11,8 @@ import contextlib
 
 from futurist import _thread as futurist_thread
 
-from conductor import service as conductor_service
-from hostagent import service as hostagent_service
+from conductor import conductor as tenks_conductor
+from hostagent import server as hostagent_server
 from tenks import rpc
 
 
@@ -21,8 +24,8 @@ def embedded(conf):
     # second would be most of a short command's run time.
     futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.05
     bus = rpc.Bus(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
-    agent = hostagent_service.HostAgent(conf, bus)
-    conductor = conductor_service.Conductor(conf, bus)
+    agent = hostagent_server.HostAgent(conf, bus)
+    conductor = tenks_conductor.Conductor(conf, bus)
     agent.start()
     conductor.start()
     try:

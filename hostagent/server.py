@@ -1,4 +1,4 @@
-"""The hostagent: serves requests for one hypervisor.
+"""The hostagent process: serves requests for one hypervisor.
 
 It registers with the conductors when it starts, and again every
 heartbeat_interval seconds with its current facts: that is its
@@ -51,5 +51,5 @@ class HostAgent:
 
 
 def main():
-    from tenks import service
-    service.run('hostagent', HostAgent)
+    from tenks import daemon
+    daemon.run('hostagent', HostAgent)

@@ -1,0 +1,336 @@
+"""The conductor: runs deploy and teardown flows for clusters.
+
+It reaches hypervisors only through their hostagents, over the bus, and
+records everything it creates in the state database as it goes. A
+request is checked against the record and its cluster locked at once;
+then the operation (cloud check, inspection, scheduling, its flow) runs
+in the pool of ``operations``. This module wires the conductor's parts
+together and says what a deploy and a teardown run.
+"""
+
+import contextlib
+import os
+import threading
+
+import fasteners
+from oslo_log import log as logging
+
+from conductor import agents
+from conductor import hypervisors
+from conductor import inspection
+from conductor import locks
+from conductor import manager
+from conductor import operations
+from conductor import plans
+from conductor import preflight
+from conductor import runner
+from conductor import waiters
+from flows import context
+from flows import deploy
+from flows import records
+from flows import teardown
+from hostagent import rpcapi as hostagent_rpcapi
+from tenks import cloud
+from tenks import exceptions
+from tenks import fileutils
+from tenks import notifier
+from tenks import rpc
+from tenks import scheduler
+from tenks.db import api as db_api
+from tenks.db import migration
+
+LOG = logging.getLogger(__name__)
+
+
+class Conductor:
+
+    def __init__(self, conf, bus):
+        self.conf = conf
+        self.bus = bus
+        self.host = conf.conductor.host
+        self.state_dir = fileutils.private_dir(conf.state_dir)
+        self.lock_dir = fileutils.private_dir(
+            os.path.join(self.state_dir, 'locks'))
+        engine = db_api.create_engine(
+            conf.conductor.database_connection
+            or db_api.default_url(self.state_dir))
+        # Once, even when several processes start on a fresh database.
+        with migration.schema_lock(self.lock_dir):
+            migration.upgrade(engine)
+            self.runner = runner.FlowRunner(engine, conf.conductor.workers)
+        self.db = db_api.StateDB(engine)
+        self.waiters = waiters.Waiters()
+        self.agents = agents.AgentClient(
+            bus, self.waiters, self.host, conf.conductor.agent_timeout,
+            conf.conductor.agent_retries)
+        self.notifier = notifier.Notifier(bus, self.db,
+                                          'tenks.conductor.%s' % self.host)
+        self.cloud = cloud.Cloud(conf)
+        context.install(context.Clients(
+            db=self.db, agents=self.agents, notifier=self.notifier,
+            cloud=self.cloud))
+        self.locks = locks.ClusterLocks(self.lock_dir)
+        self.registry = hypervisors.HypervisorRegistry(conf, bus, self.db)
+        self._allocation_mutex = threading.Lock()
+        self.operations = operations.Operations(conf, self.db,
+                                                self.notifier, self.locks)
+        self.server = bus.get_server(
+            rpc.CONDUCTOR_TOPIC, self.host,
+            [manager.ConductorManager(self)])
+
+    def start(self):
+        self.server.start()
+        # Hostagents that started first registered with nobody: their
+        # casts found no queue. Ask them to register now.
+        try:
+            hostagent_rpcapi.HostAgentAPI(self.bus).ask_to_register()
+        except Exception as e:
+            LOG.warning('Could not ask the hostagents to register: %s', e)
+
+    def stop(self, grace=None):
+        """Take no more work, let running operations finish, then stop.
+
+        Operations still running after ``grace`` seconds (default:
+        graceful_shutdown_timeout) are handed back: their flows are
+        persisted, and the next start of this conductor resumes them.
+        Returns how many were handed back.
+        """
+        if grace is None:
+            grace = self.conf.conductor.graceful_shutdown_timeout
+        left = self.operations.drain(grace)
+        self.server.stop()
+        self.server.wait()
+        self.operations.shutdown(wait=not left)
+        return left
+
+    # Hypervisors
+
+    def register_agent(self, host, facts):
+        self.registry.register_agent(host, facts)
+
+    def hypervisor_state(self, row):
+        return self.registry.hypervisor_state(row)
+
+    def list_hypervisors(self):
+        return self.registry.list_hypervisors()
+
+    def get_hypervisor(self, host):
+        return self.registry.get_hypervisor(host)
+
+    def hypervisors(self):
+        """The hosts new nodes may go to."""
+        return self.registry.hypervisors()
+
+    def delete_hypervisor(self, host):
+        """Forget hypervisor ``host``: it must be down and host nothing."""
+        self.registry.delete_hypervisor(host)
+
+    # Operations
+
+    def deploy(self, spec):
+        """Deploy ``spec`` and wait; see submit_deploy and wait."""
+        return self.wait(self.submit_deploy(spec))
+
+    def teardown(self, name):
+        return self.wait(self.submit_teardown(name))
+
+    def submit_deploy(self, spec):
+        """Start creating the cluster ``spec`` describes, or repairing it.
+
+        Idempotent: a re-run with the same spec changes nothing that is as
+        recorded. A deploy that a dead process left half done is resumed.
+        Checks the spec against the record and locks the cluster, then
+        returns the operation id at once: the cloud check, inspection of
+        the hypervisors, scheduling and the flow happen inside the
+        operation, and their failures are its error.
+        """
+        name = spec['cluster']
+        self.operations.check_accepting()
+        self.locks.acquire(name)
+        try:
+            cluster = self.db.get_cluster(name)
+            if cluster is not None and cluster.spec != spec:
+                fields = sorted(k for k in set(spec) | set(cluster.spec)
+                                if spec.get(k) != cluster.spec.get(k))
+                raise exceptions.SpecChanged(name=name,
+                                             fields=', '.join(fields))
+            before = None if cluster is None else cluster.state
+            interrupted = self.operations.interrupted(name)
+            if interrupted is not None:
+                return self.operations.submit(
+                    interrupted.id, 'deploy', name, before, True,
+                    self._resume)
+            if cluster is None:
+                self.db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
+            operation_id = self.operations.create('deploy', name)
+            return self.operations.submit(operation_id, 'deploy', name,
+                                          before, False, self._run_deploy)
+        except BaseException:
+            self.locks.release(name)
+            raise
+
+    def submit_teardown(self, name):
+        """Start removing everything recorded for cluster ``name``."""
+        self.operations.check_accepting()
+        self.locks.acquire(name)
+        try:
+            cluster = self.db.get_cluster(name)
+            if cluster is None:
+                raise exceptions.ClusterNotFound(name=name)
+            interrupted = self.operations.interrupted(name)
+            if interrupted is not None:
+                self.db.finish_operation(interrupted.id,
+                                         operations.INTERRUPTED)
+            operation_id = self.operations.create('teardown', name)
+            return self.operations.submit(operation_id, 'teardown', name,
+                                          cluster.state, False,
+                                          self._run_teardown)
+        except BaseException:
+            self.locks.release(name)
+            raise
+
+    def wait(self, operation_id):
+        """The result of an operation this process runs, once finished;
+        see Operations.wait."""
+        return self.operations.wait(operation_id)
+
+    def resume_interrupted(self):
+        """Resume what this conductor was running when it last stopped."""
+        self.operations.resume_interrupted(self._resume)
+
+    # Records
+
+    def get_operation(self, operation_id):
+        operation = self.db.get_operation(operation_id)
+        if operation is None:
+            raise exceptions.OperationNotFound(id=operation_id)
+        return operation.as_dict()
+
+    def list_operations(self, cluster=None):
+        return [o.as_dict() for o in self.db.list_operations(cluster)]
+
+    def get_cluster(self, name):
+        cluster = self.db.get_cluster(name)
+        if cluster is None:
+            raise exceptions.ClusterNotFound(name=name)
+        return dict(cluster.as_dict(), nodes=self.list_nodes(name))
+
+    def list_clusters(self):
+        return [c.as_dict() for c in self.db.list_clusters()]
+
+    def list_nodes(self, cluster=None):
+        return [n.as_dict() for n in self.db.list_nodes(cluster=cluster)]
+
+    def list_events(self, cluster=None, limit=100):
+        return [e.as_dict() for e in self.db.list_events(cluster, limit)]
+
+    # What a deploy and a teardown run
+
+    @contextlib.contextmanager
+    def _allocating(self):
+        """Scheduling, one at a time across threads and processes."""
+        path = os.path.join(self.lock_dir, 'allocation.lock')
+        with self._allocation_mutex, fasteners.InterProcessLock(path):
+            yield
+
+    def _run_deploy(self, operation_id, on_progress):
+        """Check, inspect, schedule, then run the deploy flow.
+
+        A cluster still 'scheduled' is new: until its flow runs, any
+        error forgets it with the nodes scheduled for it.
+        """
+        name = self.db.get_operation(operation_id).cluster
+        cluster = self.db.get_cluster(name)
+        spec = cluster.spec
+        new = cluster.state == records.CLUSTER_SCHEDULED
+        missing = []
+        try:
+            self.cloud.check(cloud_services(spec))
+            facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+            with self._allocating():
+                recorded = [n.as_dict() for n in self.db.list_nodes()]
+                missing = scheduler.schedule(spec, facts, recorded)
+                preflight.check_hosts(
+                    self.agents, spec, cluster.uuid, facts,
+                    [n for n in recorded if n['cluster'] == name] + missing,
+                    [r.as_dict() for r in self.db.list_resources()]
+                    + self._planned_elsewhere(name, facts, recorded))
+                self.db.add_nodes(missing)
+            nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
+            plan = plans.deploy_plan(spec, cluster.uuid, nodes, facts)
+            return self.runner.run(
+                operation_id, 'deploy:%s' % name, deploy.get_deploy_flow,
+                {'plan': plan}, self._store(operation_id, name),
+                on_progress=on_progress)
+        except exceptions.OperationFailed:
+            raise
+        except Exception:
+            # The flow never ran: unschedule what this operation added.
+            uuids = [node['uuid'] for node in missing]
+            if new:
+                uuids = [n.uuid for n in self.db.list_nodes(cluster=name)]
+                self.db.delete_cluster(name)
+            self.db.delete_nodes(uuids)
+            raise
+
+    def _planned_elsewhere(self, name, facts, recorded):
+        """The interfaces other clusters' recorded nodes have or will
+        have, as resource dicts: a deploy scheduled (its nodes recorded
+        under the allocation lock) makes its bridges and taps only when
+        its flow runs, after that lock is released."""
+        taken = []
+        for other in self.db.list_clusters():
+            nodes = [n for n in recorded if n['cluster'] == other.name
+                     and n['hypervisor'] in facts]
+            if other.name == name or not nodes:
+                continue
+            plan = plans.deploy_plan(other.spec, other.uuid, nodes, facts)
+            for host, interfaces in scheduler.planned_interfaces(
+                    other.spec, plan).items():
+                taken += [{'cluster': other.name, 'hypervisor': host,
+                           'kind': 'port' if field.startswith('specs')
+                           else 'bridge', 'name': interface}
+                          for interface, field in interfaces.items()]
+        return taken
+
+    def _run_teardown(self, operation_id, on_progress):
+        name = self.db.get_operation(operation_id).cluster
+        resources = [
+            {'hypervisor': r.hypervisor, 'kind': r.kind, 'name': r.name,
+             'remove_args': r.remove_args}
+            for r in self.db.list_resources(name)]
+        return self.runner.run(
+            operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,
+            {'cluster': name, 'resources': resources},
+            self._store(operation_id, name), on_progress=on_progress)
+
+    def _resume(self, operation_id, on_progress):
+        """Resume the flow of an interrupted operation; one interrupted
+        before its flow was saved starts again from its checks."""
+        try:
+            return self.runner.resume(operation_id, on_progress=on_progress)
+        except exceptions.NothingToResume:
+            operation = self.db.get_operation(operation_id)
+            if self.db.get_cluster(operation.cluster) is None:
+                raise
+        LOG.info('Operation %s had not begun its flow: starting it',
+                 operation_id)
+        run = (self._run_deploy if operation.kind == 'deploy'
+               else self._run_teardown)
+        return run(operation_id, on_progress)
+
+    @staticmethod
+    def _store(operation_id, name):
+        return {'operation_id': operation_id, 'cluster': name}
+
+
+def cloud_services(spec):
+    """The OpenStack services a deploy of ``spec`` talks to."""
+    wanted = []
+    if any(s.get('ironic_config') for s in spec['specs']):
+        wanted.append('baremetal')
+    if spec['nova_flavors']:
+        wanted.append('compute')
+    if spec['wait_for_placement']:
+        wanted.append('placement')
+    return wanted

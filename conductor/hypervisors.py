@@ -1,0 +1,68 @@
+"""The registry of hypervisors: the hostagents that registered, whether
+they are up, and which may take new nodes."""
+
+import datetime
+
+from tenks import exceptions
+
+
+class HypervisorRegistry:
+
+    def __init__(self, conf, bus, db):
+        self.conf = conf
+        self.bus = bus
+        self.db = db
+
+    def register_agent(self, host, facts):
+        self.db.register_hypervisor(host, facts)
+
+    def hypervisor_state(self, row):
+        age = (datetime.datetime.now(datetime.timezone.utc)
+               - row.last_seen.replace(tzinfo=datetime.timezone.utc))
+        if age.total_seconds() > self.conf.conductor.agent_down_time:
+            return 'down'
+        return 'up' if row.enabled else 'disabled'
+
+    def list_hypervisors(self):
+        counts = {}
+        for node in self.db.list_nodes():
+            counts[node.hypervisor] = counts.get(node.hypervisor, 0) + 1
+        return [dict(row.as_dict(), state=self.hypervisor_state(row),
+                     nodes=counts.get(row.host, 0))
+                for row in self.db.list_hypervisors()]
+
+    def get_hypervisor(self, host):
+        for hypervisor in self.list_hypervisors():
+            if hypervisor['host'] == host:
+                return hypervisor
+        raise exceptions.HypervisorNotFound(host=host)
+
+    def hypervisors(self):
+        """The hosts new nodes may go to."""
+        if self.bus.embedded:
+            return [self.conf.hostagent.host]
+        hosts = [h['host'] for h in self.list_hypervisors()
+                 if h['state'] == 'up']
+        if not hosts:
+            raise exceptions.NoValidHost(
+                what='any node', reason='no hostagent is up and enabled')
+        return hosts
+
+    def delete_hypervisor(self, host):
+        """Forget hypervisor ``host``: it must be down and host nothing."""
+        hypervisor = self.get_hypervisor(host)
+        reasons = []
+        if hypervisor['state'] != 'down':
+            reasons.append('its hostagent is %s (last heard of at %s)' % (
+                hypervisor['state'], hypervisor['last_seen']))
+        clusters = sorted({n.cluster for n in
+                           self.db.list_nodes(hypervisor=host)}
+                          | {r.cluster for r in
+                             self.db.list_resources(hypervisor=host)})
+        if clusters:
+            reasons.append('it hosts resources of cluster(s) %s: tear '
+                           'them down first' % ', '.join(clusters))
+        if reasons:
+            raise exceptions.HypervisorInUse(host=host,
+                                             reason='; '.join(reasons))
+        self.db.delete_hypervisor(host)

@@ -1,0 +1,30 @@
+"""Inspection: what each hypervisor has, asked before a deploy creates
+anything."""
+
+import uuid
+
+from tenks import exceptions
+
+
+def inspect(agents, hosts, spec):
+    """Ask each of ``hosts`` what it has; fail before creating anything
+    if an interface the spec maps is missing on all of them."""
+    ports = list(range(spec['ipmi_port_range_start'],
+                       spec['ipmi_port_range_end'] + 1))
+    facts = {}
+    for host in hosts:
+        facts[host] = agents.request(
+            host, 'inspect', 'inspect/%s' % uuid.uuid4(),
+            physnet_mappings=spec['physnet_mappings'],
+            ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
+            interfaces=[], owner=None)
+    missing = {}
+    for host, host_facts in facts.items():
+        for physnet, source in host_facts['missing_interfaces']:
+            missing.setdefault((physnet, source), []).append(host)
+    for (physnet, source), hosts in sorted(missing.items()):
+        if len(hosts) == len(facts):
+            raise exceptions.InterfaceNotFound(
+                'Interface %s mapped to physical network %s does not '
+                'exist on %s' % (source, physnet, ', '.join(hosts)))
+    return facts

@@ -1,0 +1,273 @@
+"""Operations: recorded, run in a bounded pool of threads, and ended.
+
+Every way an operation can end is recorded as its final state with a
+reason; its cluster's lock, taken by whoever submits it, is released
+when it ends. A stopping conductor ends what waits for a worker and
+hands back, persisted, what still runs after a grace period.
+"""
+
+import threading
+import uuid
+from concurrent import futures
+
+from oslo_log import log as logging
+
+from conductor import progress
+from flows import records
+from tenks import exceptions
+from tenks.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+SUCCEEDED = 'succeeded'
+FAILED = 'failed'
+INTERRUPTED = 'interrupted'
+
+
+class Operations:
+
+    def __init__(self, conf, db, notifier, locks):
+        self.host = conf.conductor.host
+        self.db = db
+        self.notifier = notifier
+        self.locks = locks
+        self._pool = futures.ThreadPoolExecutor(
+            max_workers=conf.conductor.max_operations,
+            thread_name_prefix='operation')
+        self._running = {}
+        # Operations waiting for a worker:
+        # {id: (kind, cluster, its state before, resumed)}.
+        self._queued = {}
+        self._running_mutex = threading.Lock()
+        self._accepting = True
+
+    def drain(self, grace):
+        """Take no more work, and let running operations finish for
+        ``grace`` seconds; returns how many still run then."""
+        # Under the mutex: a submit either made it to the pool before
+        # this, and is cancelled or awaited below, or sees it and refuses.
+        with self._running_mutex:
+            self._accepting = False
+        self._cancel_queued()
+        with self._running_mutex:
+            running = list(self._running.values())
+        left = futures.wait(running, timeout=grace).not_done
+        if left:
+            LOG.warning('Stopping with %d operation(s) still running; they '
+                        'resume when this conductor starts again', len(left))
+        return len(left)
+
+    def shutdown(self, wait):
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def _cancel_queued(self):
+        """End the operations still waiting for a worker: a stopping
+        conductor starts no new work. A resumed one is handed back as
+        it was; a new one has done nothing and fails saying so."""
+        with self._running_mutex:
+            queued = [(operation_id, info) for operation_id, info
+                      in self._queued.items()
+                      if self._running[operation_id].cancel()]
+            for operation_id, _ in queued:
+                del self._queued[operation_id]
+                del self._running[operation_id]
+        for operation_id, (kind, name, before, resumed) in queued:
+            if not resumed:
+                self._fail_unstarted(
+                    operation_id, kind, name, before,
+                    'conductor %s stopped before it began; nothing was '
+                    'changed: run it again' % self.host)
+            self.locks.release(name)
+
+    def check_accepting(self):
+        if not self._accepting:
+            raise exceptions.ConductorBusy(
+                host=self.host, reason='it is shutting down')
+
+    def create(self, kind, name):
+        """Record a new operation of ``kind`` on cluster ``name``."""
+        operation_id = str(uuid.uuid4())
+        self.db.create_operation(operation_id, name, kind, self.host)
+        return operation_id
+
+    def interrupted(self, name):
+        """The last operation a dead process left running, if any.
+
+        Called with the cluster locked, so nothing else runs it now;
+        older ones are closed as interrupted.
+        """
+        running = self.db.list_operations(
+            cluster=name, state=db_api.OPERATION_RUNNING)
+        for operation in running[:-1]:
+            self.db.finish_operation(operation.id, INTERRUPTED)
+        if not running:
+            return None
+        last = running[-1]
+        if last.kind != 'deploy':
+            self.db.finish_operation(last.id, INTERRUPTED)
+            return None
+        return last
+
+    def wait(self, operation_id):
+        """The result of an operation this process runs, once finished.
+
+        Returns {'operation', 'changed', 'resumed'}; raises
+        OperationFailed after its rollback, or the error that stopped it
+        before its flow ran.
+        """
+        with self._running_mutex:
+            future = self._running.get(operation_id)
+        if future is None:
+            raise exceptions.OperationNotFound(id=operation_id)
+        try:
+            return future.result()
+        except futures.CancelledError:
+            operation = self.db.get_operation(operation_id)
+            if operation.error:
+                raise exceptions.OperationFailed(operation.error) from None
+            # A resumed operation, handed back as it was.
+            raise exceptions.OperationFailed(
+                operation=operation.kind.capitalize(),
+                cluster=operation.cluster,
+                reason='conductor %s stopped before it could resume it; it '
+                       'resumes when that conductor starts again'
+                       % self.host) from None
+
+    def resume_interrupted(self, resume):
+        """Submit ``resume`` for what this conductor was running when it
+        last stopped."""
+        for operation in self.db.list_operations(
+                state=db_api.OPERATION_RUNNING, conductor=self.host):
+            try:
+                self.locks.acquire(operation.cluster)
+            except exceptions.ClusterBusy:
+                continue
+            LOG.info('Resuming %s %s of cluster %s', operation.kind,
+                     operation.id, operation.cluster)
+            cluster = self.db.get_cluster(operation.cluster)
+            try:
+                self.submit(operation.id, operation.kind, operation.cluster,
+                            None if cluster is None else cluster.state,
+                            True, resume)
+            except exceptions.ConductorBusy:
+                self.locks.release(operation.cluster)
+                return
+
+    def submit(self, operation_id, kind, name, before, resumed, run, *args):
+        """Run ``run(operation_id, *args, on_progress)`` in the pool; the
+        cluster's lock is released when it ends. ``before``: the state
+        the cluster had, for the failure message (None: this submit
+        recorded the cluster).
+
+        Raises ConductorBusy if the conductor is stopping or the start
+        cannot be announced; the operation then ends failed, and a
+        cluster this submit recorded is forgotten (a resumed operation
+        is handed back as it was). The caller releases the lock.
+        """
+        try:
+            if not resumed:
+                self.notifier.emit('tenks.cluster.%s.start' % kind, name,
+                                   {'operation': operation_id})
+            with self._running_mutex:
+                self.check_accepting()
+                future = self._pool.submit(self._execute, operation_id,
+                                           kind, name, before, resumed, run,
+                                           *args)
+                self._running[operation_id] = future
+                self._queued[operation_id] = (kind, name, before, resumed)
+        except Exception as e:
+            if isinstance(e, (exceptions.ConductorBusy, RuntimeError)):
+                # RuntimeError: the pool was shut down.
+                reason = 'it is shutting down'
+            else:
+                LOG.exception('Could not start operation %s', operation_id)
+                reason = 'it could not announce operation %s (%s: %s)' % (
+                    operation_id, type(e).__name__, e)
+            if not resumed:
+                self._fail_unstarted(
+                    operation_id, kind, name, before,
+                    'conductor %s did not start it: %s; nothing was '
+                    'changed' % (self.host, reason))
+            raise exceptions.ConductorBusy(host=self.host,
+                                           reason=reason) from e
+        return operation_id
+
+    def _execute(self, operation_id, kind, name, before, resumed, run,
+                 *args):
+        with self._running_mutex:
+            self._queued.pop(operation_id, None)
+        recorder = progress.ProgressRecorder(self.db, operation_id)
+        try:
+            outcome = run(operation_id, *args, on_progress=recorder)
+        except exceptions.OperationFailed as e:
+            # The flow ran, and was rolled back.
+            error = exceptions.OperationFailed(
+                operation=kind.capitalize(), cluster=name,
+                reason='%s%s' % (e, self._after_failure(
+                    kind, name, before, operation_id)),
+                failed_tasks=e.kwargs.get('failed_tasks', []))
+            self._fail(operation_id, kind, name, error)
+            raise error from None
+        except Exception as e:
+            # Stopped before its flow ran, or loading the flow failed.
+            LOG.debug('Operation %s failed', operation_id, exc_info=True)
+            self._fail(operation_id, kind, name, exceptions.OperationFailed(
+                operation=kind.capitalize(), cluster=name,
+                reason=str(e) or type(e).__name__))
+            raise
+        finally:
+            recorder.flush()
+            self.locks.release(name)
+            with self._running_mutex:
+                self._running.pop(operation_id, None)
+        result = {'changed': outcome.changed, 'resumed': resumed,
+                  'warnings': outcome.warnings}
+        for warning in outcome.warnings:
+            LOG.warning('Cluster %s: %s', name, warning)
+        self.db.finish_operation(operation_id, SUCCEEDED, result=result)
+        self.notifier.emit('tenks.cluster.%s.end' % kind, name,
+                           {'operation': operation_id,
+                            'changed': len(outcome.changed)})
+        return dict(result, operation=operation_id)
+
+    def _fail_unstarted(self, operation_id, kind, name, before, reason):
+        """End an operation that never began; forget the cluster its
+        submit recorded (``before`` None), which nothing was made for."""
+        if before is None:
+            self.db.delete_cluster(name)
+        self._fail(operation_id, kind, name, exceptions.OperationFailed(
+            operation=kind.capitalize(), cluster=name, reason=reason))
+
+    def _fail(self, operation_id, kind, name, error):
+        self.db.finish_operation(operation_id, FAILED, str(error))
+        try:
+            self.notifier.emit('tenks.cluster.%s.error' % kind, name,
+                               {'operation': operation_id,
+                                'error': str(error)}, error=True)
+        except Exception:
+            # Recorded failed already; the event is only an echo of it.
+            LOG.exception('Could not announce the failure of operation %s',
+                          operation_id)
+
+    def _after_failure(self, kind, name, before, operation_id):
+        if self.db.get_cluster(name) is None:
+            return '. Everything this %s created was rolled back' % kind
+        if kind == 'teardown':
+            left = len(self.db.list_resources(name))
+            return ('. %d resource(s) remain recorded: run the teardown '
+                    'again to finish it' % left)
+        kept = self.db.list_resources(name, operation=operation_id)
+        if kept:
+            return ('. %d resource(s) this deploy created could not be '
+                    'removed (%s); they stay recorded with their nodes: '
+                    'run the deploy again, or "tenks teardown %s", to '
+                    'finish' % (len(kept), ', '.join(
+                        '%s %s' % (r.kind, r.name) for r in kept), name))
+        if before == records.CLUSTER_DEPLOYED:
+            return ('. What this deploy created was rolled back; the '
+                    'cluster deployed before is kept')
+        return ('. What this deploy created was rolled back; cluster %s '
+                'was not deployed before and stays recorded as failed with '
+                '%d resource(s) of earlier operations: run the deploy again, '
+                'or "tenks teardown %s"' % (
+                    name, len(self.db.list_resources(name)), name))
