@@ -30,8 +30,9 @@ class Hypervisor:
         if error is not None:
             raise error
         created = (kind, name) not in self.things
+        changed = self.things.get((kind, name)) != value
         self.things[(kind, name)] = value
-        return base.ensured(created)
+        return base.ensured(created, changed)
 
     def remove(self, kind, name):
         self.calls['remove_' + kind] += 1
