@@ -29,6 +29,7 @@ from oslo_log import log as logging
 from stevedore import driver as stevedore_driver
 
 from conductor import rpcapi as conductor_rpcapi
+from hostagent import nodes
 from hostagent import rpcapi
 from tenks import exceptions
 
@@ -88,6 +89,7 @@ class HostAgentManager:
                                    conf.hostagent.network_driver, conf)
         self.bmc = load_driver('tenks.bmc_drivers',
                                conf.hostagent.bmc_driver, conf)
+        self.nodes = nodes.Nodes(self.virt, self.network, self.bmc)
         self._recent = collections.OrderedDict()
         # request id -> the reply_to of every copy waiting for it to end
         self._running = {}
@@ -96,15 +98,21 @@ class HostAgentManager:
         self._things = {}
 
     @contextlib.contextmanager
-    def _serialised(self, thing):
-        """Hold the lock of ``thing`` (None: nothing to hold).
+    def _serialised(self, things):
+        """Hold the locks of ``things``, taken in sorted order so that
+        requests on several things never deadlock."""
+        with contextlib.ExitStack() as stack:
+            for thing in sorted(set(things)):
+                stack.enter_context(self._thing_lock(thing))
+            yield
+
+    @contextlib.contextmanager
+    def _thing_lock(self, thing):
+        """Hold the lock of ``thing``.
 
         A lock lives while requests hold or await it, so the table does
         not grow with every name ever seen.
         """
-        if thing is None:
-            yield
-            return
         with self._lock:
             entry = self._things.setdefault(thing, [threading.Lock(), 0])
             entry[1] += 1
@@ -117,9 +125,10 @@ class HostAgentManager:
                 if not entry[1]:
                     del self._things[thing]
 
-    def _run(self, request_id, reply_to, thing, action, *args):
-        """Run ``action(*args)`` once for ``request_id``, alone on
-        ``thing``, and report its outcome to every copy's ``reply_to``."""
+    def _run(self, request_id, reply_to, things, action, *args):
+        """Run ``action(*args)`` once for ``request_id``, alone on each
+        of ``things``, and report its outcome to every copy's
+        ``reply_to``."""
         with self._lock:
             outcome = self._recent.get(request_id)
             if outcome is None:
@@ -136,7 +145,7 @@ class HostAgentManager:
                                          **outcome)
             return
         try:
-            with self._serialised(thing):
+            with self._serialised(things):
                 outcome = self._outcome(request_id, action, *args)
         finally:
             with self._lock:
@@ -215,70 +224,78 @@ class HostAgentManager:
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner):
-        self._run(request_id, reply_to, None, self._inspect, physnet_mappings,
+        self._run(request_id, reply_to, [], self._inspect, physnet_mappings,
                   ipmi_address, ipmi_ports, interfaces, owner)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner):
-        self._run(request_id, reply_to, ('pool', name),
+        self._run(request_id, reply_to, [('pool', name)],
                   self.virt.ensure_pool, name, path, owner)
 
     def remove_pool(self, context, request_id, reply_to, name, path, owner):
-        self._run(request_id, reply_to, ('pool', name),
+        self._run(request_id, reply_to, [('pool', name)],
                   self.virt.remove_pool, name, path, owner)
 
     def ensure_volume(self, context, request_id, reply_to, pool, name,
                       capacity, fmt, owner):
-        self._run(request_id, reply_to, ('volume', pool, name),
+        self._run(request_id, reply_to, [('volume', pool, name)],
                   self.virt.ensure_volume, pool, name, capacity, fmt, owner)
 
     def remove_volume(self, context, request_id, reply_to, pool, name,
                       owner):
-        self._run(request_id, reply_to, ('volume', pool, name),
+        self._run(request_id, reply_to, [('volume', pool, name)],
                   self.virt.remove_volume, pool, name, owner)
 
     def ensure_bridge(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, ('bridge', name),
+        self._run(request_id, reply_to, [('bridge', name)],
                   self.network.ensure_bridge, name, owner)
 
     def remove_bridge(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, ('bridge', name),
+        self._run(request_id, reply_to, [('bridge', name)],
                   self.network.remove_bridge, name, owner)
 
     def ensure_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner):
-        self._run(request_id, reply_to, ('uplink', bridge),
+        self._run(request_id, reply_to, [('uplink', bridge)],
                   self.network.ensure_uplink, bridge, source, veth_names,
                   owner)
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner):
-        self._run(request_id, reply_to, ('uplink', bridge),
+        self._run(request_id, reply_to, [('uplink', bridge)],
                   self.network.remove_uplink, bridge, source, veth_names,
                   owner)
 
     def ensure_port(self, context, request_id, reply_to, bridge, name,
                     owner):
-        self._run(request_id, reply_to, ('port', name),
+        self._run(request_id, reply_to, [('port', name)],
                   self.network.ensure_port, bridge, name, owner)
 
     def remove_port(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, ('port', name),
+        self._run(request_id, reply_to, [('port', name)],
                   self.network.remove_port, name, owner)
 
     def ensure_domain(self, context, request_id, reply_to, domain, owner):
-        self._run(request_id, reply_to, ('domain', domain['name']),
+        self._run(request_id, reply_to, [('domain', domain['name'])],
                   self.virt.ensure_domain, domain, owner)
 
     def remove_domain(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, ('domain', name),
+        self._run(request_id, reply_to, [('domain', name)],
                   self.virt.remove_domain, name, owner)
 
     def ensure_bmc(self, context, request_id, reply_to, domain, address,
                    port, username, password):
-        self._run(request_id, reply_to, ('bmc', domain),
+        self._run(request_id, reply_to, [('bmc', domain)],
                   self.bmc.ensure_bmc, domain, address, port, username,
                   password)
 
     def remove_bmc(self, context, request_id, reply_to, domain):
-        self._run(request_id, reply_to, ('bmc', domain),
+        self._run(request_id, reply_to, [('bmc', domain)],
                   self.bmc.remove_bmc, domain)
+
+    def ensure_node(self, context, request_id, reply_to, node, owner, force):
+        self._run(request_id, reply_to, nodes.things(node) or [],
+                  self.nodes.ensure, node, owner, force)
+
+    def remove_node(self, context, request_id, reply_to, node, owner):
+        self._run(request_id, reply_to, nodes.things(node) or [],
+                  self.nodes.remove, node, owner)

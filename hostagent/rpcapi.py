@@ -6,6 +6,22 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
 ``report_result``. Operations come in idempotent ``ensure_*`` /
 ``remove_*`` pairs, so a repeated request does no harm.
 
+``ensure_node(node, owner, force)`` converges one node to ``node``::
+
+    {'uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
+     'console_log_enabled', 'pool',
+     'volumes': [{'name', 'capacity' (bytes), 'format'}],
+     'nics': [{'mac', 'tap', 'bridge'}],
+     'bmc': {'address', 'port', 'username', 'password'},
+     'remove': {'volumes': [name, ...], 'ports': [tap, ...]}}
+
+and reports ``{'changed', 'created', 'updated', 'removed',
+'power_state'}``, the middle three lists of ``[kind, name]`` (kinds
+volume, port, domain, bmc). A running domain that would change raises
+NodeRunning unless ``force``: then it is powered off, changed and
+started again. ``remove_node(node, owner)`` (``remove`` not used)
+reports ``{'changed', 'removed'}``.
+
 API version history:
 
 * 1.0 - Initial version: inspect; ensure/remove of pool, volume, bridge,
@@ -15,13 +31,15 @@ API version history:
 * 1.1 - register_now: a cast to every hostagent (fanout) asking it to
   register at once, sent by a conductor that starts, so that agents
   started before it need not wait for their next heartbeat.
+* 1.2 - ensure_node and remove_node: one request converges or removes a
+  whole node (volumes, ports, domain, BMC); see hostagent.nodes.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.1'
+RPC_API_VERSION = '1.2'
 
-# Methods of API 1.0, with the keyword arguments each takes.
+# Methods, with the keyword arguments each takes.
 METHODS = {
     'inspect': ('physnet_mappings', 'ipmi_address', 'ipmi_ports',
                 'interfaces', 'owner'),
@@ -39,7 +57,13 @@ METHODS = {
     'remove_domain': ('name', 'owner'),
     'ensure_bmc': ('domain', 'address', 'port', 'username', 'password'),
     'remove_bmc': ('domain',),
+    'ensure_node': ('node', 'owner', 'force'),
+    'remove_node': ('node', 'owner'),
 }
+# The version that brought each method; the others are 1.0's. A cast
+# asks for it, so an older agent refuses the request instead of failing
+# somewhere inside it.
+SINCE = {'ensure_node': '1.2', 'remove_node': '1.2'}
 
 
 class HostAgentAPI:
@@ -53,7 +77,8 @@ class HostAgentAPI:
         if set(kwargs) != expected:
             raise TypeError('%s takes %s, got %s' % (
                 method, sorted(expected), sorted(kwargs)))
-        cctxt = self.client.prepare(server=host, version='1.0')
+        cctxt = self.client.prepare(server=host,
+                                    version=SINCE.get(method, '1.0'))
         cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
                    **kwargs)
 

@@ -176,6 +176,16 @@ class DriverError(HostAgentError):
     msg_fmt = '%(driver)s failed to %(action)s: %(reason)s'
 
 
+class NodeRunning(HostAgentError):
+    msg_fmt = ('Node %(node)s is running and would change (%(changes)s): '
+               'power it off first, or force the change, which powers it '
+               'off and on again')
+
+
+class InvalidNodeRequest(HostAgentError):
+    msg_fmt = 'Invalid request for node %(node)s: %(problems)s'
+
+
 def to_report(exc):
     """Describe ``exc`` for the bus: its type name and message."""
     name = type(exc).__name__

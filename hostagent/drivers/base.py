@@ -24,6 +24,13 @@ database is somebody else.
 
 import abc
 
+SECTOR = 512
+
+
+def whole_sectors(capacity):
+    """``capacity`` bytes rounded up to whole sectors, as volumes get."""
+    return -(-int(capacity) // SECTOR) * SECTOR
+
 
 def ensured(created, changed=False, **facts):
     """The result of an ``ensure_*``: ``created``, ``changed``, facts."""
@@ -72,6 +79,22 @@ class VirtDriver(abc.ABC):
         """Delete the volume."""
 
     @abc.abstractmethod
+    def volume_info(self, pool, name, owner):
+        """``{'capacity': bytes, 'format'}`` of the volume, None if absent.
+
+        ResourceConflict when it is not ``owner``'s.
+        """
+
+    @abc.abstractmethod
+    def resize_volume(self, pool, name, capacity, owner):
+        """Grow the volume to ``capacity`` bytes (whole sectors).
+
+        Returns True if it grew, False if it had that size already. A
+        volume larger than ``capacity``: ResourceConflict (volumes are
+        never shrunk); an absent one: DriverError.
+        """
+
+    @abc.abstractmethod
     def ensure_domain(self, domain, owner):
         """A defined (not started) domain as described by ``domain``.
 
@@ -85,6 +108,22 @@ class VirtDriver(abc.ABC):
     @abc.abstractmethod
     def remove_domain(self, name, owner):
         """Stop the domain if it runs, undefine it, delete its log."""
+
+    @abc.abstractmethod
+    def domain_changes(self, domain, owner):
+        """What ensure_domain would change, as phrases for an operator.
+
+        None when the domain is not defined, [] when it is as described.
+        ResourceConflict when it is not ``owner``'s.
+        """
+
+    @abc.abstractmethod
+    def start_domain(self, name, owner):
+        """Start the domain; True if it was not running."""
+
+    @abc.abstractmethod
+    def stop_domain(self, name, owner):
+        """Power the domain off at once; True if it was running."""
 
     @abc.abstractmethod
     def domain_state(self, name):

@@ -22,6 +22,7 @@ class Hypervisor:
         # Interfaces on the host that the drivers did not make: {name:
         # alias}.
         self.interfaces = {}
+        self.running = set()
 
     def ensure(self, kind, name, value=True):
         self.calls['ensure_' + kind] += 1
@@ -29,8 +30,9 @@ class Hypervisor:
         if error is not None:
             raise error
         created = (kind, name) not in self.things
+        changed = self.things.get((kind, name)) != value
         self.things[(kind, name)] = value
-        return base.ensured(created)
+        return base.ensured(created, changed)
 
     def remove(self, kind, name):
         self.calls['remove_' + kind] += 1
@@ -62,13 +64,43 @@ class FakeVirt(base.VirtDriver):
     def remove_volume(self, pool, name, owner):
         return self.hv.remove('volume', name)
 
+    def volume_info(self, pool, name, owner):
+        capacity = self.hv.things.get(('volume', name))
+        return None if capacity is None else {'capacity': capacity,
+                                              'format': 'qcow2'}
+
+    def resize_volume(self, pool, name, capacity, owner):
+        grown = self.hv.things[('volume', name)] < capacity
+        self.hv.things[('volume', name)] = capacity
+        return grown
+
     def ensure_domain(self, domain, owner):
         return self.hv.ensure('domain', domain['name'], domain)
 
     def remove_domain(self, name, owner):
+        self.hv.running.discard(name)
         return self.hv.remove('domain', name)
 
+    def domain_changes(self, domain, owner):
+        current = self.hv.things.get(('domain', domain['name']))
+        if current is None:
+            return None
+        return ['%s changed' % key for key in sorted(domain)
+                if current.get(key) != domain[key]]
+
+    def start_domain(self, name, owner):
+        started = name not in self.hv.running
+        self.hv.running.add(name)
+        return started
+
+    def stop_domain(self, name, owner):
+        stopped = name in self.hv.running
+        self.hv.running.discard(name)
+        return stopped
+
     def domain_state(self, name):
+        if name in self.hv.running:
+            return 'running'
         return 'shut off' if ('domain', name) in self.hv.things else None
 
 

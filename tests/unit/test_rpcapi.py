@@ -191,3 +191,18 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
     conductor.wait(api.teardown_cluster('unit'))
     with pytest.raises(exceptions.ClusterNotFound):
         api.teardown_cluster('unit')
+
+
+@pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
+def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
+    """An agent of 1.1 refuses ensure_node rather than running it; 1.0
+    methods stay servable by 1.0 agents."""
+    bus = Bus()
+    args = dict.fromkeys(hostagent_rpcapi.METHODS[method])
+    hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', method, 'req', 'c1',
+                                            **args)
+    [(_, _, _, options)] = bus.sent
+    node_methods = {'ensure_node', 'remove_node'}
+    assert options['version'] == ('1.2' if method in node_methods
+                                  else '1.0')
+    assert set(hostagent_rpcapi.SINCE) == node_methods

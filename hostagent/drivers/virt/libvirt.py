@@ -133,6 +133,63 @@ def _summary(xml):
     }
 
 
+def _check_uuid(name, current, wanted):
+    if current['uuid'] != wanted['uuid']:
+        raise exceptions.DriverError(
+            driver='libvirt', action='redefine domain %s' % name,
+            reason='it exists with UUID %s, not %s; remove it first' % (
+                current['uuid'], wanted['uuid']))
+
+
+def _added_removed(what, current, wanted, key):
+    """Phrases for the ``what`` (disks, NICs) added and removed, keyed by
+    the field at ``key`` of each; one phrase if only settings differ."""
+    old = [item[key] for item in current]
+    new = [item[key] for item in wanted]
+    phrases = ['%s added: %s' % (what, ', '.join(added))
+               for added in [[k for k in new if k not in old]] if added]
+    phrases += ['%s removed: %s' % (what, ', '.join(gone))
+                for gone in [[k for k in old if k not in new]] if gone]
+    return phrases or ['%s changed' % what]
+
+
+def _differences(current, wanted):
+    """What differs between two domain summaries, in words."""
+    changes = []
+    for key, new in wanted.items():
+        old = current[key]
+        if old == new:
+            continue
+        if key == 'memory':
+            changes.append('memory %s -> %s MiB' % tuple(
+                int(value) // 1024 for _, value in (old, new)))
+        elif key == 'vcpus':
+            changes.append('vcpus %s -> %s' % (old, new))
+        elif key == 'disks':
+            changes += _added_removed('disks', old, new, 3)
+        elif key == 'nics':
+            changes += _added_removed('NICs', old, new, 1)
+        elif key == 'serials':
+            changes.append('console log')
+        else:
+            changes.append('%s %s -> %s' % (key, old, new))
+    return changes
+
+
+def _destroy(dom):
+    """Power ``dom`` off at once; True if it was running."""
+    if not dom.isActive():
+        return False
+    try:
+        dom.destroy()
+    except libvirt.libvirtError as e:
+        # It stopped by itself in between.
+        if e.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:
+            raise
+        return False
+    return True
+
+
 class LibvirtDriver(base.VirtDriver):
     """Pools, volumes and domains through one shared libvirt connection."""
 
@@ -347,7 +404,7 @@ class LibvirtDriver(base.VirtDriver):
         """
         # qemu-img rounds sizes up to whole sectors; so do we, for raw too,
         # so that a second call finds the size it asked for.
-        capacity = -(-int(capacity) // 512) * 512
+        capacity = base.whole_sectors(capacity)
         root = ET.Element('volume')
         ET.SubElement(root, 'name').text = name
         ET.SubElement(root, 'capacity', unit='bytes').text = str(capacity)
@@ -379,6 +436,40 @@ class LibvirtDriver(base.VirtDriver):
                     name, pool, current_capacity, current_fmt, capacity,
                     fmt))
         return base.ensured(False)
+
+    def volume_info(self, pool, name, owner):
+        action = 'read volume %s in storage pool %s' % (name, pool)
+        with self._volume_lock(pool, name), self._libvirt(action) as conn:
+            lvpool = conn.storagePoolLookupByName(pool)
+            vol = self._owned_volume(lvpool, pool, name, owner)
+            if vol is None:
+                return None
+            return {'capacity': vol.info()[1],
+                    'format': _attr(ET.fromstring(vol.XMLDesc()),
+                                    'target/format', 'type')}
+
+    def resize_volume(self, pool, name, capacity, owner):
+        """See base; qemu-img grows the image (its data is kept)."""
+        capacity = base.whole_sectors(capacity)
+        action = 'grow volume %s in storage pool %s' % (name, pool)
+        with self._volume_lock(pool, name), self._libvirt(action) as conn:
+            lvpool = conn.storagePoolLookupByName(pool)
+            vol = self._owned_volume(lvpool, pool, name, owner)
+            if vol is None:
+                raise exceptions.DriverError(driver='libvirt', action=action,
+                                             reason='it does not exist')
+            current = vol.info()[1]
+            if current > capacity:
+                raise exceptions.ResourceConflict(
+                    'Volume %s in storage pool %s has %d bytes, more than '
+                    'the %d asked: Tenks never shrinks a volume' % (
+                        name, pool, current, capacity))
+            if current == capacity:
+                return False
+            vol.resize(capacity, 0)
+        LOG.info('Grew volume %s in storage pool %s from %d to %d bytes',
+                 name, pool, current, capacity)
+        return True
 
     def remove_volume(self, pool, name, owner):
         action = 'delete volume %s in storage pool %s' % (name, pool)
@@ -453,6 +544,42 @@ class LibvirtDriver(base.VirtDriver):
                 reason=('it has no Tenks owner mark' if mark is None
                         else 'it belongs to %s' % mark))
 
+    def _owned_domain(self, conn, name, owner):
+        """Our domain ``name``, or None; ResourceConflict if not ours."""
+        dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
+        if dom is not None:
+            self._check_owner(dom, name, owner)
+        return dom
+
+    def domain_changes(self, domain, owner):
+        """See base; the UUID cannot change: DriverError."""
+        name = domain['name']
+        wanted = _summary(self._domain_xml(domain, owner))
+        with self._libvirt('read domain %s' % name) as conn:
+            dom = self._owned_domain(conn, name, owner)
+            if dom is None:
+                return None
+            current = _summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        _check_uuid(name, current, wanted)
+        return _differences(current, wanted)
+
+    def start_domain(self, name, owner):
+        with self._libvirt('start domain %s' % name) as conn:
+            dom = self._owned_domain(conn, name, owner)
+            if dom is None:
+                raise exceptions.DriverError(
+                    driver='libvirt', action='start domain %s' % name,
+                    reason='it is not defined')
+            if dom.isActive():
+                return False
+            dom.create()
+        return True
+
+    def stop_domain(self, name, owner):
+        with self._libvirt('power off domain %s' % name) as conn:
+            dom = self._owned_domain(conn, name, owner)
+            return dom is not None and _destroy(dom)
+
     def ensure_domain(self, domain, owner):
         """See base; ``owner`` is kept in the domain's metadata.
 
@@ -473,11 +600,7 @@ class LibvirtDriver(base.VirtDriver):
                     dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
                 if current == wanted:
                     return base.ensured(False)
-                if current['uuid'] != wanted['uuid']:
-                    raise exceptions.DriverError(
-                        driver='libvirt', action='redefine domain %s' % name,
-                        reason='it exists with UUID %s, not %s; remove it '
-                               'first' % (current['uuid'], wanted['uuid']))
+                _check_uuid(name, current, wanted)
             # One define: a domain appears with its owner mark or not at all.
             conn.defineXML(xml)
         return base.ensured(dom is None, True)
@@ -489,14 +612,7 @@ class LibvirtDriver(base.VirtDriver):
             if dom is None:
                 return False
             self._check_owner(dom, name, owner)
-            if dom.isActive():
-                try:
-                    dom.destroy()
-                except libvirt.libvirtError as e:
-                    # It stopped by itself in between.
-                    if (e.get_error_code()
-                            != libvirt.VIR_ERR_OPERATION_INVALID):
-                        raise
+            _destroy(dom)
             if dom.isPersistent():
                 dom.undefineFlags(UNDEFINE_FLAGS)
             log = self._console_log(name)

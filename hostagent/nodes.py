@@ -1,0 +1,285 @@
+"""One request per node: converge its volumes, ports, domain and BMC.
+
+:class:`Nodes` drives the hypervisor's drivers for hostagent API 1.2
+(``ensure_node``, ``remove_node``; the request and result are described
+in hostagent.rpcapi). A request first reads what is there and refuses
+before changing anything when it cannot succeed: a volume that would
+shrink or change format, a domain or volume of somebody else, a running
+domain that would change (unless forced). Then it makes or updates each
+part in turn, and removes what the node no longer has last, once the
+domain no longer uses it. A request that fails undoes what it created
+(an update stays: the conductor sends the old state to revert it).
+"""
+
+import contextlib
+
+import jsonschema
+from oslo_log import log as logging
+
+from hostagent.drivers import base
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+# Domain states in which a domain's definition can change at once.
+STOPPED = (None, 'shut off', 'crashed')
+
+_NAMES = {'type': 'array', 'items': {'type': 'string', 'minLength': 1}}
+NODE_SCHEMA = {
+    'type': 'object',
+    'required': ['uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
+                 'console_log_enabled', 'pool', 'volumes', 'nics', 'bmc'],
+    'properties': {
+        'uuid': {'type': 'string'},
+        'name': {'type': 'string', 'minLength': 1},
+        'domain_type': {'enum': ['qemu', 'kvm']},
+        'vcpus': {'type': 'integer', 'minimum': 1},
+        'memory_mb': {'type': 'integer', 'minimum': 1},
+        'console_log_enabled': {'type': 'boolean'},
+        'pool': {'type': 'string', 'minLength': 1},
+        'volumes': {'type': 'array', 'items': {
+            'type': 'object', 'required': ['name', 'capacity', 'format'],
+            'properties': {'name': {'type': 'string', 'minLength': 1},
+                           'capacity': {'type': 'integer', 'minimum': 1},
+                           'format': {'type': 'string'}}}},
+        'nics': {'type': 'array', 'items': {
+            'type': 'object', 'required': ['mac', 'tap', 'bridge'],
+            'properties': {'mac': {'type': 'string'},
+                           'tap': {'type': 'string', 'minLength': 1},
+                           'bridge': {'type': 'string', 'minLength': 1}}}},
+        'bmc': {'type': 'object',
+                'required': ['address', 'port', 'username', 'password'],
+                'properties': {'address': {'type': 'string'},
+                               'port': {'type': 'integer', 'minimum': 1,
+                                        'maximum': 65535},
+                               'username': {'type': 'string'},
+                               'password': {'type': 'string'}}},
+        'remove': {'type': 'object', 'additionalProperties': False,
+                   'properties': {'volumes': _NAMES, 'ports': _NAMES}},
+    },
+}
+
+
+# remove_node needs less: what to remove.
+REMOVE_SCHEMA = dict(NODE_SCHEMA,
+                     required=['name', 'pool', 'volumes', 'nics'])
+
+
+def check(node, schema=NODE_SCHEMA):
+    """Raise InvalidNodeRequest naming every field of ``node`` at fault.
+
+    The BMC password is never quoted back.
+    """
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = ['%s: %s' % (
+        '.'.join(str(p) for p in error.absolute_path) or 'node',
+        'is not valid' if 'password' in error.absolute_path
+        else error.message)
+        for error in sorted(validator.iter_errors(node), key=str)]
+    if not problems:
+        remove = node.get('remove') or {}
+        for kind, wanted in (('volumes', [v['name'] for v in node['volumes']]),
+                             ('ports', [n['tap'] for n in node['nics']])):
+            problems += ['remove.%s: %s is also wanted' % (kind, name)
+                         for name in sorted(set(remove.get(kind, ()))
+                                            & set(wanted))]
+    if problems:
+        name = node.get('name') if isinstance(node, dict) else None
+        raise exceptions.InvalidNodeRequest(node=name or '?',
+                                            problems='; '.join(problems))
+
+
+def things(node):
+    """What a request on ``node`` acts on, as hostagent lock keys.
+
+    The same keys as the single-thing requests of API 1.0 use, so that
+    an ensure_volume of one of its volumes waits for it, and vice versa.
+    None for a malformed node: its request fails its check.
+    """
+    try:
+        name = node['name']
+        remove = node.get('remove') or {}
+        volumes = [v['name'] for v in node['volumes']]
+        ports = [n['tap'] for n in node['nics']]
+        return sorted(
+            {('node', name), ('domain', name), ('bmc', name)}
+            | {('volume', node['pool'], v)
+               for v in volumes + list(remove.get('volumes', []))}
+            | {('port', p) for p in ports + list(remove.get('ports', []))})
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+def domain(node):
+    """The virt driver's description of the node's domain."""
+    return {
+        'name': node['name'], 'uuid': node['uuid'],
+        'domain_type': node['domain_type'], 'vcpus': node['vcpus'],
+        'memory_mb': node['memory_mb'],
+        'console_log_enabled': node['console_log_enabled'],
+        'disks': [{'pool': node['pool'], 'volume': v['name'],
+                   'format': v['format']} for v in node['volumes']],
+        'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
+    }
+
+
+class _Outcome:
+    """What a request did, and how to undo what it created."""
+
+    def __init__(self):
+        self.created = []
+        self.updated = []
+        self.removed = []
+        self._undo = []
+
+    def ensured(self, kind, name, result, undo):
+        if result['created']:
+            self.created.append([kind, name])
+            self._undo.append((kind, name, undo))
+        elif result['changed']:
+            self.updated.append([kind, name])
+
+    def undo(self):
+        """Remove what was created, newest first; report, not raise."""
+        for kind, name, undo in reversed(self._undo):
+            try:
+                undo()
+            except Exception as e:
+                LOG.error('Could not remove %s %s made by a failed request: '
+                          '%s', kind, name, e)
+
+    def result(self, **facts):
+        return dict(facts, changed=bool(self.created or self.updated
+                                        or self.removed),
+                    created=self.created, updated=self.updated,
+                    removed=self.removed)
+
+
+class Nodes:
+    """Whole-node requests on the drivers of one hypervisor."""
+
+    def __init__(self, virt, network, bmc):
+        self.virt = virt
+        self.network = network
+        self.bmc = bmc
+
+    def _plan(self, node, owner):
+        """What would change, in words, and the volumes to grow.
+
+        Reads only; raises when the request cannot succeed.
+        """
+        changes, grow = [], []
+        for vol in node['volumes']:
+            info = self.virt.volume_info(node['pool'], vol['name'], owner)
+            if info is None:
+                continue
+            wanted = base.whole_sectors(vol['capacity'])
+            if info['format'] != vol['format'] or info['capacity'] > wanted:
+                raise exceptions.ResourceConflict(
+                    'Volume %s of node %s has %d bytes in format %s and '
+                    'cannot become %d bytes in format %s: volumes are '
+                    'grown, never shrunk or converted' % (
+                        vol['name'], node['name'], info['capacity'],
+                        info['format'], wanted, vol['format']))
+            if info['capacity'] < wanted:
+                grow.append(vol['name'])
+                changes.append('volume %s %d -> %d bytes' % (
+                    vol['name'], info['capacity'], wanted))
+        changes += self.virt.domain_changes(domain(node), owner) or []
+        return changes, grow
+
+    def ensure(self, node, owner, force):
+        """Converge ``node``; see the module and hostagent.rpcapi."""
+        check(node)
+        name, pool = node['name'], node['pool']
+        changes, grow = self._plan(node, owner)
+        running = self.virt.domain_state(name) not in STOPPED
+        if running and changes and not force:
+            raise exceptions.NodeRunning(node=name,
+                                         changes='; '.join(changes))
+        outcome = _Outcome()
+        stopped = False
+        try:
+            if running and changes:
+                LOG.info('Powering node %s off to change it: %s', name,
+                         '; '.join(changes))
+                stopped = self.virt.stop_domain(name, owner)
+            for vol in node['volumes']:
+                vname = vol['name']
+                if vname in grow:
+                    self.virt.resize_volume(pool, vname, vol['capacity'],
+                                            owner)
+                    outcome.updated.append(['volume', vname])
+                    continue
+                outcome.ensured(
+                    'volume', vname, self.virt.ensure_volume(
+                        pool, vname, vol['capacity'], vol['format'], owner),
+                    lambda v=vname: self.virt.remove_volume(pool, v, owner))
+            for nic in node['nics']:
+                tap = nic['tap']
+                outcome.ensured(
+                    'port', tap,
+                    self.network.ensure_port(nic['bridge'], tap, owner),
+                    lambda t=tap: self.network.remove_port(t, owner))
+            outcome.ensured(
+                'domain', name, self.virt.ensure_domain(domain(node), owner),
+                lambda: self.virt.remove_domain(name, owner))
+            if stopped:
+                self.virt.start_domain(name, owner)
+                stopped = False
+            bmc = node['bmc']
+            outcome.ensured(
+                'bmc', name, self.bmc.ensure_bmc(
+                    name, bmc['address'], bmc['port'], bmc['username'],
+                    bmc['password']),
+                lambda: self.bmc.remove_bmc(name))
+            remove = node.get('remove') or {}
+            for tap in remove.get('ports', []):
+                if self.network.remove_port(tap, owner):
+                    outcome.removed.append(['port', tap])
+            for vname in remove.get('volumes', []):
+                if self.virt.remove_volume(pool, vname, owner):
+                    outcome.removed.append(['volume', vname])
+        except Exception:
+            outcome.undo()
+            if stopped:
+                # Powered off by this request and not changed: as it was.
+                with contextlib.suppress(Exception):
+                    self.virt.start_domain(name, owner)
+            raise
+        return outcome.result(power_state=self.virt.domain_state(name))
+
+    def remove(self, node, owner):
+        """Remove the node's BMC, domain, ports and volumes (ours only).
+
+        Something of the node that is not ours is kept, and named in the
+        ResourceConflict raised once the rest is gone.
+        """
+        check(node, REMOVE_SCHEMA)
+        name, pool = node['name'], node['pool']
+        outcome = _Outcome()
+        kept = []
+        steps = [('bmc', name, lambda: self.bmc.remove_bmc(name)),
+                 ('domain', name, lambda: self.virt.remove_domain(name,
+                                                                  owner))]
+        steps += [('port', n['tap'],
+                   lambda t=n['tap']: self.network.remove_port(t, owner))
+                  for n in node['nics']]
+        steps += [('volume', v['name'],
+                   lambda v=v['name']: self.virt.remove_volume(pool, v,
+                                                               owner))
+                  for v in node['volumes']]
+        for kind, thing, remove in steps:
+            try:
+                if remove():
+                    outcome.removed.append([kind, thing])
+            except exceptions.ResourceConflict as e:
+                kept.append(str(e))
+        if kept:
+            raise exceptions.ResourceConflict(
+                'Node %s: kept what is not ours (%s); removed %s' % (
+                    name, '; '.join(kept),
+                    ', '.join(' '.join(r) for r in outcome.removed)
+                    or 'nothing'))
+        return {'changed': bool(outcome.removed),
+                'removed': outcome.removed}

@@ -1,0 +1,328 @@
+"""Whole-node requests (hostagent API 1.2) on real libvirt, virtualbmc and
+netlink: ensure_node converges a node, remove_node removes it.
+
+Names start with the test's ``hx<hex>`` prefix; BMCs use UDP ports
+8500-8599. Each test removes its BMCs (and so its vbmcd), and ``left``
+removes and checks the rest.
+"""
+
+import contextlib
+import itertools
+import os
+import secrets
+import socket
+import threading
+import uuid
+from xml.etree import ElementTree as ET
+
+import libvirt
+import oslo_messaging as messaging
+import pytest
+
+from hostagent import manager as hostagent_manager
+from hostagent import rpcapi as hostagent_rpcapi
+from tenks import exceptions
+from tenks import rpc
+from tests.functional import drivers_fixtures as fx
+from tests.functional.cluster_fixtures import ipmitool
+
+pytestmark = pytest.mark.functional
+
+PORTS = itertools.cycle(range(8500, 8600))
+MIB = 1024 ** 2
+ADDRESS = '127.0.0.1'
+
+
+class Hypervisor:
+    """The real drivers of one hostagent, a pool and a bridge."""
+
+    def __init__(self, tmp_path, left):
+        self.left = left
+        conf = fx.make_conf(tmp_path)
+        # The in-memory transport: one process plays every service.
+        self.bus = rpc.Bus(conf)
+        self.agent = hostagent_manager.HostAgentManager(conf, self.bus)
+        self.nodes = self.agent.nodes
+        self.pool = left.name('-pool')
+        self.pool_dir = os.path.join(left.directory(), 'pool')
+        self.bridge = left.name('-br')
+        self.agent.virt.ensure_pool(self.pool, self.pool_dir, fx.OWNER)
+        self.agent.network.ensure_bridge(self.bridge, fx.OWNER)
+        self.conn = libvirt.open(fx.URI)
+
+    def node(self, index=0, memory_mb=128, volumes=(16,), nics=1,
+             port=None, **fields):
+        """The request for node ``index``; volume sizes in MiB."""
+        name = self.left.name('-n%d' % index)
+        return dict({
+            'uuid': str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+            'name': name, 'domain_type': 'qemu', 'vcpus': 1,
+            'memory_mb': memory_mb, 'console_log_enabled': False,
+            'pool': self.pool,
+            'volumes': [{'name': '%s-v%d' % (name, i), 'capacity': size * MIB,
+                         'format': 'qcow2'} for i, size in enumerate(volumes)],
+            'nics': [{'mac': '52:54:00:%02x:%02x:%02x' % (
+                          secrets.randbits(8), index, i),
+                      'tap': '%s-t%d' % (name, i), 'bridge': self.bridge}
+                     for i in range(nics)],
+            'bmc': {'address': ADDRESS, 'port': port or next(PORTS),
+                    'username': 'admin', 'password': 'password'},
+        }, **fields)
+
+    def domain(self, name, flags=libvirt.VIR_DOMAIN_XML_INACTIVE):
+        """The domain's XML, or None when undefined."""
+        try:
+            return ET.fromstring(
+                self.conn.lookupByName(name).XMLDesc(flags))
+        except libvirt.libvirtError:
+            return None
+
+    def volume_files(self):
+        return sorted(os.listdir(self.pool_dir))
+
+    def close(self):
+        bmc = self.agent.bmc
+        for entry in bmc.list_bmcs():
+            bmc.remove_bmc(entry['domain'])
+        self.conn.close()
+        self.bus.cleanup()
+
+
+@pytest.fixture
+def hv(tmp_path, left):
+    hypervisor = Hypervisor(tmp_path, left)
+    try:
+        yield hypervisor
+    finally:
+        hypervisor.close()
+
+
+def memory_mib(xml):
+    return int(xml.findtext('memory')) // 1024
+
+
+def disks(xml):
+    return [d.get('volume') for d in xml.findall('devices/disk/source')]
+
+
+def taps(xml):
+    return [t.get('dev') for t in xml.findall('devices/interface/target')]
+
+
+def link_exists(name):
+    return os.path.exists('/sys/class/net/%s' % name)
+
+
+def master(name):
+    return os.path.basename(os.readlink('/sys/class/net/%s/master' % name))
+
+
+def udp_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.bind((ADDRESS, port))
+        except OSError:
+            return False
+    return True
+
+
+def parts(node):
+    """The [kind, name] of every part of ``node``."""
+    return ([['volume', v['name']] for v in node['volumes']]
+            + [['port', n['tap']] for n in node['nics']]
+            + [['domain', node['name']], ['bmc', node['name']]])
+
+
+def test_node_made_answers_ipmi_and_resending_changes_nothing(hv):
+    node = hv.node()
+    name = node['name']
+    result = hv.nodes.ensure(node, fx.OWNER, False)
+    assert result == {'changed': True, 'created': parts(node),
+                      'updated': [], 'removed': [],
+                      'power_state': 'shut off'}
+    xml = hv.domain(name)
+    assert memory_mib(xml) == 128
+    assert disks(xml) == [node['volumes'][0]['name']]
+    assert taps(xml) == [node['nics'][0]['tap']]
+    assert master(node['nics'][0]['tap']) == hv.bridge
+
+    port = node['bmc']['port']
+    assert ipmitool(port, 'power', 'on').returncode == 0
+    assert hv.agent.virt.domain_state(name) == 'running'
+
+    again = hv.nodes.ensure(node, fx.OWNER, False)
+    assert again == {'changed': False, 'created': [], 'updated': [],
+                     'removed': [], 'power_state': 'running'}
+
+    removed = hv.nodes.remove(node, fx.OWNER)
+    assert removed == {'changed': True, 'removed': [
+        ['bmc', name], ['domain', name], ['port', node['nics'][0]['tap']],
+        ['volume', node['volumes'][0]['name']]]}
+    assert hv.domain(name) is None
+    assert not link_exists(node['nics'][0]['tap'])
+    assert hv.volume_files() == []
+    assert udp_free(port)
+    assert hv.nodes.remove(node, fx.OWNER) == {'changed': False,
+                                               'removed': []}
+
+
+def test_memory_grows_in_place_off_and_only_forced_when_running(hv):
+    node = hv.node()
+    name = node['name']
+    hv.nodes.ensure(node, fx.OWNER, False)
+
+    bigger = dict(node, memory_mb=192)
+    result = hv.nodes.ensure(bigger, fx.OWNER, False)
+    assert (result['updated'], result['created']) == ([['domain', name]],
+                                                       [])
+    assert memory_mib(hv.domain(name)) == 192
+
+    assert ipmitool(node['bmc']['port'], 'power', 'on').returncode == 0
+    biggest = dict(node, memory_mb=256)
+    with pytest.raises(exceptions.NodeRunning) as refused:
+        hv.nodes.ensure(biggest, fx.OWNER, False)
+    assert name in str(refused.value)
+    assert 'memory 192 -> 256 MiB' in str(refused.value)
+    assert memory_mib(hv.domain(name)) == 192
+    assert hv.agent.virt.domain_state(name) == 'running'
+
+    forced = hv.nodes.ensure(biggest, fx.OWNER, True)
+    assert forced['updated'] == [['domain', name]]
+    assert forced['power_state'] == 'running'
+    # The running guest has the new size, not just its next boot.
+    assert memory_mib(hv.domain(name, 0)) == 256
+    assert hv.nodes.ensure(biggest, fx.OWNER, False)['changed'] is False
+
+
+def test_volume_and_nic_added_grown_and_removed(hv):
+    node = hv.node()
+    name = node['name']
+    hv.nodes.ensure(node, fx.OWNER, False)
+
+    grown = hv.node(volumes=(32, 16), nics=2, bmc=node['bmc'])
+    grown['nics'][0] = node['nics'][0]
+    result = hv.nodes.ensure(grown, fx.OWNER, False)
+    new_volume, new_tap = grown['volumes'][1]['name'], grown['nics'][1]['tap']
+    assert result['created'] == [['volume', new_volume], ['port', new_tap]]
+    assert result['updated'] == [['volume', node['volumes'][0]['name']],
+                                 ['domain', name]]
+    xml = hv.domain(name)
+    assert disks(xml) == [v['name'] for v in grown['volumes']]
+    assert taps(xml) == [n['tap'] for n in grown['nics']]
+    assert hv.agent.virt.volume_info(
+        hv.pool, node['volumes'][0]['name'], fx.OWNER)['capacity'] == 32 * MIB
+
+    shrunk = dict(grown, volumes=[dict(grown['volumes'][0],
+                                       capacity=8 * MIB)])
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        hv.nodes.ensure(shrunk, fx.OWNER, False)
+    assert node['volumes'][0]['name'] in str(refused.value)
+    assert '%d bytes' % (32 * MIB) in str(refused.value)
+
+    fewer = dict(grown, nics=grown['nics'][:1],
+                 volumes=grown['volumes'][:1],
+                 remove={'ports': [new_tap], 'volumes': [new_volume]})
+    result = hv.nodes.ensure(fewer, fx.OWNER, False)
+    assert result['removed'] == [['port', new_tap], ['volume', new_volume]]
+    assert result['updated'] == [['domain', name]]
+    assert not link_exists(new_tap)
+    xml = hv.domain(name)
+    assert (disks(xml), taps(xml)) == ([node['volumes'][0]['name']],
+                                       [node['nics'][0]['tap']])
+    assert hv.volume_files() == [node['volumes'][0]['name']]
+    hv.nodes.remove(fewer, fx.OWNER)
+
+
+def test_bmc_moves_to_its_new_port(hv):
+    node = hv.node()
+    old = node['bmc']['port']
+    hv.nodes.ensure(node, fx.OWNER, False)
+    assert ipmitool(old, 'power', 'status').returncode == 0
+
+    moved = dict(node, bmc=dict(node['bmc'], port=next(PORTS)))
+    result = hv.nodes.ensure(moved, fx.OWNER, False)
+    assert (result['updated'], result['created']) == (
+        [['bmc', node['name']]], [])
+    assert udp_free(old)
+    status = ipmitool(moved['bmc']['port'], 'power', 'status')
+    assert 'Chassis Power is off' in status.stdout
+    hv.nodes.remove(moved, fx.OWNER)
+
+
+def test_failure_midway_leaves_nothing_the_request_made(hv):
+    node = hv.node(volumes=(16, 16), nics=2)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
+        busy.bind((ADDRESS, node['bmc']['port']))
+        with pytest.raises(exceptions.PortInUse):
+            hv.nodes.ensure(node, fx.OWNER, False)
+    assert hv.domain(node['name']) is None
+    assert not any(link_exists(n['tap']) for n in node['nics'])
+    assert hv.volume_files() == []
+    assert hv.agent.bmc.list_bmcs() == []
+
+
+def test_foreign_domain_of_the_same_name_is_never_touched(hv):
+    node = hv.node()
+    foreign = ('<domain type="qemu"><name>%s</name><memory unit="MiB">64'
+               '</memory><vcpu>1</vcpu><os><type>hvm</type></os></domain>'
+               % node['name'])
+    hv.conn.defineXML(foreign)
+    before = ET.tostring(hv.domain(node['name']))
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        hv.nodes.ensure(node, fx.OWNER, False)
+    assert node['name'] in str(refused.value)
+    with pytest.raises(exceptions.ResourceConflict):
+        hv.nodes.remove(node, fx.OWNER)
+    assert ET.tostring(hv.domain(node['name'])) == before
+    assert hv.volume_files() == []
+    assert not link_exists(node['nics'][0]['tap'])
+
+
+class Reports:
+    """A stand-in conductor keeping each report_result."""
+
+    target = messaging.Target(version='1.0')
+
+    def __init__(self):
+        self.received = {}
+        self.cond = threading.Condition()
+
+    def report_result(self, context, request_id, host, result=None,
+                      error=None):
+        with self.cond:
+            self.received[request_id] = result or error
+            self.cond.notify_all()
+
+    def wait_for(self, request_ids, timeout=60):
+        with self.cond:
+            assert self.cond.wait_for(
+                lambda: set(request_ids) <= set(self.received), timeout)
+            return [self.received[r] for r in request_ids]
+
+
+def test_node_requests_over_the_bus(hv):
+    """Casts through the client reach the agent's handlers, requests of
+    several nodes at once, and each reports its result."""
+    bus = hv.bus
+    host = hv.left.name('-hv')
+    reports = Reports()
+    servers = [bus.get_server(rpc.HOSTAGENT_TOPIC, host, [hv.agent]),
+               bus.get_server(rpc.CONDUCTOR_TOPIC, host + '-c', [reports])]
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            server.start()
+            stack.callback(server.wait)
+            stack.callback(server.stop)
+        api = hostagent_rpcapi.HostAgentAPI(bus)
+        nodes = [hv.node(i) for i in range(4)]
+        for i, node in enumerate(nodes):
+            api.cast(host, 'ensure_node', 'e%d' % i, host + '-c', node=node,
+                     owner=fx.OWNER, force=False)
+        results = reports.wait_for(['e%d' % i for i in range(4)])
+        assert [r['created'] for r in results] == [parts(n) for n in nodes]
+        for i, node in enumerate(nodes):
+            api.cast(host, 'remove_node', 'r%d' % i, host + '-c', node=node,
+                     owner=fx.OWNER)
+        results = reports.wait_for(['r%d' % i for i in range(4)])
+        assert all(r['changed'] for r in results), results
+    assert hv.volume_files() == []

@@ -1,0 +1,170 @@
+"""Whole-node requests (hostagent API 1.2) on the fake drivers: the
+order of parts, refusals before any change, undo of what a failed
+request made, and the locks they share with single-thing requests."""
+
+import threading
+
+import pytest
+
+from hostagent import manager
+from hostagent import nodes
+from tenks import exceptions
+from tenks import rpc
+from tests.unit import fakes
+
+OWNER = 'tenks:c:a'
+
+
+class Reports:
+
+    def __init__(self):
+        self.sent = []
+
+    def report_result(self, conductor, request_id, host, **outcome):
+        self.sent.append((request_id, outcome))
+
+
+@pytest.fixture
+def agent(conf, hypervisor):
+    agent = manager.HostAgentManager(conf, rpc.Bus(conf))
+    agent.conductor = Reports()
+    return agent
+
+
+def node(**fields):
+    return dict({
+        'uuid': '3f1a3c1e-1a52-4c55-9d0e-1f8d7c6b5a40', 'name': 'n0',
+        'domain_type': 'qemu', 'vcpus': 1, 'memory_mb': 128,
+        'console_log_enabled': True, 'pool': 'p',
+        'volumes': [{'name': 'n0v0', 'capacity': 1024, 'format': 'qcow2'}],
+        'nics': [{'mac': '52:54:00:00:00:01', 'tap': 'n0t0',
+                  'bridge': 'br'}],
+        'bmc': {'address': '127.0.0.1', 'port': 6230, 'username': 'admin',
+                'password': 'hush'},
+    }, **fields)
+
+
+def test_result_lists_each_part_by_kind(agent, hypervisor):
+    result = agent.nodes.ensure(node(), OWNER, False)
+    assert result == {
+        'changed': True, 'power_state': 'shut off', 'updated': [],
+        'removed': [],
+        'created': [['volume', 'n0v0'], ['port', 'n0t0'], ['domain', 'n0'],
+                    ['bmc', 'n0']]}
+    assert agent.nodes.ensure(node(), OWNER, False)['changed'] is False
+
+
+def test_running_node_that_would_change_is_refused_unless_forced(
+        agent, hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    hypervisor.running.add('n0')
+    calls = dict(hypervisor.calls)
+    with pytest.raises(exceptions.NodeRunning) as refused:
+        agent.nodes.ensure(node(memory_mb=256), OWNER, False)
+    assert 'n0' in str(refused.value) and 'memory_mb' in str(refused.value)
+    assert dict(hypervisor.calls) == calls  # nothing was even tried
+    result = agent.nodes.ensure(node(memory_mb=256), OWNER, True)
+    assert result['updated'] == [['domain', 'n0']]
+    assert result['power_state'] == 'running'
+    assert hypervisor.things[('domain', 'n0')]['memory_mb'] == 256
+
+
+def test_failed_request_removes_what_it_made_only(agent, hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    hypervisor.fail[('bmc', 'n0')] = exceptions.PortInUse(
+        port=6230, address='127.0.0.1')
+    more = node(volumes=node()['volumes'] + [
+        {'name': 'n0v1', 'capacity': 1024, 'format': 'qcow2'}])
+    with pytest.raises(exceptions.PortInUse):
+        agent.nodes.ensure(more, OWNER, False)
+    # The new volume went; what was there before stays.
+    assert hypervisor.names('volume') == ['n0v0']
+    assert hypervisor.names('domain') == ['n0']
+
+
+def test_shrinking_a_volume_is_refused_before_any_change(agent,
+                                                         hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    calls = dict(hypervisor.calls)
+    small = node(volumes=[{'name': 'n0v0', 'capacity': 512,
+                           'format': 'qcow2'}])
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        agent.nodes.ensure(small, OWNER, False)
+    assert 'n0v0' in str(refused.value) and '1024 bytes' in str(
+        refused.value)
+    assert dict(hypervisor.calls) == calls
+
+
+def test_bad_request_names_each_field_and_hides_the_password(agent):
+    bad = node(memory_mb='lots', remove={'ports': ['n0t0']})
+    bad['bmc']['password'] = 5
+    with pytest.raises(exceptions.InvalidNodeRequest) as refused:
+        agent.nodes.ensure(bad, OWNER, False)
+    message = str(refused.value)
+    assert "memory_mb: 'lots' is not of type 'integer'" in message
+    assert 'bmc.password: is not valid' in message and '5' not in message
+    with pytest.raises(exceptions.InvalidNodeRequest) as refused:
+        agent.nodes.ensure(node(remove={'ports': ['n0t0']}), OWNER, False)
+    assert 'remove.ports: n0t0 is also wanted' in str(refused.value)
+
+
+def test_bad_request_is_reported_not_lost(agent):
+    agent.ensure_node({}, 'r1', 'c1', {'name': ['x']}, OWNER, False)
+    [(request_id, outcome)] = agent.conductor.sent
+    assert outcome['error']['type'] == 'InvalidNodeRequest'
+
+
+def test_remove_keeps_what_is_not_ours_and_says_so(agent, hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    hypervisor.fail[('domain', 'n0')] = fakes.conflict('Domain', 'n0')
+    real = agent.virt.remove_domain
+
+    def remove_domain(name, owner):
+        raise hypervisor.fail[('domain', name)]
+
+    agent.virt.remove_domain = remove_domain
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        agent.nodes.remove(node(), OWNER)
+    assert 'Domain n0' in str(refused.value)
+    assert hypervisor.names('domain') == ['n0']
+    assert hypervisor.names('volume') == hypervisor.names('port') == []
+    agent.virt.remove_domain = real
+
+
+def test_node_request_waits_for_a_request_on_one_of_its_volumes(agent):
+    """An old-style ensure_volume of a node's volume and the node's
+    request do not run at once."""
+    entered, release = threading.Event(), threading.Event()
+    ensure = agent.virt.ensure_volume
+
+    def blocking(*args):
+        entered.set()
+        release.wait(10)
+        return ensure(*args)
+
+    agent.virt.ensure_volume = blocking
+    single = threading.Thread(target=agent.ensure_volume, args=(
+        {}, 'r1', 'c1', 'p', 'n0v0', 1024, 'qcow2', OWNER))
+    single.start()
+    assert entered.wait(10)
+    agent.virt.ensure_volume = ensure
+    whole = threading.Thread(target=agent.ensure_node, args=(
+        {}, 'r2', 'c1', node(), OWNER, False))
+    whole.start()
+    whole.join(0.2)
+    assert whole.is_alive()  # waits for the volume's lock
+    release.set()
+    single.join(10)
+    whole.join(10)
+    assert [r for r, _ in agent.conductor.sent] == ['r1', 'r2']
+    # It found the volume the first request made.
+    assert agent.conductor.sent[1][1]['result']['created'] == [
+        ['port', 'n0t0'], ['domain', 'n0'], ['bmc', 'n0']]
+
+
+def test_lock_keys_are_those_of_single_thing_requests():
+    keys = nodes.things(node(remove={'volumes': ['old'], 'ports': ['t']}))
+    assert keys == sorted([
+        ('bmc', 'n0'), ('domain', 'n0'), ('node', 'n0'), ('port', 'n0t0'),
+        ('port', 't'), ('volume', 'p', 'n0v0'), ('volume', 'p', 'old')])
+    assert nodes.things({'name': 'n0'}) is None
