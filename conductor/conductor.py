@@ -11,6 +11,7 @@ together and says what a deploy and a teardown run.
 import contextlib
 import os
 import threading
+import types
 
 import fasteners
 from oslo_log import log as logging
@@ -21,19 +22,21 @@ from conductor import inspection
 from conductor import locks
 from conductor import manager
 from conductor import operations
-from conductor import plans
+from conductor import planner
 from conductor import preflight
 from conductor import runner
 from conductor import waiters
 from flows import context
 from flows import deploy
 from flows import records
+from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
 from tenks import notifier
+from tenks import reconcile
 from tenks import rpc
 from tenks import scheduler
 from tenks.db import api as db_api
@@ -127,47 +130,66 @@ class Conductor:
 
     # Operations
 
-    def deploy(self, spec):
+    def deploy(self, spec, force=False):
         """Deploy ``spec`` and wait; see submit_deploy and wait."""
-        return self.wait(self.submit_deploy(spec))
+        return self.wait(self.submit_deploy(spec, force))
 
     def teardown(self, name):
         return self.wait(self.submit_teardown(name))
 
-    def submit_deploy(self, spec):
-        """Start creating the cluster ``spec`` describes, or repairing it.
+    def submit_deploy(self, spec, force=False):
+        """Start bringing the cluster to what ``spec`` describes.
 
-        Idempotent: a re-run with the same spec changes nothing that is as
-        recorded. A deploy that a dead process left half done is resumed.
-        Checks the spec against the record and locks the cluster, then
-        returns the operation id at once: the cloud check, inspection of
-        the hypervisors, scheduling and the flow happen inside the
-        operation, and their failures are its error.
+        Idempotent: a re-run with the same spec changes nothing that is
+        as recorded; a changed spec changes only what differs (see
+        tenks.reconcile). ``force``: resize running nodes and remove or
+        resize nodes Ironic has deployed. A deploy that a dead process
+        left half done is resumed (with its own spec). Locks the cluster,
+        then returns the operation id at once: the cloud check,
+        inspection of the hypervisors, planning and the flow happen
+        inside the operation, and their failures are its error.
         """
         name = spec['cluster']
         self.operations.check_accepting()
         self.locks.acquire(name)
         try:
             cluster = self.db.get_cluster(name)
-            if cluster is not None and cluster.spec != spec:
-                fields = sorted(k for k in set(spec) | set(cluster.spec)
-                                if spec.get(k) != cluster.spec.get(k))
-                raise exceptions.SpecChanged(name=name,
-                                             fields=', '.join(fields))
             before = None if cluster is None else cluster.state
             interrupted = self.operations.interrupted(name)
             if interrupted is not None:
+                pending = interrupted.spec or cluster.spec
+                if pending != spec:
+                    raise exceptions.SpecChanged(name=name, fields=', '.join(
+                        sorted(k for k in set(spec) | set(pending)
+                               if spec.get(k) != pending.get(k))))
                 return self.operations.submit(
                     interrupted.id, 'deploy', name, before, True,
                     self._resume)
             if cluster is None:
                 self.db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
-            operation_id = self.operations.create('deploy', name)
+            operation_id = self.operations.create('deploy', name, spec)
             return self.operations.submit(operation_id, 'deploy', name,
-                                          before, False, self._run_deploy)
+                                          before, False, self._run_deploy,
+                                          force)
         except BaseException:
             self.locks.release(name)
             raise
+
+    def plan(self, spec, force=False):
+        """What a deploy of ``spec`` would change, changing nothing:
+        {'cluster', 'changes': [...], 'destructive': bool}."""
+        cluster = self.db.get_cluster(spec['cluster'])
+        if cluster is None:
+            # New: nothing recorded, no deployment yet.
+            cluster = types.SimpleNamespace(spec=spec, uuid='-',
+                                            state=records.CLUSTER_SCHEDULED)
+        self.cloud.check(cloud_services(spec))
+        facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+        plan, _ = planner.plan_deploy(
+            spec, cluster, facts, [n.as_dict() for n in self.db.list_nodes()],
+            [r.as_dict() for r in self.db.list_resources(spec['cluster'])],
+            force)
+        return summary(plan)
 
     def submit_teardown(self, name):
         """Start removing everything recorded for cluster ``name``."""
@@ -233,15 +255,17 @@ class Conductor:
         with self._allocation_mutex, fasteners.InterProcessLock(path):
             yield
 
-    def _run_deploy(self, operation_id, on_progress):
-        """Check, inspect, schedule, then run the deploy flow.
+    def _run_deploy(self, operation_id, force=False, on_progress=None):
+        """Check, inspect and plan; then apply the plan with a flow, or,
+        when it changes nothing, only record the spec.
 
         A cluster still 'scheduled' is new: until its flow runs, any
         error forgets it with the nodes scheduled for it.
         """
-        name = self.db.get_operation(operation_id).cluster
+        operation = self.db.get_operation(operation_id)
+        name = operation.cluster
         cluster = self.db.get_cluster(name)
-        spec = cluster.spec
+        spec = operation.spec or cluster.spec
         new = cluster.state == records.CLUSTER_SCHEDULED
         missing = []
         try:
@@ -249,19 +273,31 @@ class Conductor:
             facts = inspection.inspect(self.agents, self.hypervisors(), spec)
             with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
-                missing = scheduler.schedule(spec, facts, recorded)
-                preflight.check_hosts(
-                    self.agents, spec, cluster.uuid, facts,
-                    [n for n in recorded if n['cluster'] == name] + missing,
-                    [r.as_dict() for r in self.db.list_resources()]
-                    + self._planned_elsewhere(name, facts, recorded))
+                plan, missing = planner.plan_deploy(
+                    spec, cluster, facts, recorded,
+                    [r.as_dict() for r in self.db.list_resources(name)],
+                    force)
+                if not force:
+                    self._check_deployed(name, plan)
+                if plan['changes']:
+                    preflight.check_hosts(
+                        self.agents, spec, cluster.uuid, facts,
+                        [e['new']['record'] for e in plan['nodes']
+                         if e['new'] is not None],
+                        [r.as_dict() for r in self.db.list_resources()]
+                        + self._planned_elsewhere(name, facts, recorded))
                 self.db.add_nodes(missing)
-            nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
-            plan = plans.deploy_plan(spec, cluster.uuid, nodes, facts)
-            return self.runner.run(
+            if not plan['changes']:
+                self.db.commit_cluster(
+                    name, spec, records.CLUSTER_DEPLOYED,
+                    {e['uuid']: e['new']['record']['spec_index']
+                     for e in plan['nodes']})
+                return runner.Outcome([], plan=[])
+            self.db.set_operation_plan(operation_id, plan)
+            outcome = self.runner.run(
                 operation_id, 'deploy:%s' % name, deploy.get_deploy_flow,
-                {'plan': plan}, self._store(operation_id, name),
-                on_progress=on_progress)
+                {'operation_id': operation_id},
+                self._store(operation_id, name), on_progress=on_progress)
         except exceptions.OperationFailed:
             raise
         except Exception:
@@ -272,6 +308,21 @@ class Conductor:
                 self.db.delete_cluster(name)
             self.db.delete_nodes(uuids)
             raise
+        outcome.plan = summary(plan)['changes']
+        return outcome
+
+    def _check_deployed(self, name, plan):
+        """Refuse to remove or resize nodes Ironic has deployed."""
+        uuids = planner.deployed_in_ironic(plan)
+        if not uuids:
+            return
+        states = registration.provision_states(self.cloud.connection, uuids)
+        names = {e['uuid']: e['name'] for e in plan['nodes']}
+        busy = ['%s (%s)' % (names[uuid], state)
+                for uuid, state in sorted(states.items())
+                if state in registration.DEPLOYED_STATES]
+        if busy:
+            raise exceptions.NodesDeployed(name=name, nodes=', '.join(busy))
 
     def _planned_elsewhere(self, name, facts, recorded):
         """The interfaces other clusters' recorded nodes have or will
@@ -284,9 +335,10 @@ class Conductor:
                      and n['hypervisor'] in facts]
             if other.name == name or not nodes:
                 continue
-            plan = plans.deploy_plan(other.spec, other.uuid, nodes, facts)
+            hosts = {host: reconcile.host_setup(other.spec, facts[host])
+                     for host in {n['hypervisor'] for n in nodes}}
             for host, interfaces in scheduler.planned_interfaces(
-                    other.spec, plan).items():
+                    hosts, nodes).items():
                 taken += [{'cluster': other.name, 'hypervisor': host,
                            'kind': 'port' if field.startswith('specs')
                            else 'bridge', 'name': interface}
@@ -295,14 +347,14 @@ class Conductor:
 
     def _run_teardown(self, operation_id, on_progress):
         name = self.db.get_operation(operation_id).cluster
-        resources = [
-            {'hypervisor': r.hypervisor, 'kind': r.kind, 'name': r.name,
-             'remove_args': r.remove_args}
-            for r in self.db.list_resources(name)]
+        self.db.set_operation_plan(operation_id, teardown.teardown_plan(
+            name, [n.as_dict() for n in self.db.list_nodes(cluster=name)],
+            [r.as_dict() for r in self.db.list_resources(name)]))
         return self.runner.run(
             operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,
-            {'cluster': name, 'resources': resources},
+            {'operation_id': operation_id},
             self._store(operation_id, name), on_progress=on_progress)
+
 
     def _resume(self, operation_id, on_progress):
         """Resume the flow of an interrupted operation; one interrupted
@@ -317,7 +369,7 @@ class Conductor:
                  operation_id)
         run = (self._run_deploy if operation.kind == 'deploy'
                else self._run_teardown)
-        return run(operation_id, on_progress)
+        return run(operation_id, on_progress=on_progress)
 
     @staticmethod
     def _store(operation_id, name):
@@ -334,3 +386,10 @@ def cloud_services(spec):
     if spec['wait_for_placement']:
         wanted.append('placement')
     return wanted
+
+
+def summary(plan):
+    """What callers see of a plan: its changes (no password), and
+    whether any of them loses something."""
+    return {'cluster': plan['cluster'], 'changes': plan['changes'],
+            'destructive': bool(reconcile.destructive(plan))}

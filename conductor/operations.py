@@ -84,10 +84,11 @@ class Operations:
             raise exceptions.ConductorBusy(
                 host=self.host, reason='it is shutting down')
 
-    def create(self, kind, name):
-        """Record a new operation of ``kind`` on cluster ``name``."""
+    def create(self, kind, name, spec=None):
+        """Record a new operation of ``kind`` on cluster ``name``; a
+        deploy's with the ``spec`` it applies."""
         operation_id = str(uuid.uuid4())
-        self.db.create_operation(operation_id, name, kind, self.host)
+        self.db.create_operation(operation_id, name, kind, self.host, spec)
         return operation_id
 
     def interrupted(self, name):
@@ -222,6 +223,8 @@ class Operations:
                 self._running.pop(operation_id, None)
         result = {'changed': outcome.changed, 'resumed': resumed,
                   'warnings': outcome.warnings}
+        if outcome.plan is not None:
+            result['plan'] = outcome.plan
         for warning in outcome.warnings:
             LOG.warning('Cluster %s: %s', name, warning)
         self.db.finish_operation(operation_id, SUCCEEDED, result=result)

@@ -36,10 +36,12 @@ def stage(atom_name):
 class Outcome:
     """What the atoms of one run did, gathered from engine events.
 
-    ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end.
+    ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end;
+    ``plan``: the changes the run applied, when it applied a plan.
     """
 
-    def __init__(self, atom_names, on_progress=None):
+    def __init__(self, atom_names, on_progress=None, plan=None):
+        self.plan = plan
         self.changed = []
         self.failures = []
         self.warnings = []

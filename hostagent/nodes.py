@@ -60,9 +60,22 @@ NODE_SCHEMA = {
 }
 
 
-# remove_node needs less: what to remove.
-REMOVE_SCHEMA = dict(NODE_SCHEMA,
-                     required=['name', 'pool', 'volumes', 'nics'])
+# remove_node needs less: the names of what to remove (the conductor
+# knows them from its records, not the sizes or MACs).
+REMOVE_SCHEMA = {
+    'type': 'object',
+    'required': ['name', 'pool', 'volumes', 'nics'],
+    'properties': {
+        'name': {'type': 'string', 'minLength': 1},
+        'pool': {'type': ['string', 'null']},
+        'volumes': {'type': 'array', 'items': {
+            'type': 'object', 'required': ['name'],
+            'properties': {'name': {'type': 'string', 'minLength': 1}}}},
+        'nics': {'type': 'array', 'items': {
+            'type': 'object', 'required': ['tap'],
+            'properties': {'tap': {'type': 'string', 'minLength': 1}}}},
+    },
+}
 
 
 def check(node, schema=NODE_SCHEMA):
