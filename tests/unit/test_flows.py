@@ -1,17 +1,18 @@
 import types
+import uuid
 
 import pytest
 from taskflow import task
 from taskflow.types import failure
 
-from conductor import plans
+from conductor import planner
 from flows import base
 from flows import deploy
+from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
 from tenks import exceptions
-from tenks import scheduler
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 from tests.unit.test_scheduler import facts
@@ -24,43 +25,46 @@ def all_tasks(flow):
     return found
 
 
-def plan(count=2, **top):
-    spec = make_spec(count=count, **top)
+def planned(conductor, spec):
+    """A deploy of ``spec`` planned and recorded as the conductor does
+    it (cluster, scheduled nodes, operation with its plan); returns the
+    operation id and the plan."""
+    db = conductor.db
+    name = spec['cluster']
+    if db.get_cluster(name) is None:
+        db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
     host = {'hv1': facts(mappings=spec['physnet_mappings'])}
-    nodes = scheduler.schedule(spec, host, [])
-    return plans.deploy_plan(spec, 'deployment-1', nodes, host)
+    plan, new = planner.plan_deploy(
+        spec, db.get_cluster(name), host,
+        [n.as_dict() for n in db.list_nodes()],
+        [r.as_dict() for r in db.list_resources(name)], False)
+    db.add_nodes(new)
+    operation_id = str(uuid.uuid4())
+    db.create_operation(operation_id, name, 'deploy', 'hv1', spec)
+    db.set_operation_plan(operation_id, plan)
+    return operation_id, plan
 
 
-def test_deploy_flow_has_a_task_per_resource_with_stable_names():
-    tasks = all_tasks(deploy.get_deploy_flow(plan(count=2)))
-    names = [t.name for t in tasks]
+def deployable(conductor, spec):
+    """The deploy flow's tasks of ``spec``, in the order a linear run
+    executes them, and the store they run with."""
+    operation_id, _ = planned(conductor, spec)
+    store = {base.OPERATION_ID: operation_id, base.CLUSTER: spec['cluster']}
+    return all_tasks(deploy.get_deploy_flow(operation_id)), store
+
+
+def test_deploy_flow_has_a_task_per_node_with_stable_names(conductor):
+    operation_id, plan = planned(conductor, make_spec(count=2))
+    names = [t.name for t in all_tasks(deploy.get_deploy_flow(
+        operation_id))]
     assert len(names) == len(set(names))
-    resources = sorted(n for n in names if not n.startswith(
-        ('cluster:', 'node:')))
-    assert resources == sorted([
-        'pool:hv1:tenks-unit', 'bridge:hv1:brtenks0',
-        'volume:hv1:tk0vol0', 'volume:hv1:tk1vol0',
-        'port:hv1:p-tk0-0', 'port:hv1:p-tk1-0',
-        'domain:hv1:tk0', 'domain:hv1:tk1', 'bmc:hv1:tk0', 'bmc:hv1:tk1'])
-    # Rebuilding from the same plan gives the same names (resume).
-    again = [t.name for t in all_tasks(deploy.get_deploy_flow(plan(2)))]
-    assert sorted(n for n in again if n.startswith(('pool', 'bridge'))) == (
-        sorted(n for n in names if n.startswith(('pool', 'bridge'))))
-
-
-def deployable(conductor, count=2, **top):
-    """A scheduled cluster, recorded as submit_deploy records it, and its
-    deploy flow's tasks in the order a linear run executes them."""
-    spec = make_spec(count=count, physnet_mappings={'physnet1': 'eth1'},
-                     **top)
-    host = {'hv1': facts(mappings=spec['physnet_mappings'])}
-    conductor.db.save_cluster(spec['cluster'], spec,
-                              records.CLUSTER_SCHEDULED)
-    conductor.db.add_nodes(scheduler.schedule(spec, host, []))
-    nodes = [n.as_dict() for n in conductor.db.list_nodes()]
-    deployment = conductor.db.get_cluster(spec['cluster']).uuid
-    return all_tasks(deploy.get_deploy_flow(
-        plans.deploy_plan(spec, deployment, nodes, host)))
+    assert sorted(names) == sorted(
+        ['cluster:deploying', 'pool:hv1:tenks-unit', 'bridge:hv1:brtenks0',
+         'cluster:commit'] + ['node:%s' % e['uuid'] for e in plan['nodes']])
+    # Rebuilding from the stored plan gives the same names (resume).
+    again = [t.name for t in all_tasks(deploy.get_deploy_flow(
+        operation_id))]
+    assert again == names
 
 
 def state(conductor, hv):
@@ -69,7 +73,8 @@ def state(conductor, hv):
     return (dict(hv.things),
             sorted((r.kind, r.name, r.state)
                    for r in db.list_resources('unit')),
-            sorted((n.name, n.state) for n in db.list_nodes()),
+            sorted((n.name, n.state, n.memory_mb, n.vcpus)
+                   for n in db.list_nodes()),
             getattr(db.get_cluster('unit'), 'state', None))
 
 
@@ -82,113 +87,131 @@ def run(t, store):
     return result, args
 
 
-STORE = {base.OPERATION_ID: 'op-1', base.CLUSTER: 'unit'}
+def node_things(name):
+    return {('volume', name + 'vol0'), ('port', 'p-%s-0' % name),
+            ('domain', name), ('bmc', name)}
 
 
-def test_each_hypervisor_task_makes_one_thing_and_its_revert_undoes_it(
+def test_each_hypervisor_task_makes_its_things_and_its_revert_undoes_them(
         conductor, hypervisor):
-    store = dict(STORE)
-    for t in deployable(conductor):
+    tasks, store = deployable(conductor, make_spec(count=2))
+    for t in tasks:
+        if not isinstance(t, (base.EnsureResource, nodes.ConvergeNode)):
+            run(t, store)
+            continue
         before = state(conductor, hypervisor)
         result, args = run(t, store)
-        if isinstance(t, base.EnsureResource):
-            made = set(hypervisor.things) - set(before[0])
-            assert made == {(t.kind, t.resource if t.kind != 'bmc'
-                             else t.ensure_args['domain'])}, t.name
+        made = set(hypervisor.things) - set(before[0])
+        if isinstance(t, nodes.ConvergeNode):
+            assert made == node_things(t.entry['name'])
+            assert result['changed'] and len(result['created']) == 4
+            assert conductor.db.get_node(t.uuid).state == 'deployed'
+        else:
+            assert made == {(t.kind, t.resource)}, t.name
             assert result['new'] and result['changed']
-            assert conductor.db.get_resource('hv1', t.kind,
-                                             t.resource).state == 'present'
-            t.revert(result=result, **args)
-            assert state(conductor, hypervisor) == before, t.name
-            # Again, to go on with what the next tasks need (as a new
-            # operation: the agent answers a request id it has seen
-            # from its memory).
-            run(t, dict(store, operation_id='op-again'))
+        assert {r.state for r in conductor.db.list_resources('unit')} == {
+            'present'}
+        t.revert(result=result, **args)
+        after = state(conductor, hypervisor)
+        assert after[:2] == before[:2], t.name
+        if isinstance(t, nodes.ConvergeNode):
+            # A node its operation created, wholly removed, is forgotten.
+            assert conductor.db.get_node(t.uuid) is None
+            conductor.db.add_nodes([t.entry['new']['record']])
+        # Again, to go on with what the next tasks need (as a new
+        # operation: the agent answers a request id it has seen from its
+        # memory).
+        run(t, dict(store, operation_id='op-again'))
     assert hypervisor.names('domain') == ['tk0', 'tk1']
 
 
-def test_reverting_a_rerun_keeps_what_was_there(conductor, hypervisor):
-    store = dict(STORE)
-    tasks = deployable(conductor, count=1)
-    for t in tasks:
-        run(t, store)
+def bigger(count=1, memory_mb=256):
+    return make_spec(count=count, node_types={'small': {
+        'memory_mb': memory_mb, 'vcpus': 2,
+        'volumes': [{'capacity': '1GiB'}, {'capacity': '1GiB'}],
+        'physical_networks': ['physnet1']}})
+
+
+def test_reverting_a_node_update_gives_it_back_what_it_had(conductor,
+                                                            hypervisor):
+    conductor.deploy(make_spec(count=1))
     deployed = state(conductor, hypervisor)
-    store[base.OPERATION_ID] = 'op-2'
-    for t in tasks:
-        if isinstance(t, base.EnsureResource):
-            result, args = run(t, store)
-            assert not (result['changed'] or result['new']
-                        or result.get('created')), t.name
-            t.revert(result=result, **args)
+    tasks, store = deployable(conductor, bigger())
+    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNode)]
+    assert converge.entry['action'] == 'update'
+    result, args = run(converge, store)
+    assert result['created'] == [('volume', 'tk0vol1')]
+    assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 256
+    assert conductor.db.get_node(converge.uuid).memory_mb == 256
+    converge.revert(result=result, **args)
     assert state(conductor, hypervisor) == deployed
 
 
 def test_a_failed_task_removes_only_what_it_began(conductor, hypervisor):
-    store = dict(STORE)
-    tasks = deployable(conductor, count=1)
-    domain = next(t for t in tasks if t.name == 'domain:hv1:tk0')
-    for t in tasks[:tasks.index(domain)]:
+    tasks, store = deployable(conductor, make_spec(count=1))
+    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNode))
+    for t in tasks[:tasks.index(converge)]:
         run(t, store)
     before = state(conductor, hypervisor)
     # Somebody else's domain of that name: not adopted, not removed.
     hypervisor.fail[('domain', 'tk0')] = fakes.conflict('domain', 'tk0')
     with pytest.raises(exceptions.ResourceConflict):
-        run(domain, store)
-    domain.revert(result=failure.Failure.from_exception(
+        run(converge, store)
+    converge.revert(result=failure.Failure.from_exception(
         exceptions.ResourceConflict(kind='d', name='tk0', owner='o',
-                                    reason='r')), **STORE)
-    assert state(conductor, hypervisor) == before
+                                    reason='r')), **store)
+    assert state(conductor, hypervisor)[:2] == before[:2]
     assert hypervisor.calls['remove_domain'] == 0
     # An agent that answers with an error has made nothing (it undoes
-    # its own partial work): the record goes, and the revert has
-    # nothing to remove.
+    # its own partial work): the records go, and the revert has nothing
+    # to remove.
+    conductor.db.add_nodes([converge.entry['new']['record']])
     hypervisor.fail[('domain', 'tk0')] = exceptions.DriverError(
         driver='fake', action='define', reason='boom')
     store[base.OPERATION_ID] = 'op-2'
     with pytest.raises(exceptions.DriverError):
-        run(domain, store)
-    assert conductor.db.get_resource('hv1', 'domain', 'tk0') is None
-    domain.revert(result=None, operation_id='op-2', cluster='unit')
-    assert state(conductor, hypervisor) == before
+        run(converge, store)
+    assert conductor.db.list_resources(node=converge.uuid) == []
+    converge.revert(result=None, **store)
+    assert state(conductor, hypervisor)[:2] == before[:2]
     assert hypervisor.calls['remove_domain'] == 0
 
 
 def test_node_and_cluster_records_are_restored(conductor, hypervisor):
-    store = dict(STORE)
-    tasks = deployable(conductor, count=1)
-    for t in tasks:
-        run(t, store)
+    conductor.deploy(make_spec(count=1))
     deployed = state(conductor, hypervisor)
-    # On a deployed cluster, StartNode then FinishNode, reverted in the
-    # reverse order, leave the node deployed.
-    start, finish = [t for t in tasks if isinstance(
-        t, (records.StartNode, records.FinishNode))]
-    started, start_args = run(start, store)
-    finished, finish_args = run(finish, store)
-    finish.revert(result=finished, **finish_args)
-    start.revert(result=started, **start_args)
+    # On a deployed cluster, a node's update that finishes it, then
+    # reverted, leaves the node deployed with its old sizes.
+    tasks, store = deployable(conductor, bigger(memory_mb=512))
+    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNode)]
+    assert converge.finishes
+    result, args = run(converge, store)
+    assert conductor.db.get_node(converge.uuid).memory_mb == 512
+    converge.revert(result=result, **args)
     assert state(conductor, hypervisor) == deployed
 
 
 def test_reverting_a_new_cluster_forgets_its_records(conductor, hypervisor):
-    store = dict(STORE)
-    tasks = deployable(conductor, count=1)
-    mark, start = tasks[0], next(t for t in tasks
-                                 if isinstance(t, records.StartNode))
+    tasks, store = deployable(conductor, make_spec(count=1))
+    mark = tasks[0]
+    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNode))
     marked, mark_args = run(mark, store)
-    started, start_args = run(start, store)
-    start.revert(result=started, **start_args)
+    converged, converge_args = run(converge, store)
+    converge.revert(result=converged, **converge_args)
     mark.revert(result=marked, **mark_args)
     assert conductor.db.get_cluster('unit') is None
     assert conductor.db.list_nodes() == []
+    assert conductor.db.list_resources() == []
+    assert hypervisor.things == {}
 
 
-def test_mapped_physnet_gets_an_uplink():
-    p = plan(count=1, physnet_mappings={'physnet1': 'eth1'})
-    assert p['hosts']['hv1']['bridges'] == [{
-        'name': 'brtenks0', 'physnet': 'physnet1',
-        'uplink': {'source': 'eth1',
-                   'veth_names': ['p-brtenks0-br', 'p-brtenks0-phy']}}]
+def test_mapped_physnet_gets_an_uplink(conductor):
+    _, plan = planned(conductor, make_spec(
+        count=1, physnet_mappings={'physnet1': 'eth1'}))
+    [uplink] = [e for e in plan['host_ensure'] if e['kind'] == 'uplink']
+    assert (uplink['name'], uplink['args']['source'],
+            uplink['args']['veth_names']) == (
+        'brtenks0', 'eth1', ['p-brtenks0-br', 'p-brtenks0-phy'])
 
 
 def test_resource_class_normalisation_is_one_rule():
@@ -210,27 +233,31 @@ def test_flavor_extra_specs():
            'x:y': '1'}
 
 
-def test_enrolled_nodes_get_registration_and_post_deploy_tasks():
+def test_enrolled_nodes_get_registration_and_post_deploy_tasks(conductor):
     ironic = {'resource_class': 'gold', 'traits': ['CUSTOM_A'],
               'boot_interface': 'pxe'}
-    p = plan(count=2, specs=[{'type': 'small', 'count': 2,
-                              'ironic_config': ironic}],
-             nova_flavors=[{'resource_class': 'gold', 'node_type': 'small'}],
-             wait_for_placement=True)
-    names = [t.name for t in all_tasks(deploy.get_deploy_flow(p))]
+    operation_id, p = planned(conductor, make_spec(
+        count=2, specs=[{'type': 'small', 'count': 2,
+                         'ironic_config': ironic}],
+        nova_flavors=[{'resource_class': 'gold', 'node_type': 'small'}],
+        wait_for_placement=True))
+    names = [t.name for t in all_tasks(deploy.get_deploy_flow(
+        operation_id))]
     node = p['nodes'][0]
-    assert 'ironic_node:openstack:%s' % node['uuid'] in names
+    # Each node: its hypervisor request, then its enrolment.
+    assert names.index('ironic_node:openstack:%s' % node['uuid']) > (
+        names.index('node:%s' % node['uuid']))
     assert 'nova_flavor:openstack:gold' in names
     assert names[-3:] == ['placement:wait', 'placement:check',
-                          'cluster:deployed']
-    assert node['ironic']['fields'] == {
+                          'cluster:commit']
+    assert node['new']['ironic']['fields'] == {
         'name': 'tk0', 'driver': 'ipmi', 'resource_class': 'gold',
         'boot_interface': 'pxe',
         'properties': {'cpus': 1, 'memory_mb': 128, 'local_gb': 1,
                        'cpu_arch': 'x86_64',
                        'capabilities': 'boot_mode:bios'}}
     assert p['placement_wait'] == [['CUSTOM_GOLD', ['CUSTOM_A'], 2]]
-    assert p['flavors'][0]['disk'] == 1
+    assert p['flavors']['ensure'][0]['disk'] == 1
 
 
 class Nova:
