@@ -289,6 +289,9 @@ class StateDB:
 
     @staticmethod
     def _delete_resources(session, hypervisor, keys):
+        if not keys:
+            # An empty or_() matches every row of the hypervisor.
+            return
         table = models.Resource
         session.execute(sa.delete(table).where(
             table.hypervisor == hypervisor,
