@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from flows import nodes
 from tenks import exceptions
-from tenks import names
 from tests.unit import fakes
+from tests.unit import test_flows
 from tests.unit.conftest import make_spec
 
 EVERYTHING = {'pool', 'bridge', 'volume', 'port', 'domain', 'bmc'}
@@ -244,24 +245,41 @@ def test_request_to_absent_agent_times_out_naming_the_host(conductor, conf):
     assert 'nohost' in str(raised.value)
 
 
+def two_volumes(count=1):
+    return make_spec(count=count, node_types={'small': {
+        'memory_mb': 128, 'vcpus': 1,
+        'volumes': [{'capacity': '1GiB'}, {'capacity': '1GiB'}],
+        'physical_networks': ['physnet1']}})
+
+
+def node_task(conductor, spec, name):
+    """The ConvergeNode of node ``name`` in a deploy of ``spec``,
+    planned and recorded (not run), and its operation id."""
+    operation_id, plan = test_flows.planned(conductor, spec)
+    [entry] = [e for e in plan['nodes'] if e['name'] == name]
+    return nodes.ConvergeNode(entry, spec['ipmi_password'], False,
+                              finishes=True), operation_id
+
+
 def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
     """A task that never finished is reverted with no result: what it had
     recorded as being created is removed, nothing else."""
-    from flows import nodes
     conductor.deploy(make_spec(count=1))
-    hypervisor.things[('volume', 'extra')] = 1
-    remove = {'pool': 'tenks-unit', 'name': 'extra', 'owner': 'tenks:unit'}
-    conductor.db.begin_resource('unit', 'hv1', 'volume', 'extra', remove,
-                                'op')
-    task = nodes.EnsureVolume('hv1', 'extra', {}, remove)
-    task.revert(None, operation_id='op', cluster='unit')
-    assert ('volume', 'extra') not in hypervisor.things
-    assert conductor.db.get_resource('hv1', 'volume', 'extra') is None
+    deployed = dict(hypervisor.things)
+    recorded = resources(conductor)
+    task, operation_id = node_task(conductor, two_volumes(), 'tk0')
+    # It recorded what it asks for; the agent made the new volume, then
+    # the conductor died.
+    conductor.db.begin_resources('unit', 'hv1', operation_id,
+                                 nodes.node_resources(task.entry['new']),
+                                 node=task.uuid)
+    hypervisor.things[('volume', 'tk0vol1')] = 1
+    task.revert(None, operation_id=operation_id, cluster='unit')
+    assert ('volume', 'tk0vol1') not in hypervisor.things
+    assert conductor.db.get_resource('hv1', 'volume', 'tk0vol1') is None
     # Recorded as present before: kept.
-    kept = nodes.EnsureVolume('hv1', 'tk0vol0', {}, {'pool': 'tenks-unit',
-                                                     'name': 'tk0vol0'})
-    kept.revert(None, operation_id='op', cluster='unit')
-    assert ('volume', 'tk0vol0') in hypervisor.things
+    assert hypervisor.things == deployed
+    assert resources(conductor) == recorded
 
 
 def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
@@ -306,38 +324,30 @@ def test_hypervisor_delete_refuses_one_up_or_hosting_nodes(conductor,
 def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     """A volume the agent reports as already there (not created by this
     request) is kept by the revert; what it created is removed."""
-    from flows import nodes
     conductor.deploy(make_spec(count=1))
     db = conductor.db
-    owner = names.owner('unit', db.get_cluster('unit').uuid)
-    remove = {'pool': 'tenks-unit', 'name': 'tk0vol0', 'owner': owner}
-    task = nodes.EnsureVolume('hv1', 'tk0vol0', dict(
-        remove, capacity=1, fmt='qcow2'), remove)
     db.delete_resource('hv1', 'volume', 'tk0vol0')
-    result = task.execute(operation_id='op2', cluster='unit')
-    assert result['new'] is False
-    task.revert(result, operation_id='op2', cluster='unit')
+    task, operation_id = node_task(conductor, two_volumes(), 'tk0')
+    result = task.execute(operation_id=operation_id, cluster='unit')
+    assert result['created'] == [('volume', 'tk0vol1')]
+    assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
+    assert db.get_resource('hv1', 'volume', 'tk0vol1').operation == (
+        operation_id)
+    task.revert(result, operation_id=operation_id, cluster='unit')
     assert ('volume', 'tk0vol0') in hypervisor.things
     assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
-
-    remove = dict(remove, name='extra')
-    fresh = nodes.EnsureVolume('hv1', 'extra', dict(
-        remove, capacity=1, fmt='qcow2'), remove)
-    result = fresh.execute(operation_id='op2', cluster='unit')
-    assert result['new'] is True
-    assert db.get_resource('hv1', 'volume', 'extra').operation == 'op2'
-    fresh.revert(result, operation_id='op2', cluster='unit')
-    assert ('volume', 'extra') not in hypervisor.things
-    assert db.get_resource('hv1', 'volume', 'extra') is None
+    assert ('volume', 'tk0vol1') not in hypervisor.things
+    assert db.get_resource('hv1', 'volume', 'tk0vol1') is None
+    assert db.get_node(task.uuid).volumes == [
+        {'name': 'tk0vol0', 'capacity': 1024 ** 3, 'format': 'qcow2'}]
 
 
 def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
                                                             hypervisor,
                                                             monkeypatch):
-    """No answer (the agent made the thing, the reply was lost): the
-    record stays, and the revert asks for removal by owner mark; a
+    """No answer (the agent made the node, the reply was lost): the
+    records stay, and the revert asks for removal by owner mark; a
     thing the agent then finds not ours is left, its record dropped."""
-    from flows import nodes
     conductor.deploy(make_spec(count=1))
     db = conductor.db
     real_request = conductor.agents.request
@@ -346,31 +356,39 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
         real_request(host, method, request_id, **kwargs)
         raise exceptions.AgentTimeout(host=host, method=method, timeout=0)
 
-    args = {'pool': 'tenks-unit', 'name': 'lost',
-            'owner': names.owner('unit', db.get_cluster('unit').uuid)}
-    task = nodes.EnsureVolume('hv1', 'lost', dict(args, capacity=1,
-                                                  fmt='qcow2'), args)
-    monkeypatch.setattr(conductor.agents, 'request', lost_reply)
-    with pytest.raises(exceptions.AgentTimeout):
-        task.execute(operation_id='op2', cluster='unit')
-    monkeypatch.setattr(conductor.agents, 'request', real_request)
-    row = db.get_resource('hv1', 'volume', 'lost')
-    assert (row.state, row.operation) == ('creating', 'op2')
-    task.revert(None, operation_id='op2', cluster='unit')
-    assert ('volume', 'lost') not in hypervisor.things
-    assert db.get_resource('hv1', 'volume', 'lost') is None
+    def make_tk1():
+        task, operation_id = node_task(conductor, make_spec(count=2), 'tk1')
+        monkeypatch.setattr(conductor.agents, 'request', lost_reply)
+        with pytest.raises(exceptions.AgentTimeout):
+            task.execute(operation_id=operation_id, cluster='unit')
+        monkeypatch.setattr(conductor.agents, 'request', real_request)
+        return task, operation_id
 
-    # The same, but somebody else's thing now stands there.
-    db.begin_resource('unit', 'hv1', 'volume', 'lost', args, 'op3')
-    hypervisor.things[('volume', 'lost')] = 1
+    task, operation_id = make_tk1()
+    assert {(r.kind, r.state, r.operation)
+            for r in db.list_resources(node=task.uuid)} == {
+        (kind, 'creating', operation_id)
+        for kind in ('volume', 'port', 'domain', 'bmc')}
+    task.revert(None, operation_id=operation_id, cluster='unit')
+    assert hypervisor.names('domain') == ['tk0']
+    assert db.list_resources(node=task.uuid) == []
+    assert [n.name for n in db.list_nodes()] == ['tk0']
+
+    # The same, but somebody else's domain now stands there.
+    task, operation_id = make_tk1()
+    real_remove = hypervisor.remove
 
     def refuse(kind, name):
-        raise fakes.conflict(kind, name)
+        if (kind, name) == ('domain', 'tk1'):
+            raise fakes.conflict(kind, name)
+        return real_remove(kind, name)
 
     monkeypatch.setattr(hypervisor, 'remove', refuse)
-    task.revert(None, operation_id='op3', cluster='unit')
-    assert ('volume', 'lost') in hypervisor.things
-    assert db.get_resource('hv1', 'volume', 'lost') is None
+    task.revert(None, operation_id=operation_id, cluster='unit')
+    assert hypervisor.names('domain') == ['tk0', 'tk1']
+    assert hypervisor.names('volume') == ['tk0vol0']
+    assert db.list_resources(node=task.uuid) == []
+    assert [n.name for n in db.list_nodes()] == ['tk0']
 
 
 # A submit that cannot start its operation
