@@ -333,6 +333,10 @@ class StateDB:
                          result=None):
         with self._session.begin() as session:
             operation = session.get(models.Operation, operation_id)
+            if operation.spec:
+                # Only a running deploy needs the BMC password: a
+                # finished one keeps no copy of it past a teardown.
+                operation.spec = dict(operation.spec, ipmi_password='***')
             operation.state = state
             operation.error = error
             operation.result = result or {}

@@ -11,6 +11,7 @@ from openstack import exceptions as sdk_exceptions
 from flows import post_deploy
 from tenks import exceptions
 from tenks import names
+from tenks import reconcile
 from tenks import scheduler
 from tenks import spec as tenks_spec
 from tests.unit.conftest import make_spec
@@ -153,10 +154,14 @@ def test_a_host_of_another_network_driver_is_refused():
 def test_a_deployed_host_whose_driver_changed_is_refused(
         conductor, hypervisor, conf):
     conductor.deploy(make_spec(count=1))
-    # Nothing new to place: the check is on the plan's hosts.
+    # Nothing new to place, a node to resize: the check is on the plan's
+    # hosts.
     conf.set_override('network_driver', 'openvswitch', group='hostagent')
+    resized = make_spec(count=1, node_types={'small': {
+        'memory_mb': 256, 'vcpus': 1, 'volumes': [{'capacity': '1GiB'}],
+        'physical_networks': ['physnet1']}})
     with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deploy(resized)
     assert str(raised.value) == (
         'Hypervisor hv1 runs the openvswitch network driver, but the spec '
         'asks for bridge_type linuxbridge')
@@ -170,16 +175,18 @@ def test_openvswitch_is_not_supported_yet():
         "linuxbridge)"]
 
 
-def plan_for(spec, host_facts):
-    from conductor import plans
+def planned_interfaces(spec, host_facts):
+    """The interfaces a first deploy of ``spec`` creates."""
     nodes = scheduler.schedule(spec, host_facts, [])
-    return plans.deploy_plan(spec, 'deployment-1', nodes, host_facts)
+    return scheduler.planned_interfaces(
+        {host: reconcile.host_setup(spec, host_facts[host])
+         for host in host_facts}, nodes)
 
 
 def test_planned_interfaces_name_their_fields():
     spec = make_spec(count=1, physnet_mappings={'physnet1': 'eth1'})
-    plan = plan_for(spec, {'hv1': facts(mappings={'physnet1': 'eth1'})})
-    assert scheduler.planned_interfaces(spec, plan) == {'hv1': {
+    assert planned_interfaces(
+        spec, {'hv1': facts(mappings={'physnet1': 'eth1'})}) == {'hv1': {
         'brtenks0': 'bridge_prefix', 'p-brtenks0-br': 'bridge_prefix',
         'p-brtenks0-phy': 'bridge_prefix',
         'p-tk0-0': 'specs[0].node_name_prefix'}}
@@ -187,7 +194,7 @@ def test_planned_interfaces_name_their_fields():
 
 def test_interface_conflicts_name_field_host_and_holder():
     spec = make_spec(count=1)
-    plan = plan_for(spec, {'hv1': facts()})
+    plan = planned_interfaces(spec, {'hv1': facts()})
     recorded = [
         {'cluster': 'other', 'hypervisor': 'hv1', 'kind': 'bridge',
          'name': 'brtenks0'},

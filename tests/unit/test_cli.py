@@ -137,7 +137,7 @@ def test_tables_stay_readable(deployed):
     assert '[' not in table and '{' not in table
 
     operations = deployed('operation', 'list', '-c', 'progress').out
-    assert '[' not in operations and 'domain 2/2' in operations
+    assert '[' not in operations and 'node 2/2' in operations
 
     shown = deployed('cluster', 'show', 'unit').out
     assert "ipmi_password: '***'" in shown

@@ -186,6 +186,8 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
         api.delete_hypervisor('hv1')
     with pytest.raises(exceptions.HypervisorNotFound):
         api.delete_hypervisor('nope')
+    # A deploy of another spec that a dead process left running.
+    conductor.operations.create('deploy', 'unit', make_spec(count=1))
     with pytest.raises(exceptions.SpecChanged):
         api.deploy_cluster(make_spec(count=2))
     conductor.wait(api.teardown_cluster('unit'))
