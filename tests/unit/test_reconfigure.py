@@ -1,0 +1,314 @@
+"""Reconfiguring a deployed cluster through the embedded conductor, on
+the fake hypervisor: what changes there and in the records, what a
+failure rolls back, and what a deploy costs in SQL statements."""
+
+import collections
+import datetime
+import time
+
+import pytest
+import sqlalchemy as sa
+from taskflow import exceptions as tf_exceptions
+
+from tenks import exceptions
+from tests.unit.conftest import make_spec
+
+NODE_KINDS = ('volume', 'port', 'domain', 'bmc')
+
+
+def sized(count=1, memory_mb=128, vcpus=1, volumes=('1GiB',),
+          physnets=('physnet1',), **top):
+    """The unit spec with its one node type shaped as asked."""
+    top.setdefault('physical_networks', ['physnet1', 'physnet2'])
+    return make_spec(count=count, node_types={'small': {
+        'memory_mb': memory_mb, 'vcpus': vcpus,
+        'volumes': [{'capacity': c} for c in volumes],
+        'physical_networks': list(physnets)}}, **top)
+
+
+def snapshot(conductor, hv):
+    """What a user can see: the fake hypervisor, and the records."""
+    db = conductor.db
+    cluster = db.get_cluster('unit')
+    return {
+        'things': dict(hv.things),
+        'resources': sorted(
+            (r.hypervisor, r.kind, r.name, r.state, r.operation)
+            for r in db.list_resources()),
+        'nodes': sorted(
+            (n.uuid, n.name, n.state, n.vcpus, n.memory_mb, n.bmc_port,
+             str(n.volumes), str(n.nics)) for n in db.list_nodes()),
+        'spec': cluster and cluster.spec,
+    }
+
+
+def assert_agree(conductor, hv):
+    """The node records, the resource records and the fake hypervisor
+    tell the same story."""
+    db = conductor.db
+    nodes = db.list_nodes(cluster='unit')
+    assert {n.state for n in nodes} <= {'deployed'}
+    assert hv.names('domain') == sorted(n.name for n in nodes)
+    expected = set()
+    for n in nodes:
+        expected |= {('volume', v['name']) for v in n.volumes}
+        expected |= {('port', nic['tap']) for nic in n.nics}
+        expected |= {('domain', n.name), ('bmc', n.name)}
+        assert hv.things[('bmc', n.name)] == (n.bmc_address, n.bmc_port)
+        domain = hv.things[('domain', n.name)]
+        assert (domain['memory_mb'], domain['vcpus']) == (n.memory_mb,
+                                                          n.vcpus)
+        assert [nic['mac'] for nic in domain['nics']] == [
+            nic['mac'] for nic in n.nics]
+        for volume in n.volumes:
+            assert hv.things[('volume', volume['name'])] == (
+                volume['capacity'])
+    on_host = {key for key in hv.things if key[0] in NODE_KINDS}
+    assert on_host == expected
+    recorded = {(r.kind, r.name) for r in db.list_resources('unit')
+                if r.kind in NODE_KINDS}
+    assert recorded == expected
+    assert {r.state for r in db.list_resources('unit')} == {'present'}
+
+
+def names(conductor):
+    return sorted(n.name for n in conductor.db.list_nodes(cluster='unit'))
+
+
+def test_count_up_adds_nodes_and_keeps_the_others(conductor, hypervisor):
+    conductor.deploy(make_spec(count=2))
+    before = {key: value for key, value in hypervisor.things.items()}
+    macs = {nic['mac'] for n in conductor.db.list_nodes() for nic in n.nics}
+    result = conductor.deploy(make_spec(count=4))
+    assert names(conductor) == ['tk0', 'tk1', 'tk2', 'tk3']
+    assert_agree(conductor, hypervisor)
+    # What was there is untouched; the new ones take fresh MACs and
+    # BMC ports.
+    assert {k: hypervisor.things[k] for k in before} == before
+    new = [n for n in conductor.db.list_nodes() if n.name in ('tk2', 'tk3')]
+    assert not macs & {nic['mac'] for n in new for nic in n.nics}
+    assert sorted(n.bmc_port for n in new) == [6232, 6233]
+    assert sorted(result['changed']) == sorted(
+        'node:%s' % n.uuid for n in new)
+    assert conductor.db.get_cluster('unit').spec['specs'][0]['count'] == 4
+
+
+def test_count_down_removes_the_newest_first(conductor, hypervisor):
+    conductor.deploy(make_spec(count=4))
+    result = conductor.deploy(make_spec(count=2))
+    assert names(conductor) == ['tk0', 'tk1']
+    assert_agree(conductor, hypervisor)
+    assert {c['node'] for c in result['plan'] if c['action'] == 'delete'
+            } == {'tk2', 'tk3'}
+    # Newest by creation, not by name: tk0 made last goes first.
+    db = conductor.db
+    tk0 = next(n for n in db.list_nodes() if n.name == 'tk0')
+    db.update_node(tk0.uuid, created_at=datetime.datetime.now(
+        datetime.timezone.utc) + datetime.timedelta(hours=1))
+    conductor.deploy(make_spec(count=1))
+    assert names(conductor) == ['tk1']
+    assert_agree(conductor, hypervisor)
+    assert hypervisor.names('bmc') == ['tk1']
+
+
+def test_resize_redefines_the_domains_in_place(conductor, hypervisor):
+    conductor.deploy(sized(count=2))
+    uuids = sorted(n.uuid for n in conductor.db.list_nodes())
+    conductor.deploy(sized(count=2, memory_mb=256, vcpus=2))
+    assert sorted(n.uuid for n in conductor.db.list_nodes()) == uuids
+    for name in ('tk0', 'tk1'):
+        domain = hypervisor.things[('domain', name)]
+        assert (domain['memory_mb'], domain['vcpus']) == (256, 2)
+    assert_agree(conductor, hypervisor)
+
+
+def test_a_running_node_is_resized_only_when_forced(conductor, hypervisor):
+    conductor.deploy(sized(count=1))
+    hypervisor.running.add('tk0')
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(sized(count=1, memory_mb=256))
+    assert 'tk0' in str(raised.value) and 'memory_mb' in str(raised.value)
+    assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 128
+    assert_agree(conductor, hypervisor)
+    conductor.deploy(sized(count=1, memory_mb=256), force=True)
+    assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 256
+    assert 'tk0' in hypervisor.running
+    assert_agree(conductor, hypervisor)
+
+
+def test_volume_added_and_grown(conductor, hypervisor):
+    conductor.deploy(sized(count=1))
+    conductor.deploy(sized(count=1, volumes=('2GiB', '1GiB')))
+    assert hypervisor.things[('volume', 'tk0vol0')] == 2 * 1024 ** 3
+    assert hypervisor.things[('volume', 'tk0vol1')] == 1024 ** 3
+    domain = hypervisor.things[('domain', 'tk0')]
+    assert [d['volume'] for d in domain['disks']] == ['tk0vol0', 'tk0vol1']
+    assert_agree(conductor, hypervisor)
+
+
+def test_nic_added_then_removed(conductor, hypervisor):
+    conductor.deploy(sized(count=1))
+    [mac] = [nic['mac'] for nic in conductor.db.list_nodes()[0].nics]
+    conductor.deploy(sized(count=1, physnets=('physnet1', 'physnet2')))
+    assert hypervisor.names('port') == ['p-tk0-0', 'p-tk0-1']
+    assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1']
+    [node] = conductor.db.list_nodes()
+    assert [nic['physnet'] for nic in node.nics] == ['physnet1', 'physnet2']
+    assert node.nics[0]['mac'] == mac
+    assert_agree(conductor, hypervisor)
+    # Back to one network: the NIC goes, and the bridge no node uses.
+    conductor.deploy(sized(count=1, physical_networks=['physnet1']))
+    assert hypervisor.names('port') == ['p-tk0-0']
+    assert hypervisor.names('bridge') == ['brtenks0']
+    assert [r.name for r in conductor.db.list_resources('unit')
+            if r.kind == 'bridge'] == ['brtenks0']
+    assert_agree(conductor, hypervisor)
+
+
+def two_entries(order=(0, 1)):
+    entries = [{'type': 'small', 'count': 2, 'node_name_prefix': 'a'},
+               {'type': 'big', 'count': 1, 'node_name_prefix': 'b'}]
+    return make_spec(node_types={
+        'small': {'memory_mb': 128, 'vcpus': 1},
+        'big': {'memory_mb': 256, 'vcpus': 2}},
+        specs=[entries[i] for i in order])
+
+
+def test_reordering_specs_runs_no_flow(conductor, hypervisor):
+    conductor.deploy(two_entries())
+    before = snapshot(conductor, hypervisor)
+    result = conductor.deploy(two_entries(order=(1, 0)))
+    assert result['changed'] == [] and result['plan'] == []
+    # No flow ran, none was saved.
+    with pytest.raises(tf_exceptions.NotFound):
+        conductor.runner.backend.get_connection().get_logbook(
+            result['operation'])
+    after = snapshot(conductor, hypervisor)
+    assert after['things'] == before['things']
+    assert after['resources'] == before['resources']
+    # Each node follows its entry to its new place.
+    index = {n.name: n.spec_index for n in conductor.db.list_nodes()}
+    assert index == {'a0': 1, 'a1': 1, 'b0': 0}
+    assert after['spec']['specs'][0]['node_name_prefix'] == 'b'
+    # And a count changed afterwards goes to the right entry.
+    grown = two_entries(order=(1, 0))
+    grown['specs'][0]['count'] = 2
+    conductor.deploy(grown)
+    assert names(conductor) == ['a0', 'a1', 'b0', 'b1']
+    assert hypervisor.things[('domain', 'b1')]['memory_mb'] == 256
+
+
+def fail_new_definition(hypervisor, monkeypatch, name, memory_mb,
+                        after=lambda: True):
+    """Make the fake refuse to define domain ``name`` with
+    ``memory_mb`` (its old definition still goes through, as a revert
+    needs), once ``after()`` holds (waiting up to 10 s for the other
+    nodes' requests, which run at the same time); returns [whether
+    ``after()`` held when it failed]."""
+    real_ensure = hypervisor.ensure
+    held = []
+
+    def ensure(kind, thing, value=True):
+        if (kind, thing) == ('domain', name) and (
+                value['memory_mb'] == memory_mb):
+            deadline = time.monotonic() + 10
+            while not after() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held.append(after())
+            raise exceptions.DriverError(driver='fake', action='define '
+                                         + name, reason='no memory')
+        return real_ensure(kind, thing, value)
+
+    monkeypatch.setattr(hypervisor, 'ensure', ensure)
+    return held
+
+
+def test_a_failed_reconfigure_rolls_everything_back(conductor, hypervisor,
+                                                    monkeypatch):
+    conductor.deploy(sized(count=2))
+    before = snapshot(conductor, hypervisor)
+
+    def others_done():
+        things = dict(hypervisor.things)
+        return (('bmc', 'tk2') in things
+                and things[('domain', 'tk0')]['memory_mb'] == 256
+                and ('volume', 'tk0vol1') in things)
+
+    held = fail_new_definition(hypervisor, monkeypatch, 'tk1', 256,
+                               others_done)
+    # Grow and resize at once; tk1's resize fails once tk2 is made and
+    # tk0 resized, with a new volume.
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(sized(count=3, memory_mb=256,
+                               volumes=('1GiB', '1GiB')))
+    message = str(raised.value)
+    assert 'define tk1: no memory' in message
+    assert held == [True]
+    assert 'the cluster deployed before is kept' in message
+    after = snapshot(conductor, hypervisor)
+    # Created nodes and volumes gone, updated nodes back to their old
+    # sizes, records as before.
+    assert after['things'] == before['things']
+    assert after['resources'] == before['resources']
+    assert after['nodes'] == before['nodes']
+    assert after['spec'] == before['spec']
+    assert conductor.db.get_cluster('unit').state == 'failed'
+    # The same deploy without the fault applies it all.
+    monkeypatch.setattr(hypervisor, 'ensure', type(hypervisor).ensure.__get__(
+        hypervisor))
+    conductor.deploy(sized(count=3, memory_mb=256, volumes=('1GiB', '1GiB')))
+    assert names(conductor) == ['tk0', 'tk1', 'tk2']
+    assert_agree(conductor, hypervisor)
+    assert conductor.db.get_cluster('unit').state == 'deployed'
+
+
+def test_a_failed_reconfigure_removes_no_node(conductor, hypervisor,
+                                              monkeypatch):
+    conductor.deploy(sized(count=3))
+    before = snapshot(conductor, hypervisor)
+    fail_new_definition(hypervisor, monkeypatch, 'tk0', 256)
+    with pytest.raises(exceptions.OperationFailed):
+        conductor.deploy(sized(count=1, memory_mb=256))
+    assert names(conductor) == ['tk0', 'tk1', 'tk2']
+    after = snapshot(conductor, hypervisor)
+    assert after['things'] == before['things']
+    assert after['resources'] == before['resources']
+    assert after['nodes'] == before['nodes']
+
+
+def verb_and_table(statement):
+    words = statement.split()
+    verb = words[0].upper()
+    table = words[{'SELECT': None, 'INSERT': 2, 'UPDATE': 1,
+                   'DELETE': 2}.get(verb) or words.index('FROM') + 1]
+    return '%s %s' % (verb, table.strip('"'))
+
+
+@pytest.mark.xfail(reason='the engine writes about 19 statements per node '
+                   'for a deploy of 8 nodes (11 per node task: resource '
+                   'rows, 3 node-row updates, a SELECT for its event, 3 '
+                   'atom writes; about 60 per deploy), over the target '
+                   'of 10 (issue 9, item 4)', strict=True)
+def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
+    count = 8
+    statements = []
+
+    def counted(conn, cursor, statement, parameters, context, many):
+        # A hostagent's registration is no part of the deploy.
+        if 'tenks_hypervisors' not in statement:
+            statements.append(verb_and_table(statement))
+
+    engine = conductor.db.engine
+    sa.event.listen(engine, 'before_cursor_execute', counted)
+    try:
+        conductor.deploy(make_spec(count=count))
+    finally:
+        sa.event.remove(engine, 'before_cursor_execute', counted)
+    assert names(conductor) == ['tk%d' % i for i in range(count)]
+    per_node = len(statements) / count
+    figure = '%d SQL statements for a deploy of %d nodes: %.1f per node' % (
+        len(statements), count, per_node)
+    print(figure)
+    assert per_node <= 10, '%s (%s)' % (figure, ', '.join(
+        '%s: %d' % pair
+        for pair in collections.Counter(statements).most_common()))
