@@ -312,3 +312,27 @@ def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
     assert per_node <= 10, '%s (%s)' % (figure, ', '.join(
         '%s: %d' % pair
         for pair in collections.Counter(statements).most_common()))
+
+
+def test_plan_shows_the_changes_and_makes_none(conductor, hypervisor):
+    conductor.deploy(make_spec(count=2))
+    before = snapshot(conductor, hypervisor)
+    operations = conductor.list_operations()
+    plan = conductor.plan(make_spec(count=3))
+    assert {(c['node'], c['resource'], c['action'])
+            for c in plan['changes']} == {
+        ('tk2', 'domain', 'create'), ('tk2', 'volume tk2vol0', 'create'),
+        ('tk2', 'port p-tk2-0', 'create'), ('tk2', 'bmc', 'create')}
+    assert not plan['destructive']
+    assert conductor.plan(make_spec(count=1))['destructive']
+    assert snapshot(conductor, hypervisor) == before
+    assert conductor.list_operations() == operations
+
+
+def test_ipmi_port_range_change_moves_the_bmcs(conductor, hypervisor):
+    conductor.deploy(make_spec(count=2))
+    conductor.deploy(make_spec(count=2, ipmi_port_range_start=6240,
+                               ipmi_port_range_end=6250))
+    assert sorted(value[1] for (kind, _), value in hypervisor.things.items()
+                  if kind == 'bmc') == [6240, 6241]
+    assert_agree(conductor, hypervisor)
