@@ -40,7 +40,7 @@ def planned(conductor, spec):
         [r.as_dict() for r in db.list_resources(name)], False)
     db.add_nodes(new)
     operation_id = str(uuid.uuid4())
-    db.create_operation(operation_id, name, 'deploy', 'hv1', spec)
+    db.create_operation(operation_id, name, 'deploy', conductor.host, spec)
     db.set_operation_plan(operation_id, plan)
     return operation_id, plan
 
