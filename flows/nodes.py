@@ -189,9 +189,10 @@ class ConvergeNode(task.Task):
             LOG.warning('Could not give node %s its old state back while '
                         'reverting: %s', old['name'], e)
             return
+        # What this revert made again (empty) was part of the node before.
         svc.db.finish_resources(
             self.host, {(kind, name): before[(kind, name)]['operation']
-                        if (kind, name) in before else operation_id
+                        if (kind, name) in before else None
                         for kind, name, _ in wanted},
             _keys(result['removed']))
         self._record(svc, old['record'])

@@ -32,28 +32,35 @@ class MarkCluster(task.Task):
 
     Reversion strategy: a cluster this operation scheduled is forgotten
     with its nodes that never started, unless some of its resources could
-    not be removed; any other is marked failed, so a failed operation
-    never leaves it looking busy or healthy, and a re-run or a teardown
-    can finish.
+    not be removed; a deployed cluster whose reconfiguration was rolled
+    back whole (nothing this operation made stays recorded) is deployed
+    still; any other is marked failed, so a failed operation never leaves
+    it looking busy or healthy, and a re-run or a teardown can finish.
     """
 
     def __init__(self, state):
-        super().__init__(name='cluster:%s' % state, requires=(base.CLUSTER,))
+        super().__init__(name='cluster:%s' % state,
+                         requires=(base.OPERATION_ID, base.CLUSTER))
         self.state = state
 
-    def execute(self, cluster):
+    def execute(self, operation_id, cluster):
         db = context.get().db
         previous = db.get_cluster(cluster).state
         db.set_cluster_state(cluster, self.state)
         return previous
 
-    def revert(self, result, cluster, **kwargs):
+    def revert(self, result, operation_id, cluster, **kwargs):
         db = context.get().db
         for node in db.list_nodes(cluster=cluster):
             if node.state == NODE_SCHEDULED:
                 settle_new_node(db, node.uuid)
         if result == CLUSTER_SCHEDULED and not db.list_resources(cluster):
             db.delete_cluster(cluster)
+        elif result == CLUSTER_DEPLOYED and not db.list_resources(
+                cluster, operation=operation_id) and all(
+                node.state == NODE_DEPLOYED
+                for node in db.list_nodes(cluster=cluster)):
+            db.set_cluster_state(cluster, CLUSTER_DEPLOYED)
         else:
             db.set_cluster_state(cluster, CLUSTER_FAILED)
 
