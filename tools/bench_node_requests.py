@@ -3,7 +3,8 @@ done as single-thing driver calls, on real libvirt, netlink and vbmcd.
 
 N nodes (1 GiB qcow2 volume, 1 NIC, 128 MiB) are made in parallel, one
 thread per node, each way in turn; then ensure_node is sent again
-unchanged, and the nodes are removed. Needs root and a running libvirtd;
+unchanged, and the nodes are removed; last, made and removed one node
+after another. Needs root and a running libvirtd;
 uses IPMI ports 8500-8599 and names starting with ``bn<hex>``, and
 removes all it makes.
 
@@ -33,6 +34,14 @@ def parallel(function, items):
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(len(items)) as pool:
         list(pool.map(function, items))
+    return time.monotonic() - start
+
+
+def in_turn(function, items):
+    """Seconds to run ``function`` on every item, one after another."""
+    start = time.monotonic()
+    for item in items:
+        function(item)
     return time.monotonic() - start
 
 
@@ -92,12 +101,15 @@ class Bench:
 
     def run(self):
         figures = {}
-        for label, function in (('raw driver calls', self.raw),
-                                ('remove_node (raw ones)', self.remove),
-                                ('ensure_node', self.ensure),
-                                ('ensure_node unchanged', self.ensure),
-                                ('remove_node', self.remove)):
-            figures[label] = parallel(function, self.node_list)
+        for label, how, function in (
+                ('raw driver calls', parallel, self.raw),
+                ('remove_node (raw ones)', parallel, self.remove),
+                ('ensure_node', parallel, self.ensure),
+                ('ensure_node unchanged', parallel, self.ensure),
+                ('remove_node', parallel, self.remove),
+                ('ensure_node in turn', in_turn, self.ensure),
+                ('remove_node in turn', in_turn, self.remove)):
+            figures[label] = how(function, self.node_list)
         return figures
 
     def clean(self):
