@@ -83,6 +83,9 @@ class Conductor:
 
     def start(self):
         self.server.start()
+        if self.bus.embedded:
+            # Its one hostagent runs in this process and is not waited on.
+            return
         # Hostagents that started first registered with nobody: their
         # casts found no queue. Ask them to register now.
         try:

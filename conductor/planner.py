@@ -42,6 +42,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force):
     plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,
                           old_views, new_nodes, facts, resources)
     plan['force'] = force
+    plan['cluster_state'] = cluster.state
     return plan, new_nodes
 
 

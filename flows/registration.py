@@ -221,7 +221,8 @@ class EnsureIronicNode(base.EnsureResource):
     def execute(self, operation_id, cluster):
         result = super().execute(operation_id, cluster)
         if self.finishes:
-            records.finish_node(context.get(), cluster, self.entry['uuid'],
+            records.finish_node(context.get(), cluster,
+                                self.entry['new']['record'],
                                 announce=self.entry['action'] == 'create')
         return result
 
