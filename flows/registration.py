@@ -215,7 +215,8 @@ def node_updates(current, node, defaults, password_changed=False):
 def _interfaces(node, current, defaults):
     wanted = dict(defaults, **{k: v for k, v in node.items()
                                if k in INTERFACES})
-    return {k: v for k, v in wanted.items() if getattr(current, k) != v}
+    return {k: v for k, v in wanted.items()
+            if getattr(current, k, None) != v}
 
 
 def _driver_defaults(conn, current, node):

@@ -109,6 +109,7 @@ def test_fields_traits_and_ports_change_in_place(cloud, prefix):
     assert int(ironic.driver_info['ipmi_port']) == 8601
     assert ironic.traits == ['CUSTOM_B']
     assert sorted(ports_of(cloud, node['id'])) == [MAC1, MAC2]
+    assert registration.delete_node(cloud, CONF, node['id'])
 
 
 def test_node_of_someone_else_is_left_alone(cloud, prefix):
@@ -121,6 +122,7 @@ def test_node_of_someone_else_is_left_alone(cloud, prefix):
     assert ironic.resource_class == 'tenks-a'
     assert ironic.provision_state == 'enroll'
     assert ports_of(cloud, node['id']) == {}
+    cloud.baremetal.delete_node(node['id'])
 
 
 def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
@@ -144,8 +146,8 @@ def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
                                      ['CUSTOM_B'], ports, adopt=True)
         message = str(raised.value)
         assert node['name'] in message and node['id'] in message
-        assert '%s cannot change in provision state active' % what in (
-            message)
+        assert what in message
+        assert message.endswith('cannot change in provision state active')
         ironic = cloud.baremetal.get_node(node['id'])
         assert ironic.traits == ['CUSTOM_A']
         assert ironic.resource_class == 'tenks-a'
@@ -159,6 +161,14 @@ def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
     assert ironic.properties == {'cpus': 4}
     assert ironic.traits == ['CUSTOM_B']
     assert sorted(ports_of(cloud, node['id'])) == [MAC1, MAC2]
+
+    # Torn down as Ironic does it, the node is free again.
+    cloud.baremetal.set_node_provision_state(node['id'], 'deleted')
+    assert of.wait_for_node(cloud, node['id']).provision_state == (
+        'available')
+    assert registration.provision_states(cloud, [node['id']]) == {
+        node['id']: 'available'}
+    assert registration.delete_node(cloud, CONF, node['id'])
 
 
 def test_provision_states_of_no_nodes_ask_nothing():
@@ -191,6 +201,8 @@ def test_flavor_resized_is_created_again(cloud, prefix):
         resized).extra_specs == flavor['extra_specs']
     assert [f.name for f in cloud.compute.flavors()].count(
         flavor['name']) == 1
+    post_deploy.remove_flavor(types.SimpleNamespace(
+        cloud=types.SimpleNamespace(connection=cloud)), flavor['name'])
 
 
 @pytest.fixture
