@@ -23,10 +23,12 @@ NODE_FIELDS = ('name', 'driver', 'properties', 'resource_class',
 INTERFACES = tuple('%s_interface' % i for i in (
     'bios', 'boot', 'console', 'deploy', 'firmware', 'inspect', 'management',
     'network', 'power', 'raid', 'rescue', 'storage', 'vendor'))
-# Provision states in which Ironic (39) lets a node's driver, interfaces
-# and resource class change (conductor update_node; in maintenance any
-# state will do). A resource class changed under an instance would not
-# reach Nova's record of it.
+# Provision states in which Ironic (39) lets a node's interfaces and
+# resource class change (conductor update_node; in maintenance any state
+# will do). A resource class changed under an instance would not reach
+# Nova's record of it. Ironic lets a driver change through in any state
+# when it resets the interfaces: Tenks holds it to these states too, as
+# that resets the interfaces an instance was deployed with.
 FIELD_STATES = ('enroll', 'inspecting', 'inspect wait', 'manageable',
                 'available')
 # Ironic keeps a port's physical_network and local_link_connection
@@ -44,16 +46,15 @@ RESTRICTED = ('driver', 'resource_class')
 # redefined VM would break.
 FREE_STATES = frozenset(('enroll', 'manageable', 'available',
                          'inspect failed', 'clean failed'))
-# Ironic's other states (ironic.common.states.ALL_STATES), for messages
-# and callers that want the list; deployed() is the test.
+# Ironic's other states (ironic.common.states.ALL_STATES and 'service'),
+# for callers that want the list; deployed() is the test.
 DEPLOYED_STATES = frozenset((
     'active', 'deploying', 'wait call-back', 'deploy failed', 'deploy hold',
-    'deploy complete', 'deleting', 'deleted', 'error', 'rebuild',
-    'adopting', 'adopt failed', 'rescue', 'rescuing', 'rescue wait',
-    'rescue failed', 'unrescuing', 'unrescue failed', 'service',
-    'servicing', 'service wait', 'service failed', 'service hold',
-    'verifying', 'inspecting', 'inspect wait', 'cleaning', 'clean wait',
-    'clean hold'))
+    'deploy complete', 'deleting', 'deleted', 'error', 'adopting',
+    'adopt failed', 'rescue', 'rescuing', 'rescue wait', 'rescue failed',
+    'unrescuing', 'unrescue failed', 'service', 'servicing', 'service wait',
+    'service failed', 'service hold', 'verifying', 'inspecting',
+    'inspect wait', 'cleaning', 'clean wait', 'clean hold'))
 
 
 def deployed(state):

@@ -230,11 +230,36 @@ def test_adopting_an_ipmi_node(env, cloud):
         deploy_kernel='http://127.0.0.1:8080/ipa.kernel',
         deploy_ramdisk='http://127.0.0.1:8080/ipa.initramfs'))
     [node] = env.nodes()
+    ironic = cloud.baremetal.get_node(node['uuid'])
+    wanted = {
+        'id': node['uuid'], 'name': node['name'], 'driver': 'ipmi',
+        'resource_class': 'tenks-silver', 'deploy_interface': 'ramdisk',
+        'properties': dict(ironic.properties, vendor='tenks'),
+        'driver_info': dict(ironic.driver_info, ipmi_password='password')}
+    ports = [{'address': p.address, 'physical_network': p.physical_network,
+              'local_link_connection': p.local_link_connection}
+             for p in cloud.baremetal.ports(node_id=node['uuid'],
+                                            details=True)]
+    assert registration.ensure_node(cloud, CONF, wanted, ['CUSTOM_NEW'],
+                                    ports, adopt=True)
+    ironic = cloud.baremetal.get_node(node['uuid'])
+    assert ironic.provision_state == 'available'
+    assert (ironic.resource_class, ironic.traits) == (
+        'tenks-silver', ['CUSTOM_NEW'])
+    assert ironic.properties['vendor'] == 'tenks'
+    assert not registration.ensure_node(cloud, CONF, wanted, ['CUSTOM_NEW'],
+                                        ports, adopt=True)
+
     of.adopt(cloud, node['uuid'],
              kernel='http://127.0.0.1:8080/tenks.kernel',
              ramdisk='http://127.0.0.1:8080/tenks.initramfs')
     assert registration.provision_states(cloud, [node['uuid']]) == {
         node['uuid']: 'active'}
+    with pytest.raises(exceptions.CloudError, match='resource_class cannot '
+                       'change in provision state active'):
+        registration.ensure_node(cloud, CONF, dict(
+            wanted, resource_class='tenks-gold'), [], ports, adopt=True)
+    assert cloud.baremetal.get_node(node['uuid']).traits == ['CUSTOM_NEW']
     # Back to available the way Ironic tears an instance down (cleaning
     # is off here), so the teardown can delete it.
     cloud.baremetal.set_node_provision_state(node['uuid'], 'deleted')
