@@ -109,6 +109,15 @@ def test_fields_traits_and_ports_change_in_place(cloud, prefix):
     assert int(ironic.driver_info['ipmi_port']) == 8601
     assert ironic.traits == ['CUSTOM_B']
     assert sorted(ports_of(cloud, node['id'])) == [MAC1, MAC2]
+
+    # Another hardware type: its default interfaces, but those named.
+    assert registration.ensure_node(
+        cloud, CONF, dict(changed, driver_info=info, driver='ipmi',
+                          deploy_interface='ramdisk'),
+        ['CUSTOM_B'], wanted_ports + [port(MAC2)], adopt=True)
+    ironic = cloud.baremetal.get_node(node['id'])
+    assert (ironic.driver, ironic.power_interface, ironic.boot_interface,
+            ironic.deploy_interface) == ('ipmi', 'ipmitool', 'pxe', 'ramdisk')
     assert registration.delete_node(cloud, CONF, node['id'])
 
 
