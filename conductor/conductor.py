@@ -323,7 +323,7 @@ class Conductor:
         names = {e['uuid']: e['name'] for e in plan['nodes']}
         busy = ['%s (%s)' % (names[uuid], state)
                 for uuid, state in sorted(states.items())
-                if state in registration.DEPLOYED_STATES]
+                if registration.deployed(state)]
         if busy:
             raise exceptions.NodesDeployed(name=name, nodes=', '.join(busy))
 

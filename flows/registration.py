@@ -19,9 +19,6 @@ from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
 CLOUD_HOST = 'openstack'
-# Fields of a node that registration manages, besides interfaces.
-NODE_FIELDS = ('name', 'driver', 'properties', 'resource_class',
-               'conductor_group', 'shard')
 INTERFACES = tuple('%s_interface' % i for i in (
     'bios', 'boot', 'console', 'deploy', 'firmware', 'inspect', 'management',
     'network', 'power', 'raid', 'rescue', 'storage', 'vendor'))
@@ -74,12 +71,6 @@ def provision_states(conn, uuids):
     found = {n.id: n.provision_state for n in conn.baremetal.nodes(
         fields=('uuid', 'provision_state')) if n.id in wanted}
     return {uuid: found.get(uuid) for uuid in uuids}
-
-
-def normalise_resource_class(name):
-    """Placement's class for an Ironic resource class: CUSTOM_<NAME>."""
-    normal = ''.join(c if c.isalnum() else '_' for c in name.upper())
-    return normal if normal.startswith('CUSTOM_') else 'CUSTOM_' + normal
 
 
 def resolve_image(conn, value):
@@ -432,7 +423,8 @@ class EnsureIronicNode(base.EnsureResource):
             attempts.append(True)
             return ensure_node(conn, svc.cloud.conf, fields,
                                config['traits'], ports,
-                               adopt or len(attempts) > 1)
+                               adopt or len(attempts) > 1,
+                               self.entry.get('password_changed', False))
 
         try:
             changed = attempt() or len(attempts) > 1

@@ -446,7 +446,7 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
                      'enrol': changed and new['ironic'] is not None}
         planned.append(dict(entry, uuid=node['uuid'], name=node['name'],
                             hypervisor=node['hypervisor'], old=old,
-                            new=new))
+                            new=new, password_changed=password))
     planned.sort(key=lambda n: (n['hypervisor'], n['name']))
 
     changes = []

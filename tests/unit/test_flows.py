@@ -9,8 +9,8 @@ from flows import base
 from flows import deploy
 from flows import post_deploy
 from flows import records
-from flows import registration
 from tenks import exceptions
+from tenks import reconcile
 from tenks import scheduler
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
@@ -192,11 +192,11 @@ def test_mapped_physnet_gets_an_uplink():
 
 
 def test_resource_class_normalisation_is_one_rule():
-    assert registration.normalise_resource_class('tenks-gold') == (
+    assert reconcile.normalise_resource_class('tenks-gold') == (
         'CUSTOM_TENKS_GOLD')
-    assert registration.normalise_resource_class('baremetal.x86 big') == (
+    assert reconcile.normalise_resource_class('baremetal.x86 big') == (
         'CUSTOM_BAREMETAL_X86_BIG')
-    assert registration.normalise_resource_class('CUSTOM_GOLD') == (
+    assert reconcile.normalise_resource_class('CUSTOM_GOLD') == (
         'CUSTOM_GOLD')
 
 
