@@ -6,19 +6,38 @@ factory and every atom's state and result.
 """
 
 import collections
+import importlib.util
+import sys
 import threading
 from concurrent import futures
 
-from oslo_log import log as logging
-from sqlalchemy import exc as sa_exc
-from sqlalchemy import sql
-from taskflow import engines
-from taskflow import exceptions as tf_exceptions
-from taskflow import states
-from taskflow.persistence import models
-from taskflow.persistence.backends import impl_sqlalchemy
 
-from tenks import exceptions
+def _lazy_module(name):
+    """Import ``name`` so that its body runs on first use (the recipe of
+    importlib.util.LazyLoader's documentation)."""
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+# TaskFlow's SQLAlchemy backend imports its alembic migrations (a fifth of
+# a second) at once; it uses them only to upgrade a database other than
+# SQLite.
+if 'taskflow.persistence.backends.sqlalchemy.migration' not in sys.modules:
+    _lazy_module('taskflow.persistence.backends.sqlalchemy.migration')
+
+from oslo_log import log as logging  # noqa: E402
+from sqlalchemy import exc as sa_exc  # noqa: E402
+from sqlalchemy import sql  # noqa: E402
+from taskflow import engines  # noqa: E402
+from taskflow import exceptions as tf_exceptions  # noqa: E402
+from taskflow import states  # noqa: E402
+from taskflow.persistence import models  # noqa: E402
+from taskflow.persistence.backends import impl_sqlalchemy  # noqa: E402
+
+from tenks import exceptions  # noqa: E402
 
 LOG = logging.getLogger(__name__)
 

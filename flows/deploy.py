@@ -19,6 +19,7 @@ from flows import post_deploy
 from flows import records
 from flows import registration
 from flows import teardown
+from tenks import states
 
 # Removal order among host things: uplinks, then bridges, then pools.
 HOST_REMOVAL = ('uplink', 'bridge', 'pool')
@@ -30,7 +31,7 @@ def get_deploy_flow(operation_id):
     operation = db.get_operation(operation_id)
     plan, spec = operation.plan, operation.spec
     flow = linear_flow.Flow('deploy:%s' % plan['cluster'])
-    flow.add(records.MarkCluster(records.CLUSTER_DEPLOYING,
+    flow.add(records.MarkCluster(states.CLUSTER_DEPLOYING,
                                  plan['cluster_state']))
     if plan['host_ensure']:
         flow.add(host_flow(plan['host_ensure']))

@@ -4,18 +4,8 @@ from taskflow import task
 
 from flows import base
 from flows import context
+from tenks import states
 
-CLUSTER_SCHEDULED = 'scheduled'
-CLUSTER_DEPLOYING = 'deploying'
-CLUSTER_DEPLOYED = 'deployed'
-CLUSTER_FAILED = 'failed'
-CLUSTER_DELETING = 'deleting'
-NODE_SCHEDULED = 'scheduled'
-NODE_DEPLOYING = 'deploying'
-NODE_DEPLOYED = 'deployed'
-# Its first deploy failed and left resources that could not be removed:
-# kept (name, UUID, MACs) so a re-run or a teardown can finish.
-NODE_FAILED = 'failed'
 # What a deploy may change of a node's record.
 RECORD_FIELDS = ('node_type', 'vcpus', 'memory_mb', 'volumes', 'nics',
                  'bmc_address', 'bmc_port')
@@ -25,7 +15,7 @@ def settle_new_node(db, node_uuid):
     """Forget a node whose first deploy failed, unless some of its
     resources remain recorded."""
     if db.list_resources(node=node_uuid):
-        db.set_node_state(node_uuid, NODE_FAILED)
+        db.set_node_state(node_uuid, states.NODE_FAILED)
     else:
         db.delete_node(node_uuid)
 
@@ -58,17 +48,18 @@ class MarkCluster(task.Task):
     def revert(self, result, operation_id, cluster, **kwargs):
         db = context.get().db
         for node in db.list_nodes(cluster=cluster):
-            if node.state == NODE_SCHEDULED:
+            if node.state == states.NODE_SCHEDULED:
                 settle_new_node(db, node.uuid)
-        if result == CLUSTER_SCHEDULED and not db.list_resources(cluster):
+        if (result == states.CLUSTER_SCHEDULED
+                and not db.list_resources(cluster)):
             db.delete_cluster(cluster)
-        elif result == CLUSTER_DEPLOYED and not db.list_resources(
+        elif result == states.CLUSTER_DEPLOYED and not db.list_resources(
                 cluster, operation=operation_id) and all(
-                node.state == NODE_DEPLOYED
+                node.state == states.NODE_DEPLOYED
                 for node in db.list_nodes(cluster=cluster)):
-            db.set_cluster_state(cluster, CLUSTER_DEPLOYED)
+            db.set_cluster_state(cluster, states.CLUSTER_DEPLOYED)
         else:
-            db.set_cluster_state(cluster, CLUSTER_FAILED)
+            db.set_cluster_state(cluster, states.CLUSTER_FAILED)
 
 
 def node_payload(node):
@@ -86,7 +77,7 @@ def node_payload(node):
 def finish_node(svc, cluster, record, announce):
     """Record a node (a dict) as its operation left it, deployed; announce
     it if this operation created it."""
-    svc.db.update_node(record['uuid'], state=NODE_DEPLOYED, **{
+    svc.db.update_node(record['uuid'], state=states.NODE_DEPLOYED, **{
         k: record[k] for k in RECORD_FIELDS})
     if announce:
         svc.notifier.emit('tenks.node.create.end', cluster,
@@ -116,8 +107,8 @@ class CommitSpec(task.Task):
         self.spec_indexes = spec_indexes
 
     def execute(self, operation_id, cluster):
-        context.get().db.commit_cluster(cluster, self.spec, CLUSTER_DEPLOYED,
-                                        self.spec_indexes)
+        context.get().db.commit_cluster(
+            cluster, self.spec, states.CLUSTER_DEPLOYED, self.spec_indexes)
 
     def revert(self, result, **kwargs):
         pass
