@@ -24,13 +24,8 @@ from conductor import manager
 from conductor import operations
 from conductor import planner
 from conductor import preflight
-from conductor import runner
 from conductor import waiters
 from flows import context
-from flows import deploy
-from flows import records
-from flows import registration
-from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import cloud
 from tenks import exceptions
@@ -39,10 +34,14 @@ from tenks import notifier
 from tenks import reconcile
 from tenks import rpc
 from tenks import scheduler
+from tenks import states
 from tenks.db import api as db_api
-from tenks.db import migration
+from tenks.db import migrations
 
 LOG = logging.getLogger(__name__)
+
+# What a deploy that changes nothing ran: no flow.
+NOTHING_CHANGED = types.SimpleNamespace(changed=[], warnings=[], plan=[])
 
 
 class Conductor:
@@ -57,10 +56,13 @@ class Conductor:
         engine = db_api.create_engine(
             conf.conductor.database_connection
             or db_api.default_url(self.state_dir))
-        # Once, even when several processes start on a fresh database.
-        with migration.schema_lock(self.lock_dir):
-            migration.upgrade(engine)
-            self.runner = runner.FlowRunner(engine, conf.conductor.workers)
+        if db_api.schema_version(engine) != migrations.HEAD:
+            # Once, even when several processes start on a fresh database.
+            from tenks.db import migration
+            with migration.schema_lock(self.lock_dir):
+                migration.upgrade(engine)
+        self._runner = None
+        self._runner_lock = threading.Lock()
         self.db = db_api.StateDB(engine)
         self.waiters = waiters.Waiters()
         self.agents = agents.AgentClient(
@@ -81,8 +83,24 @@ class Conductor:
             rpc.CONDUCTOR_TOPIC, self.host,
             [manager.ConductorManager(self)])
 
+    @property
+    def runner(self):
+        """The flow runner, made when a first flow runs: a re-run that
+        changes nothing needs neither TaskFlow nor its tables."""
+        with self._runner_lock:
+            if self._runner is None:
+                from conductor import runner
+                from tenks.db import migration
+                with migration.schema_lock(self.lock_dir):
+                    self._runner = runner.FlowRunner(
+                        self.db.engine, self.conf.conductor.workers)
+            return self._runner
+
     def start(self):
         self.server.start()
+        if self.bus.embedded:
+            # Its one hostagent runs in this process and is not waited on.
+            return
         # Hostagents that started first registered with nobody: their
         # casts found no queue. Ask them to register now.
         try:
@@ -166,7 +184,7 @@ class Conductor:
                     interrupted.id, 'deploy', name, before, True,
                     self._resume)
             if cluster is None:
-                self.db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
+                self.db.save_cluster(name, spec, states.CLUSTER_SCHEDULED)
             operation_id = self.operations.create('deploy', name, spec)
             return self.operations.submit(operation_id, 'deploy', name,
                                           before, False, self._run_deploy,
@@ -182,7 +200,7 @@ class Conductor:
         if cluster is None:
             # New: nothing recorded, no deployment yet.
             cluster = types.SimpleNamespace(spec=spec, uuid='-',
-                                            state=records.CLUSTER_SCHEDULED)
+                                            state=states.CLUSTER_SCHEDULED)
         self.cloud.check(cloud_services(spec))
         facts = inspection.inspect(self.agents, self.hypervisors(), spec)
         plan, _ = planner.plan_deploy(
@@ -266,7 +284,7 @@ class Conductor:
         name = operation.cluster
         cluster = self.db.get_cluster(name)
         spec = operation.spec or cluster.spec
-        new = cluster.state == records.CLUSTER_SCHEDULED
+        new = cluster.state == states.CLUSTER_SCHEDULED
         missing = []
         try:
             self.cloud.check(cloud_services(spec))
@@ -289,11 +307,12 @@ class Conductor:
                 self.db.add_nodes(missing)
             if not plan['changes']:
                 self.db.commit_cluster(
-                    name, spec, records.CLUSTER_DEPLOYED,
+                    name, spec, states.CLUSTER_DEPLOYED,
                     {e['uuid']: e['new']['record']['spec_index']
                      for e in plan['nodes']})
-                return runner.Outcome([], plan=[])
+                return NOTHING_CHANGED
             self.db.set_operation_plan(operation_id, plan)
+            from flows import deploy
             outcome = self.runner.run(
                 operation_id, 'deploy:%s' % name, deploy.get_deploy_flow,
                 {'operation_id': operation_id},
@@ -316,11 +335,13 @@ class Conductor:
         uuids = planner.deployed_in_ironic(plan)
         if not uuids:
             return
-        states = registration.provision_states(self.cloud.connection, uuids)
+        from flows import registration
+        provision = registration.provision_states(self.cloud.connection,
+                                                  uuids)
         names = {e['uuid']: e['name'] for e in plan['nodes']}
         busy = ['%s (%s)' % (names[uuid], state)
-                for uuid, state in sorted(states.items())
-                if state in registration.DEPLOYED_STATES]
+                for uuid, state in sorted(provision.items())
+                if registration.deployed(state)]
         if busy:
             raise exceptions.NodesDeployed(name=name, nodes=', '.join(busy))
 
@@ -346,6 +367,7 @@ class Conductor:
         return taken
 
     def _run_teardown(self, operation_id, on_progress):
+        from flows import teardown
         name = self.db.get_operation(operation_id).cluster
         self.db.set_operation_plan(operation_id, teardown.teardown_plan(
             name, [n.as_dict() for n in self.db.list_nodes(cluster=name)],

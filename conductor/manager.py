@@ -30,9 +30,14 @@ class ConductorManager:
 
     @messaging.expected_exceptions(exceptions.SpecError,
                                    exceptions.SpecChanged, *SUBMIT_ERRORS)
-    def deploy_cluster(self, context, spec):
+    def deploy_cluster(self, context, spec, force=False):
         spec = tenks_spec.validate(spec, source='deploy_cluster request')
-        return self.conductor.submit_deploy(spec)
+        return self.conductor.submit_deploy(spec, force)
+
+    @messaging.expected_exceptions(exceptions.TenksError)
+    def plan_cluster(self, context, spec, force=False):
+        spec = tenks_spec.validate(spec, source='plan_cluster request')
+        return self.conductor.plan(spec, force)
 
     @messaging.expected_exceptions(exceptions.ClusterNotFound,
                                    *SUBMIT_ERRORS)

@@ -13,8 +13,8 @@ from concurrent import futures
 from oslo_log import log as logging
 
 from conductor import progress
-from flows import records
 from tenks import exceptions
+from tenks import states
 from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -266,7 +266,7 @@ class Operations:
                     'run the deploy again, or "tenks teardown %s", to '
                     'finish' % (len(kept), ', '.join(
                         '%s %s' % (r.kind, r.name) for r in kept), name))
-        if before == records.CLUSTER_DEPLOYED:
+        if before == states.CLUSTER_DEPLOYED:
             return ('. What this deploy created was rolled back; the '
                     'cluster deployed before is kept')
         return ('. What this deploy created was rolled back; cluster %s '

@@ -3,6 +3,7 @@ facts, with the nodes it adds scheduled (see tenks.reconcile)."""
 
 from tenks import reconcile
 from tenks import scheduler
+from tenks import states
 
 
 def plan_deploy(spec, cluster, facts, nodes, resources, force):
@@ -14,7 +15,8 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force):
     cluster's recorded resources (dicts). Returns (plan, new nodes).
     """
     name = spec['cluster']
-    old_spec = None if cluster.state == 'scheduled' else cluster.spec
+    old_spec = (None if cluster.state == states.CLUSTER_SCHEDULED
+                else cluster.spec)
     mine = [n for n in nodes if n['cluster'] == name]
     others = [n for n in nodes if n['cluster'] != name]
     old_views = {}
@@ -23,7 +25,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force):
             n['uuid']: reconcile.view(old_spec, cluster.uuid, n,
                                       facts[n['hypervisor']])
             for n in mine
-            if n['state'] == 'deployed' and n['hypervisor'] in facts}
+            if n['state'] == states.NODE_DEPLOYED and n['hypervisor'] in facts}
     placed = reconcile.reassign(old_spec, spec, mine)
     gone = reconcile.surplus(spec, placed)
     leaving = {n['uuid'] for n in gone}
@@ -42,6 +44,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force):
     plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,
                           old_views, new_nodes, facts, resources)
     plan['force'] = force
+    plan['cluster_state'] = cluster.state
     return plan, new_nodes
 
 

@@ -9,8 +9,11 @@ failure ends the operation in state 'failed' with the reason in its
 ``error``. The errors a call itself can raise arrive as the same types
 from tenks.exceptions, and they are all a caller can get:
 
-* deploy_cluster: SpecError (invalid spec), SpecChanged, ClusterBusy,
-  ConductorBusy;
+* deploy_cluster: SpecError (invalid spec), SpecChanged (an interrupted
+  deploy of the cluster has another spec), ClusterBusy, ConductorBusy;
+* plan_cluster: any TenksError saying why no plan can be made (SpecError,
+  ChangeRefused, NoValidHost, InterfaceNotFound, AgentTimeout,
+  CloudError, ...): it inspects the hypervisors before it answers;
 * teardown_cluster: ClusterNotFound, ClusterBusy, ConductorBusy;
 * get_operation: OperationNotFound; get_cluster: ClusterNotFound;
   get_hypervisor: HypervisorNotFound;
@@ -26,11 +29,15 @@ API version history:
   only the errors listed above: inspection and scheduling errors
   (NoValidHost, InterfaceNotFound, AgentTimeout, ...) are the
   operation's.
+* 1.2 - plan_cluster: what deploy_cluster would change, changing
+  nothing. deploy_cluster applies a changed spec (it used to raise
+  SpecChanged) and takes ``force``: resize running nodes, remove or
+  resize nodes Ironic has deployed.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.1'
+RPC_API_VERSION = '1.2'
 
 
 class ConductorAPI:
@@ -60,9 +67,19 @@ class ConductorAPI:
 
     # For operators and other services
 
-    def deploy_cluster(self, spec):
+    def deploy_cluster(self, spec, force=False):
         """Start deploying ``spec`` (a dict); return its operation id."""
+        if force:
+            return self._call('deploy_cluster', version='1.2', spec=spec,
+                              force=True)
         return self._call('deploy_cluster', spec=spec)
+
+    def plan_cluster(self, spec, force=False):
+        """What deploying ``spec`` would change: {'cluster', 'changes':
+        [{'node', 'hypervisor', 'resource', 'action', 'field', 'old',
+        'new'}], 'destructive': bool}."""
+        return self._call('plan_cluster', version='1.2', spec=spec,
+                          force=force)
 
     def teardown_cluster(self, name):
         """Start tearing cluster ``name`` down; return its operation id."""

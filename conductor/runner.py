@@ -6,19 +6,38 @@ factory and every atom's state and result.
 """
 
 import collections
+import importlib.util
+import sys
 import threading
 from concurrent import futures
 
-from oslo_log import log as logging
-from sqlalchemy import exc as sa_exc
-from sqlalchemy import sql
-from taskflow import engines
-from taskflow import exceptions as tf_exceptions
-from taskflow import states
-from taskflow.persistence import models
-from taskflow.persistence.backends import impl_sqlalchemy
 
-from tenks import exceptions
+def _lazy_module(name):
+    """Import ``name`` so that its body runs on first use (the recipe of
+    importlib.util.LazyLoader's documentation)."""
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+# TaskFlow's SQLAlchemy backend imports its alembic migrations (a fifth of
+# a second) at once; it uses them only to upgrade a database other than
+# SQLite.
+if 'taskflow.persistence.backends.sqlalchemy.migration' not in sys.modules:
+    _lazy_module('taskflow.persistence.backends.sqlalchemy.migration')
+
+from oslo_log import log as logging  # noqa: E402
+from sqlalchemy import exc as sa_exc  # noqa: E402
+from sqlalchemy import sql  # noqa: E402
+from taskflow import engines  # noqa: E402
+from taskflow import exceptions as tf_exceptions  # noqa: E402
+from taskflow import states  # noqa: E402
+from taskflow.persistence import models  # noqa: E402
+from taskflow.persistence.backends import impl_sqlalchemy  # noqa: E402
+
+from tenks import exceptions  # noqa: E402
 
 LOG = logging.getLogger(__name__)
 
@@ -70,10 +89,15 @@ class LeanConnection(impl_sqlalchemy.Connection):
 
     TaskFlow saves an atom for each state and each progress change, each
     save reading the row first, and rewrites every atom of a flow when
-    the flow changes state. Resuming needs each atom's state, intention
-    and result, and the flow's state: an atom is written with one UPDATE
+    the flow changes state. Resuming needs each atom's intention and
+    result, and the flow's state: an atom is written with one UPDATE
     when one of those changed, and a flow's change writes the flow row
-    and inserts only atoms not written yet.
+    and inserts, in one statement, only atoms not written yet.
+
+    An atom that starts running is not written: a resume runs an atom
+    it finds pending again, as it would one found running, and the
+    tasks' own records (resources 'creating' before each request) are
+    what a revert after a crash goes by.
     """
 
     def __init__(self, backend, upgrade_lock):
@@ -96,8 +120,11 @@ class LeanConnection(impl_sqlalchemy.Connection):
         lasting = dict(value, meta={k: v for k, v in value['meta'].items()
                                     if k not in PROGRESS_KEYS})
         with self._lock:
-            unchanged = self._written.get(atom_detail.uuid) == lasting
-        if unchanged:
+            written = self._written.get(atom_detail.uuid)
+        if written == lasting or (
+                value['state'] == states.RUNNING
+                and value['intention'] == states.EXECUTE
+                and (written is None or written['state'] == states.PENDING)):
             return atom_detail
         atoms = self._tables.atomdetails
         try:
@@ -136,11 +163,15 @@ class LeanConnection(impl_sqlalchemy.Connection):
                         sql.select(atoms.c.uuid).where(
                             atoms.c.parent_uuid == flow_detail.uuid))
                         .scalars())
-                for atom_detail in flow_detail:
-                    if atom_detail.uuid not in known:
-                        self._insert_atom_details(conn, atom_detail,
-                                                  flow_detail.uuid)
-                        known.add(atom_detail.uuid)
+                new = [atom_detail for atom_detail in flow_detail
+                       if atom_detail.uuid not in known]
+                if new:
+                    conn.execute(sql.insert(atoms), [
+                        dict(atom_detail.to_dict(),
+                             parent_uuid=flow_detail.uuid,
+                             atom_type=models.atom_detail_type(atom_detail))
+                        for atom_detail in new])
+                    known.update(atom_detail.uuid for atom_detail in new)
         except sa_exc.SQLAlchemyError:
             tf_exceptions.raise_with_cause(
                 tf_exceptions.StorageFailure,

@@ -38,7 +38,7 @@ class EnsureResource(task.Task):
     kind = None
 
     def __init__(self, host, resource, ensure_args, remove_args,
-                 node_uuid=None):
+                 node_uuid=None, new=False):
         super().__init__(name='%s:%s:%s' % (self.kind, host, resource),
                          requires=(OPERATION_ID, CLUSTER))
         self.host = host
@@ -46,6 +46,9 @@ class EnsureResource(task.Task):
         self.ensure_args = ensure_args
         self.remove_args = remove_args
         self.node_uuid = node_uuid
+        # Not recorded when the flow was built: most likely not recorded
+        # when it runs either.
+        self.new = new
 
     def request_args(self, cluster):
         """Arguments of ensure_<kind>; secrets may be added here."""
@@ -72,13 +75,15 @@ class EnsureResource(task.Task):
 
     def execute(self, operation_id, cluster):
         svc = context.get()
-        before = svc.db.begin_resource(cluster, self.host, self.kind,
-                                       self.resource, self.remove_args,
-                                       operation_id, self.node_uuid)
+        key = (self.kind, self.resource)
+        before = svc.db.begin_resources(
+            cluster, self.host, operation_id,
+            [(self.kind, self.resource, self.remove_args)],
+            node=self.node_uuid, new=self.new).get(key)
         # This operation asked for it before (a resume, a retry): the
         # agent may since have forgotten that it created it.
-        asked_before = (before is not None and before.operation ==
-                        operation_id and before.state ==
+        asked_before = (before is not None and before['operation'] ==
+                        operation_id and before['state'] ==
                         db_api.RESOURCE_CREATING)
         try:
             result = self.ensure(svc, operation_id, cluster,
@@ -93,11 +98,11 @@ class EnsureResource(task.Task):
             raise
         created = result['created']
         if before is not None and (
-                before.state == db_api.RESOURCE_PRESENT or not created
+                before['state'] == db_api.RESOURCE_PRESENT or not created
                 and not asked_before):
             # Recorded before: a thing re-created because it had gone
             # only restores what the record says, and stays.
-            credit = before.operation
+            credit = before['operation']
         elif created or asked_before:
             credit = operation_id
         else:

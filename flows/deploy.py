@@ -19,6 +19,7 @@ from flows import post_deploy
 from flows import records
 from flows import registration
 from flows import teardown
+from tenks import states
 
 # Removal order among host things: uplinks, then bridges, then pools.
 HOST_REMOVAL = ('uplink', 'bridge', 'pool')
@@ -30,7 +31,8 @@ def get_deploy_flow(operation_id):
     operation = db.get_operation(operation_id)
     plan, spec = operation.plan, operation.spec
     flow = linear_flow.Flow('deploy:%s' % plan['cluster'])
-    flow.add(records.MarkCluster(records.CLUSTER_DEPLOYING))
+    flow.add(records.MarkCluster(states.CLUSTER_DEPLOYING,
+                                 plan['cluster_state']))
     if plan['host_ensure']:
         flow.add(host_flow(plan['host_ensure']))
     changing = unordered_flow.Flow('nodes')
@@ -41,10 +43,10 @@ def get_deploy_flow(operation_id):
     flow.add(changing)
     if plan['flavors']['ensure'] or any(e['enrol'] for e in plan['nodes']):
         flow.add(post_deploy.post_deploy_flow(plan))
-    removals = removal_flow(plan, db.list_resources(plan['cluster']))
-    if removals is not None:
-        flow.add(removals)
-    flow.add(records.CommitSpec({
+    if (plan['host_remove'] or plan['flavors']['remove'] or plan['unenrol']
+            or any(entry['new'] is None for entry in plan['nodes'])):
+        flow.add(removal_flow(plan, db.list_resources(plan['cluster'])))
+    flow.add(records.CommitSpec(spec, {
         entry['uuid']: entry['new']['record']['spec_index']
         for entry in plan['nodes'] if entry['new'] is not None}))
     return flow
@@ -58,7 +60,7 @@ def host_flow(entries):
         host, kind, name = entry['hypervisor'], entry['kind'], entry['name']
         if kind == 'pool':
             flow.add(host_setup.EnsurePool(host, name, entry['args'],
-                                           entry['args']))
+                                           entry['args'], new=True))
             continue
         chain = chains.get((host, name))
         if chain is None:
@@ -67,7 +69,7 @@ def host_flow(entries):
             flow.add(chain)
         if kind == 'bridge':
             chain.add(network_setup.EnsureBridge(host, name, entry['args'],
-                                                 entry['args']))
+                                                 entry['args'], new=True))
             continue
         if entry['old'] is not None:
             # Same veth names, another source: the old link goes first.
@@ -75,7 +77,8 @@ def host_flow(entries):
                 'hypervisor': host, 'kind': kind, 'name': name,
                 'remove_args': entry['old']}))
         chain.add(network_setup.EnsureUplink(host, name, entry['args'],
-                                             entry['args']))
+                                             entry['args'],
+                                             new=entry['old'] is None))
     return flow
 
 
@@ -113,4 +116,4 @@ def removal_flow(plan, resources):
             removing = unordered_flow.Flow('remove:%s' % kind)
             removing.add(*[teardown.RemoveResource(row) for row in rows])
             flow.add(removing)
-    return flow if len(flow) else None
+    return flow

@@ -114,10 +114,9 @@ class ConvergeNode(task.Task):
         svc = context.get()
         new, old = self.entry['new'], self.entry['old']
         wanted = node_resources(new)
-        before = svc.db.begin_resources(cluster, self.host, operation_id,
-                                        wanted, node=self.uuid)
-        if self.entry['action'] == CREATE:
-            svc.db.set_node_state(self.uuid, records.NODE_DEPLOYING)
+        before = svc.db.begin_resources(
+            cluster, self.host, operation_id, wanted, node=self.uuid,
+            new=self.entry['action'] == CREATE)
         try:
             result = svc.agents.request(
                 self.host, 'ensure_node',
@@ -148,19 +147,18 @@ class ConvergeNode(task.Task):
                 credits[(kind, name)] = None
         removed = _keys(result['removed'])
         svc.db.finish_resources(self.host, credits, removed)
-        self._record(svc, new['record'])
         if self.finishes:
-            records.finish_node(svc, cluster, self.uuid,
+            records.finish_node(svc, cluster, new['record'],
                                 announce=self.entry['action'] == CREATE)
+        else:
+            self._record(svc, new['record'])
         return {'changed': result['changed'],
                 'created': sorted(created), 'removed': sorted(removed),
                 'power_state': result.get('power_state')}
 
     def _record(self, svc, record):
         svc.db.update_node(self.uuid, **{
-            k: record[k] for k in ('node_type', 'vcpus', 'memory_mb',
-                                   'volumes', 'nics', 'bmc_address',
-                                   'bmc_port')})
+            k: record[k] for k in records.RECORD_FIELDS})
 
     def revert(self, result, operation_id, cluster, **kwargs):
         svc = context.get()
@@ -190,9 +188,10 @@ class ConvergeNode(task.Task):
             LOG.warning('Could not give node %s its old state back while '
                         'reverting: %s', old['name'], e)
             return
+        # What this revert made again (empty) was part of the node before.
         svc.db.finish_resources(
             self.host, {(kind, name): before[(kind, name)]['operation']
-                        if (kind, name) in before else operation_id
+                        if (kind, name) in before else None
                         for kind, name, _ in wanted},
             _keys(result['removed']))
         self._record(svc, old['record'])

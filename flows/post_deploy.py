@@ -14,26 +14,12 @@ from flows import context
 from flows import registration
 from tenks import cloud
 from tenks import exceptions
+from tenks import reconcile
 
-STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
 LOG = logging.getLogger(__name__)
 
 PLACEMENT_POLL = 1.0
 PLACEMENT_VERSION = '1.18'  # 'required' traits in queries
-
-
-def flavor_extra_specs(flavor):
-    """Nova extra specs that schedule onto nodes of ``flavor``'s class,
-    and only by that class."""
-    specs = {'resources:%s' % registration.normalise_resource_class(
-        flavor['resource_class']): '1'}
-    specs.update({'resources:%s' % rc: '0' for rc in STANDARD_CLASSES})
-    specs.update({'trait:%s' % t: 'required'
-                  for t in flavor['required_traits']})
-    specs.update({'trait:%s' % t: 'forbidden'
-                  for t in flavor['forbidden_traits']})
-    specs.update({k: str(v) for k, v in flavor['custom_specs'].items()})
-    return specs
 
 
 def ensure_flavor(conn, flavor, adopt):
@@ -233,7 +219,7 @@ def _provider_warnings(conn, node_uuids):
             standard = sorted(
                 rc for rc, inventory in response.json()[
                     'inventories'].items()
-                if rc in STANDARD_CLASSES and inventory['total'] > 0)
+                if rc in reconcile.STANDARD_CLASSES and inventory['total'] > 0)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unchecked(
                 'answered HTTP %d to GET %s without the expected '
@@ -260,7 +246,7 @@ def _flavor_warnings(conn, resource_classes):
         if not any(specs.get('resources:%s' % rc) for rc in
                    resource_classes):
             continue
-        asked = sorted(rc for rc in STANDARD_CLASSES
+        asked = sorted(rc for rc in reconcile.STANDARD_CLASSES
                        if specs.get('resources:%s' % rc) != '0')
         if asked:
             warnings.append(
@@ -284,6 +270,6 @@ def post_deploy_flow(plan):
     enrolled = [entry['new'] for entry in plan['nodes']
                 if entry['new'] is not None and entry['new']['ironic']]
     flow.add(CheckCoexistence([n['uuid'] for n in enrolled], sorted(
-        {registration.normalise_resource_class(n['ironic']['rc'])
+        {reconcile.normalise_resource_class(n['ironic']['rc'])
          for n in enrolled})))
     return flow

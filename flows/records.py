@@ -4,25 +4,18 @@ from taskflow import task
 
 from flows import base
 from flows import context
+from tenks import states
 
-CLUSTER_SCHEDULED = 'scheduled'
-CLUSTER_DEPLOYING = 'deploying'
-CLUSTER_DEPLOYED = 'deployed'
-CLUSTER_FAILED = 'failed'
-CLUSTER_DELETING = 'deleting'
-NODE_SCHEDULED = 'scheduled'
-NODE_DEPLOYING = 'deploying'
-NODE_DEPLOYED = 'deployed'
-# Its first deploy failed and left resources that could not be removed:
-# kept (name, UUID, MACs) so a re-run or a teardown can finish.
-NODE_FAILED = 'failed'
+# What a deploy may change of a node's record.
+RECORD_FIELDS = ('node_type', 'vcpus', 'memory_mb', 'volumes', 'nics',
+                 'bmc_address', 'bmc_port')
 
 
 def settle_new_node(db, node_uuid):
     """Forget a node whose first deploy failed, unless some of its
     resources remain recorded."""
     if db.list_resources(node=node_uuid):
-        db.set_node_state(node_uuid, NODE_FAILED)
+        db.set_node_state(node_uuid, states.NODE_FAILED)
     else:
         db.delete_node(node_uuid)
 
@@ -32,46 +25,63 @@ class MarkCluster(task.Task):
 
     Reversion strategy: a cluster this operation scheduled is forgotten
     with its nodes that never started, unless some of its resources could
-    not be removed; any other is marked failed, so a failed operation
-    never leaves it looking busy or healthy, and a re-run or a teardown
-    can finish.
+    not be removed; a deployed cluster whose reconfiguration was rolled
+    back whole (nothing this operation made stays recorded) is deployed
+    still; any other is marked failed, so a failed operation never leaves
+    it looking busy or healthy, and a re-run or a teardown can finish.
     """
 
-    def __init__(self, state):
-        super().__init__(name='cluster:%s' % state, requires=(base.CLUSTER,))
+    def __init__(self, state, previous=None):
+        """``previous``: the state the cluster had when the flow was
+        built, if known (saves reading it)."""
+        super().__init__(name='cluster:%s' % state,
+                         requires=(base.OPERATION_ID, base.CLUSTER))
         self.state = state
+        self.previous = previous
 
-    def execute(self, cluster):
+    def execute(self, operation_id, cluster):
         db = context.get().db
-        previous = db.get_cluster(cluster).state
+        previous = self.previous or db.get_cluster(cluster).state
         db.set_cluster_state(cluster, self.state)
         return previous
 
-    def revert(self, result, cluster, **kwargs):
+    def revert(self, result, operation_id, cluster, **kwargs):
         db = context.get().db
         for node in db.list_nodes(cluster=cluster):
-            if node.state == NODE_SCHEDULED:
+            if node.state == states.NODE_SCHEDULED:
                 settle_new_node(db, node.uuid)
-        if result == CLUSTER_SCHEDULED and not db.list_resources(cluster):
+        if (result == states.CLUSTER_SCHEDULED
+                and not db.list_resources(cluster)):
             db.delete_cluster(cluster)
+        elif result == states.CLUSTER_DEPLOYED and not db.list_resources(
+                cluster, operation=operation_id) and all(
+                node.state == states.NODE_DEPLOYED
+                for node in db.list_nodes(cluster=cluster)):
+            db.set_cluster_state(cluster, states.CLUSTER_DEPLOYED)
         else:
-            db.set_cluster_state(cluster, CLUSTER_FAILED)
+            db.set_cluster_state(cluster, states.CLUSTER_FAILED)
 
 
 def node_payload(node):
-    """What other services get to know of a node in its events."""
-    return {'name': node.name, 'uuid': node.uuid,
-            'hypervisor': node.hypervisor, 'bmc_type': node.bmc_type,
-            'bmc_address': node.bmc_address, 'bmc_port': node.bmc_port,
-            'macs': [nic['mac'] for nic in node.nics]}
+    """What other services get to know of a node (a record, or its dict)
+    in its events."""
+    if not isinstance(node, dict):
+        node = node.as_dict()
+    return {'name': node['name'], 'uuid': node['uuid'],
+            'hypervisor': node['hypervisor'], 'bmc_type': node['bmc_type'],
+            'bmc_address': node['bmc_address'],
+            'bmc_port': node['bmc_port'],
+            'macs': [nic['mac'] for nic in node['nics']]}
 
 
-def finish_node(svc, cluster, node_uuid, announce):
-    """Mark a node deployed; announce it if this operation created it."""
-    svc.db.set_node_state(node_uuid, NODE_DEPLOYED)
+def finish_node(svc, cluster, record, announce):
+    """Record a node (a dict) as its operation left it, deployed; announce
+    it if this operation created it."""
+    svc.db.update_node(record['uuid'], state=states.NODE_DEPLOYED, **{
+        k: record[k] for k in RECORD_FIELDS})
     if announce:
         svc.notifier.emit('tenks.node.create.end', cluster,
-                          node_payload(svc.db.get_node(node_uuid)))
+                          node_payload(record))
 
 
 def forget_node(svc, cluster, node_uuid):
@@ -90,15 +100,15 @@ class CommitSpec(task.Task):
     Reversion strategy: none; it runs last.
     """
 
-    def __init__(self, spec_indexes):
+    def __init__(self, spec, spec_indexes):
         super().__init__(name='cluster:commit',
                          requires=(base.OPERATION_ID, base.CLUSTER))
+        self.spec = spec
         self.spec_indexes = spec_indexes
 
     def execute(self, operation_id, cluster):
-        db = context.get().db
-        db.commit_cluster(cluster, db.get_operation(operation_id).spec,
-                          CLUSTER_DEPLOYED, self.spec_indexes)
+        context.get().db.commit_cluster(
+            cluster, self.spec, states.CLUSTER_DEPLOYED, self.spec_indexes)
 
     def revert(self, result, **kwargs):
         pass

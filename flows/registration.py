@@ -19,15 +19,58 @@ from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
 CLOUD_HOST = 'openstack'
-# Fields of a node that registration manages, besides interfaces.
-NODE_FIELDS = ('name', 'driver', 'properties', 'resource_class',
-               'conductor_group', 'shard')
+INTERFACES = tuple('%s_interface' % i for i in (
+    'bios', 'boot', 'console', 'deploy', 'firmware', 'inspect', 'management',
+    'network', 'power', 'raid', 'rescue', 'storage', 'vendor'))
+# Provision states in which Ironic (39) lets a node's interfaces and
+# resource class change (conductor update_node; in maintenance any state
+# will do). A resource class changed under an instance would not reach
+# Nova's record of it. Ironic lets a driver change through in any state
+# when it resets the interfaces: Tenks holds it to these states too, as
+# that resets the interfaces an instance was deployed with.
+FIELD_STATES = ('enroll', 'inspecting', 'inspect wait', 'manageable',
+                'available')
+# Ironic keeps a port's physical_network and local_link_connection
+# (and so its network binding) from changing outside these states, not
+# even in available: there, a maintenance window does it.
+PORT_STATES = ('enroll', 'inspecting', 'inspect wait', 'manageable')
+RESTRICTED = ('driver', 'resource_class')
+# Resting states without an instance: a node in one of these can be
+# removed or resized (Ironic's own delete needs enroll, manageable or
+# available). Any other state, including one a newer Ironic adds, means
+# an instance may be there (active, deploy failed, error: a failed
+# teardown, adopt failed: a running workload Ironic could not take over,
+# rescue and service states) or an operation is in flight on the
+# machine (deploying, cleaning, inspecting...), which a removed or
+# redefined VM would break.
+FREE_STATES = frozenset(('enroll', 'manageable', 'available',
+                         'inspect failed', 'clean failed'))
+# Ironic's other states (ironic.common.states.ALL_STATES and 'service'),
+# for callers that want the list; deployed() is the test.
+DEPLOYED_STATES = frozenset((
+    'active', 'deploying', 'wait call-back', 'deploy failed', 'deploy hold',
+    'deploy complete', 'deleting', 'deleted', 'error', 'adopting',
+    'adopt failed', 'rescue', 'rescuing', 'rescue wait', 'rescue failed',
+    'unrescuing', 'unrescue failed', 'service', 'servicing', 'service wait',
+    'service failed', 'service hold', 'verifying', 'inspecting',
+    'inspect wait', 'cleaning', 'clean wait', 'clean hold'))
 
 
-def normalise_resource_class(name):
-    """Placement's class for an Ironic resource class: CUSTOM_<NAME>."""
-    normal = ''.join(c if c.isalnum() else '_' for c in name.upper())
-    return normal if normal.startswith('CUSTOM_') else 'CUSTOM_' + normal
+def deployed(state):
+    """Whether a node in provision state ``state`` (None: no node) must
+    not be removed or resized without --force."""
+    return state is not None and state not in FREE_STATES
+
+
+def provision_states(conn, uuids):
+    """{uuid: provision state, or None where Ironic has no such node},
+    from one node list."""
+    wanted = set(uuids)
+    if not wanted:
+        return {}
+    found = {n.id: n.provision_state for n in conn.baremetal.nodes(
+        fields=('uuid', 'provision_state')) if n.id in wanted}
+    return {uuid: found.get(uuid) for uuid in uuids}
 
 
 def resolve_image(conn, value):
@@ -82,22 +125,37 @@ _retrying = tenacity.retry(
     wait=tenacity.wait_exponential(multiplier=0.5, max=5))
 
 
-def ensure_node(conn, conf, node, traits, ports, adopt):
+def ensure_node(conn, conf, node, traits, ports, adopt,
+                password_changed=False):
     """The Ironic node ``node`` with ``traits`` and ``ports``, available.
 
-    Only what differs is changed on a node that exists. ``adopt`` False:
-    a node found with this UUID is somebody else's. A node this call
-    creates is deleted again if a later step fails, before the error is
-    raised: nothing else would know to remove it.
+    On a node that exists, every managed field that differs is updated
+    in place: the fields of ``node`` (an interface it does not name goes
+    back to the driver's default, as do an unnamed conductor group and
+    shard), driver_info, traits (exactly these) and ports (made,
+    updated, and those of other MACs deleted), then an enroll or
+    manageable node is made available. A stored password reads back
+    masked: driver_info is sent when another key differs, or when
+    ``password_changed``. What Ironic would refuse in the node's
+    provision state is refused first, with CloudError, before anything
+    changes. True if anything changed.
+
+    ``adopt`` False: a node found with this UUID is somebody else's. A
+    node this call creates is deleted again if a later step fails,
+    before the error is raised: nothing else would know to remove it.
     """
     try:
         current = conn.baremetal.get_node(node['id'])
     except cloud.sdk_exceptions().NotFoundException:
         current = None
     if current is None:
-        current = conn.baremetal.create_node(**node)
+        conn.baremetal.create_node(**node)
         try:
-            _settle_node(conn, conf, node, current, traits, ports)
+            if traits:
+                conn.baremetal.set_node_traits(node['id'], traits)
+            for port in ports:
+                conn.baremetal.create_port(node_id=node['id'], **port)
+            _settle_node(conn, conf, node)
         except Exception:
             _undo_node(conn, conf, node)
             raise
@@ -106,61 +164,145 @@ def ensure_node(conn, conf, node, traits, ports, adopt):
         raise exceptions.ResourceConflict(
             kind='Ironic node', name=node['id'], owner=node['name'],
             reason='Tenks has no record of creating it')
-    changed = False
-    updates = {k: v for k, v in node.items()
-               if k not in ('id', 'driver_info')
-               and getattr(current, k, None) != v}
-    info = {k: v for k, v in node['driver_info'].items()
-            if current.driver_info.get(k) != v
-            and not k.endswith('password')}
-    if info:
-        # A stored password reads back masked: send it with any change.
-        updates['driver_info'] = node['driver_info']
+    updates = node_updates(current, node, _driver_defaults(
+        conn, current, node), password_changed)
+    port_changes = _port_changes(conn, node['id'], ports)
+    _check_state(current, updates, port_changes)
+    changed = bool(updates or any(port_changes.values()))
+    if 'driver' in updates:
+        # The interfaces of the old hardware type may not fit the new one:
+        # reset them to its defaults, then set those the node names.
+        conn.baremetal.patch_node(current, [_op('driver', updates.pop(
+            'driver'))], reset_interfaces=True)
+        updates.update(_interfaces(node, conn.baremetal.get_node(
+            node['id']), {}))
     if updates:
-        conn.baremetal.update_node(current, **updates)
-        changed = True
-    return _settle_node(conn, conf, node, current, traits, ports) or changed
-
-
-def _settle_node(conn, conf, node, current, traits, ports):
-    """Traits, ports, then manage and provide; True if any changed."""
-    changed = False
+        conn.baremetal.patch_node(
+            current, [_op(k, v) for k, v in sorted(updates.items())])
     if sorted(current.traits or []) != sorted(traits):
         conn.baremetal.set_node_traits(node['id'], traits)
         changed = True
-    changed = _ensure_ports(conn, node['id'], ports) or changed
+    _apply_ports(conn, current, node['id'], port_changes)
+    return _settle_node(conn, conf, node) or changed
+
+
+def node_updates(current, node, defaults, password_changed=False):
+    """{field: new value} for each managed field of the Ironic node
+    ``current`` that differs from ``node``; ``defaults``: the driver's
+    default interfaces ({field: name}), for those ``node`` omits."""
+    wanted = {k: v for k, v in node.items() if k not in ('id', 'driver_info')}
+    wanted.setdefault('conductor_group', '')
+    wanted.setdefault('shard', None)
+    updates = {k: v for k, v in wanted.items()
+               if k not in INTERFACES and getattr(current, k, None) != v}
+    if 'driver' not in updates:
+        updates.update(_interfaces(node, current, defaults))
+    have = current.driver_info or {}
+    info = node['driver_info']
+    if password_changed or set(have) != set(info) or any(
+            str(have[k]) != str(v) for k, v in info.items()
+            if not k.endswith('password')):
+        updates['driver_info'] = info
+    return updates
+
+
+def _interfaces(node, current, defaults):
+    wanted = dict(defaults, **{k: v for k, v in node.items()
+                               if k in INTERFACES})
+    return {k: v for k, v in wanted.items()
+            if getattr(current, k, None) != v}
+
+
+def _driver_defaults(conn, current, node):
+    """The default interfaces of the node's driver, unless it changes
+    (changing it resets them)."""
+    if current.driver != node['driver']:
+        return {}
+    driver = conn.baremetal.get_driver(current.driver)
+    return {k: getattr(driver, 'default_' + k) for k in INTERFACES
+            if getattr(driver, 'default_' + k, None)}
+
+
+def _op(field, value):
+    if value is None:
+        return {'op': 'remove', 'path': '/' + field}
+    return {'op': 'add', 'path': '/' + field, 'value': value}
+
+
+def _port_changes(conn, node_uuid, ports):
+    existing = {p.address.lower(): p for p in conn.baremetal.ports(
+        node_id=node_uuid, details=True)}
+    wanted = {p['address'].lower(): p for p in ports}
+    return {
+        'create': [p for a, p in sorted(wanted.items())
+                   if a not in existing],
+        'update': [(existing[a], p) for a, p in sorted(wanted.items())
+                   if a in existing and (
+                       existing[a].physical_network != p['physical_network']
+                       or existing[a].local_link_connection
+                       != p['local_link_connection'])],
+        'delete': [p for a, p in sorted(existing.items())
+                   if a not in wanted],
+    }
+
+
+def _check_state(current, updates, port_changes):
+    """CloudError naming what Ironic would refuse in the node's state."""
+    state = current.provision_state
+    if current.is_maintenance:
+        return
+    refused = [k for k in sorted(updates)
+               if (k in RESTRICTED or k in INTERFACES)
+               and state not in FIELD_STATES]
+    if port_changes['update'] and state not in PORT_STATES + ('available',):
+        refused.append('ports %s (physical_network, local_link_connection)'
+                       % ', '.join(p.address for p, _ in
+                                   port_changes['update']))
+    if refused:
+        raise exceptions.CloudError(
+            service='Ironic', action='update node %s (%s)' % (
+                current.name, current.id),
+            reason='%s cannot change in provision state %s' % (
+                ', '.join(refused), state))
+
+
+def _apply_ports(conn, current, node_uuid, changes):
+    for port in changes['create']:
+        conn.baremetal.create_port(node_id=node_uuid, **port)
+    for port in changes['delete']:
+        conn.baremetal.delete_port(port, ignore_missing=False)
+    if not changes['update']:
+        return
+    window = (current.provision_state not in PORT_STATES
+              and not current.is_maintenance)
+    if window:
+        conn.baremetal.set_node_maintenance(
+            node_uuid, reason='Tenks: updating port connectivity')
+    try:
+        for port, wanted in changes['update']:
+            conn.baremetal.update_port(
+                port, physical_network=wanted['physical_network'],
+                local_link_connection=wanted['local_link_connection'])
+    finally:
+        if window:
+            conn.baremetal.unset_node_maintenance(node_uuid)
+
+
+def _settle_node(conn, conf, node):
+    """Manage and provide an enroll or manageable node; True if it
+    moved."""
     state = conn.baremetal.get_node(node['id']).provision_state
     if state == 'enroll':
         conn.baremetal.set_node_provision_state(node['id'], 'manage')
         _wait(conn, node['id'], 'manageable', conf.provision_timeout,
               conf.poll_interval)
         state = 'manageable'
-        changed = True
     if state == 'manageable':
         conn.baremetal.set_node_provision_state(node['id'], 'provide')
         _wait(conn, node['id'], 'available', conf.provision_timeout,
               conf.poll_interval)
-        changed = True
-    return changed
-
-
-def _ensure_ports(conn, node_uuid, ports):
-    changed = False
-    existing = {p.address: p for p in conn.baremetal.ports(
-        node_id=node_uuid, details=True)}
-    for port in ports:
-        current = existing.get(port['address'])
-        if current is None:
-            conn.baremetal.create_port(node_id=node_uuid, **port)
-            changed = True
-        elif (current.physical_network != port['physical_network']
-              or current.local_link_connection
-              != port['local_link_connection']):
-            conn.baremetal.update_port(
-                current, physical_network=port['physical_network'],
-                local_link_connection=port['local_link_connection'])
-            changed = True
-    return changed
+        return True
+    return False
 
 
 def delete_node(conn, conf, uuid):
@@ -221,7 +363,8 @@ class EnsureIronicNode(base.EnsureResource):
     def execute(self, operation_id, cluster):
         result = super().execute(operation_id, cluster)
         if self.finishes:
-            records.finish_node(context.get(), cluster, self.entry['uuid'],
+            records.finish_node(context.get(), cluster,
+                                self.entry['new']['record'],
                                 announce=self.entry['action'] == 'create')
         return result
 
@@ -280,7 +423,8 @@ class EnsureIronicNode(base.EnsureResource):
             attempts.append(True)
             return ensure_node(conn, svc.cloud.conf, fields,
                                config['traits'], ports,
-                               adopt or len(attempts) > 1)
+                               adopt or len(attempts) > 1,
+                               self.entry.get('password_changed', False))
 
         try:
             changed = attempt() or len(attempts) > 1

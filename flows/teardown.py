@@ -11,6 +11,7 @@ from flows import post_deploy
 from flows import records
 from flows import registration
 from tenks import exceptions
+from tenks import states
 
 # What goes first: flavors before the nodes they schedule to, Ironic
 # nodes (with their ports) before their BMC, a BMC before its domain, a
@@ -102,7 +103,7 @@ def get_teardown_flow(operation_id):
     (see teardown_plan)."""
     plan = context.get().db.get_operation(operation_id).plan
     flow = linear_flow.Flow('teardown:%s' % plan['cluster'])
-    flow.add(records.MarkCluster(records.CLUSTER_DELETING))
+    flow.add(records.MarkCluster(states.CLUSTER_DELETING))
     for kinds in REMOVAL_STAGES:
         stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
         if kinds == ('domain',):

@@ -14,6 +14,11 @@ a bridge, a domain's BMC, ...) run one at a time, in whatever order the
 lock hands them out: a revert or a teardown that sends ``remove_x``
 while ``ensure_x`` of the same thing still runs here (its conductor gave
 up waiting) waits for it, then finds and removes what it made.
+
+A whole-node request (API 1.2, hostagent.nodes) holds the node's lock
+and those of each of its parts, so it and a single-thing request on one
+of them wait for each other; requests of different nodes run side by
+side, each in its own thread of the RPC server's executor.
 """
 
 import collections

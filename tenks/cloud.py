@@ -149,6 +149,8 @@ class Cloud:
 
     def check(self, services):
         """Raise CloudUnavailable unless every service answers."""
+        if not services:
+            return
         from keystoneauth1 import exceptions as ksa_exceptions
         for service in services:
             name, option = SERVICES[service]

@@ -13,11 +13,15 @@ import sys
 import threading
 from importlib import metadata
 
-from oslo_config import cfg
-from oslo_log import log as logging
+from tenks import runtime
 
-from tenks import conf as tenks_conf
-from tenks import rpc
+runtime.use_threads()
+
+from oslo_config import cfg  # noqa: E402
+from oslo_log import log as logging  # noqa: E402
+
+from tenks import conf as tenks_conf  # noqa: E402
+from tenks import rpc  # noqa: E402
 
 # [hostagent] option -> entry point group of its drivers.
 DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',

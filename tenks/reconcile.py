@@ -312,19 +312,20 @@ def node_changes(old, new):
     (either None: the node is created or removed)."""
     if old is None or new is None:
         action, state = (CREATE, new) if old is None else (DELETE, old)
-        lines = [('domain', None, None if old else _size(state),
-                  _size(state) if old is None else None)]
-        lines += [('volume %s' % v['name'], None, None, None)
+        lines = [('domain', None, _size(state))]
+        lines += [('volume %s' % v['name'], 'capacity', v['capacity'])
                   for v in state['volumes']]
-        lines += [('port %s' % n['tap'], None, None, None)
+        lines += [('port %s' % n['tap'], 'bridge', n['bridge'])
                   for n in state['nics']]
-        lines.append(('bmc', None, None, '%s:%d' % (
-            state['bmc']['address'], state['bmc']['port'])))
+        lines.append(('bmc', None, '%s:%d' % (state['bmc']['address'],
+                                              state['bmc']['port'])))
         if state['ironic']:
-            lines.append(('ironic node', None, None, state['ironic']['rc']))
-        return [_line(state, what, action, field, None if old is None
-                      else after, after if old is None else None)
-                for what, field, before, after in lines]
+            lines.append(('ironic node', 'resource_class',
+                          state['ironic']['rc']))
+        return [_line(state, what, action, field,
+                      None if old is None else value,
+                      value if old is None else None)
+                for what, field, value in lines]
     _check_volumes(old, new)
     changes = []
     for field in ('memory_mb', 'vcpus', 'domain_type',
@@ -445,7 +446,7 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
                      'enrol': changed and new['ironic'] is not None}
         planned.append(dict(entry, uuid=node['uuid'], name=node['name'],
                             hypervisor=node['hypervisor'], old=old,
-                            new=new))
+                            new=new, password_changed=password))
     planned.sort(key=lambda n: (n['hypervisor'], n['name']))
 
     changes = []

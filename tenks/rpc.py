@@ -10,14 +10,18 @@ in-memory transport: the same code path, in one process.
 import functools
 import logging
 
-import oslo_messaging as messaging
-from oslo_config import cfg
-from oslo_messaging import opts as messaging_opts
-from oslo_messaging._metrics import client as metrics_client
-from oslo_messaging._tracing import client as tracing_client
-from oslo_messaging.notify import notifier as msg_notifier
+from tenks import runtime
 
-from tenks import memory_transport
+runtime.use_threads()
+
+import oslo_messaging as messaging  # noqa: E402
+from oslo_config import cfg  # noqa: E402
+from oslo_messaging import opts as messaging_opts  # noqa: E402
+from oslo_messaging._metrics import client as metrics_client  # noqa: E402
+from oslo_messaging._tracing import client as tracing_client  # noqa: E402
+from oslo_messaging.notify import notifier as msg_notifier  # noqa: E402
+
+from tenks import memory_transport  # noqa: E402
 
 CONDUCTOR_TOPIC = 'tenks-conductor'
 HOSTAGENT_TOPIC = 'tenks-hostagent'

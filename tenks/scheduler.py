@@ -10,8 +10,7 @@ import uuid as uuidlib
 
 from tenks import exceptions
 from tenks import names
-
-NODE_SCHEDULED = 'scheduled'
+from tenks import states
 
 
 class HostState:
@@ -162,7 +161,7 @@ def schedule(spec, facts, recorded):
                 'bmc_type': 'ipmi',
                 'bmc_address': host.bmc_address,
                 'bmc_port': port,
-                'state': NODE_SCHEDULED,
+                'state': states.NODE_SCHEDULED,
             })
     return nodes
 

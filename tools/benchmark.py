@@ -6,13 +6,17 @@ Start-up: medians of a bare Python start, ``tenks --version``, ``tenks
 existing state database), with how much each costs over the bare start
 and the budget it must keep.
 
-Then runs the ``tenks`` command (embedded mode, real libvirt, virtualbmc
-and Linux bridges) the way a user does, for each cluster size, and prints
-medians of the whole command's wall-clock time and of the time inside the
-command (the operation with its conductor and hostagent, without Python's
-start-up, imports and exit), next to the Ansible-based Tenks measured on
-the same kind of machine. Needs root and tools/setup.sh done (not for
---startup-only).
+Then the raw floor: the volumes, taps, domains and BMCs of the largest
+size made by direct driver calls, one node after another. Then runs the
+``tenks`` command (embedded mode, real libvirt, virtualbmc and Linux
+bridges) the way a user does, for each cluster size, and prints medians
+of the whole command's wall-clock time and of the time inside the
+command (the operation, from its record: without Python's start-up,
+imports and exit), with the budgets of issue 9, next to the Ansible-based
+Tenks measured on the same kind of machine; the cost of each extra node;
+and the SQL statements of a deploy and of a no-change re-run (counted
+in-process), with the flows the re-run persisted. Needs root and
+tools/setup.sh done (not for --startup-only).
 
     .venv/bin/python tools/benchmark.py [--sizes 1 8] [--runs 3]
     .venv/bin/python tools/benchmark.py --startup-only
@@ -33,6 +37,9 @@ TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
 
 # Ansible Tenks on these machines (seconds): deploy, re-run, teardown.
 ANSIBLE = {1: (37, None, None), 8: (66, 54, 40)}
+
+# Seconds the whole command may take (issue 9), 8 nodes.
+BUDGET = {(8, 'deploy'): 1.5, (8, 're-run'): 0.5, (8, 'teardown'): 1.0}
 
 # Seconds each may take over a bare Python start (issue 8).
 STARTUP_BUDGET = {'--version': 0.15, '--help': 0.15, 'node list': 0.4}
@@ -56,7 +63,7 @@ def spec(size, cluster):
 
 
 def timed(*args):
-    """(wall-clock s of the command, s it reports for the operation)."""
+    """(wall-clock s of the command, s it reports itself)."""
     started = time.monotonic()
     result = subprocess.run([TENKS, *args], capture_output=True, text=True)
     elapsed = time.monotonic() - started
@@ -108,6 +115,76 @@ def startup(tmp, runs):
     print()
 
 
+def operation_seconds(state_dir):
+    """Seconds the newest operation took, from its record: the work
+    inside the command, without Python's start, imports and exit."""
+    import datetime
+    import sqlite3
+    db = sqlite3.connect(os.path.join(state_dir, 'state.sqlite'))
+    try:
+        created, finished = db.execute(
+            'SELECT created_at, finished_at FROM tenks_operations '
+            'ORDER BY created_at DESC LIMIT 1').fetchone()
+    finally:
+        db.close()
+    parse = datetime.datetime.fromisoformat
+    return (parse(finished) - parse(created)).total_seconds()
+
+
+def raw_floor(size, runs):
+    """Median seconds of the raw operations under a deploy of ``size``
+    nodes: each node's volume, tap, domain and BMC made by direct driver
+    calls, one node after another, no conductor, bus or records."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_node_requests as nodes_bench
+    times = []
+    for _ in range(runs):
+        bench = nodes_bench.Bench(size)
+        try:
+            times.append(nodes_bench.in_turn(bench.raw, bench.node_list))
+        finally:
+            bench.clean()
+    return statistics.median(times)
+
+
+def sql_statements(tmp, size):
+    """SQL statements a deploy of ``size`` nodes sends to the state
+    database, and those of a no-change re-run, counted in-process on the
+    embedded conductor; and the flows the re-run persisted."""
+    import sqlalchemy as sa
+
+    from tenks import conf as tenks_conf
+    from tenks import runtime
+    from tenks import spec as tenks_spec
+    from tenks.cli import embedded
+    runtime.use_threads()
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', os.path.join(tmp, 'sql-state'))
+    cluster = 'bench-sql-%d' % size
+    data = spec(size, cluster)
+    data['bridge_prefix'] = 'brbsql'
+    cluster_spec = tenks_spec.validate(data)
+    with embedded.embedded(conf) as conductor:
+        engine = conductor.db.engine
+        counted = []
+        sa.event.listen(engine, 'before_cursor_execute',
+                        lambda *args: counted.append(1))
+        conductor.deploy(cluster_spec)
+        deploy = len(counted)
+        with engine.connect() as connection:
+            books = connection.exec_driver_sql(
+                'SELECT count(*) FROM logbooks').scalar()
+        del counted[:]
+        conductor.deploy(cluster_spec)
+        rerun = len(counted)
+        with engine.connect() as connection:
+            books_after = connection.exec_driver_sql(
+                'SELECT count(*) FROM logbooks').scalar()
+        conductor.teardown(cluster)
+    return deploy, rerun, books_after - books
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--sizes', type=int, nargs='+', default=[1, 8])
@@ -121,11 +198,18 @@ def main():
         startup(tmp, args.startup_runs)
     if args.startup_only:
         return
-    print('%-6s %-10s %10s %10s %10s  %s' % (
-        'nodes', 'phase', 'command s', 'min-max s', 'inside s',
+    largest = max(args.sizes)
+    floor = raw_floor(largest, args.runs)
+    print('raw floor: %d nodes made by direct driver calls, one after '
+          'another: %.2f s' % (largest, floor))
+    print()
+    print('%-6s %-10s %10s %10s %10s %8s  %s' % (
+        'nodes', 'phase', 'command s', 'min-max s', 'inside s', 'budget',
         'Ansible Tenks s'))
+    medians = {}
     with tempfile.TemporaryDirectory(prefix='tenks-bench-') as tmp:
-        state = ['--state-dir', os.path.join(tmp, 'state')]
+        state_dir = os.path.join(tmp, 'state')
+        state = ['--state-dir', state_dir]
         for size in args.sizes:
             path = os.path.join(tmp, 'bench-%d.yaml' % size)
             cluster = 'bench-%d' % size
@@ -133,17 +217,33 @@ def main():
                 yaml.safe_dump(spec(size, cluster), f)
             figures = {'deploy': [], 're-run': [], 'teardown': []}
             for _ in range(args.runs):
-                figures['deploy'].append(timed(*state, 'deploy', path))
-                figures['re-run'].append(timed(*state, 'deploy', path))
-                figures['teardown'].append(
-                    timed(*state, 'teardown', cluster))
+                for phase, command in (('deploy', ['deploy', path]),
+                                       ('re-run', ['deploy', path]),
+                                       ('teardown', ['teardown', cluster])):
+                    wall, _ = timed(*state, *command)
+                    figures[phase].append(
+                        (wall, operation_seconds(state_dir)))
             for index, (phase, values) in enumerate(figures.items()):
                 ansible = ANSIBLE.get(size, (None,) * 3)[index]
                 wall = [w for w, _ in values]
-                print('%-6d %-10s %10.2f %4.2f-%-5.2f %10.2f  %s' % (
+                medians[(size, phase)] = statistics.median(wall)
+                print('%-6d %-10s %10.2f %4.2f-%-5.2f %10.2f %8s  %s' % (
                     size, phase, statistics.median(wall), min(wall),
                     max(wall), statistics.median(i for _, i in values),
+                    BUDGET.get((size, phase), '-'),
                     ansible if ansible else '-'))
+        smallest = min(args.sizes)
+        if largest > smallest:
+            extra = (medians[(largest, 'deploy')]
+                     - medians[(smallest, 'deploy')]) / (largest - smallest)
+            print()
+            print('each extra node adds %.0f ms to a deploy (budget 45 ms)'
+                  % (extra * 1000))
+        print()
+        deploy, rerun, flows = sql_statements(tmp, largest)
+        print('SQL statements: deploy of %d nodes %d (%.1f per node, budget '
+              '10); no-change re-run %d, flows it persisted: %d' % (
+                  largest, deploy, deploy / largest, rerun, flows))
 
 
 if __name__ == '__main__':

@@ -66,8 +66,11 @@ class RemoteClient:
     def __exit__(self, *exc):
         self.bus.cleanup()
 
-    def deploy(self, spec):
-        return self.api.deploy_cluster(spec)
+    def deploy(self, spec, force=False):
+        return self.api.deploy_cluster(spec, force)
+
+    def plan(self, spec, force=False):
+        return self.api.plan_cluster(spec, force)
 
     def teardown(self, name):
         return self.api.teardown_cluster(name)
@@ -138,8 +141,11 @@ class EmbeddedClient:
     def __exit__(self, *exc):
         return self._context.__exit__(*exc)
 
-    def deploy(self, spec):
-        return self.conductor.submit_deploy(spec)
+    def deploy(self, spec, force=False):
+        return self.conductor.submit_deploy(spec, force)
+
+    def plan(self, spec, force=False):
+        return self.conductor.plan(spec, force)
 
     def teardown(self, name):
         return self.conductor.submit_teardown(name)

@@ -30,6 +30,8 @@ HYPERVISOR_COLUMNS = ('host', 'state', 'nodes', 'last_seen', 'cpus',
                       'memory_mb', 'libvirt_version', 'ipmi_address',
                       'physnet_mappings')
 EVENT_COLUMNS = ('timestamp', 'event_type', 'priority', 'payload')
+PLAN_COLUMNS = ('node', 'hypervisor', 'resource', 'action', 'field', 'old',
+                'new')
 
 
 class OwnEpilog:
@@ -138,29 +140,104 @@ class OperationCommand(Command):
             describe(operation, time.monotonic() - started) + '\n')
 
 
-class Deploy(OperationCommand):
-    """Deploy the cluster a spec describes (idempotent)."""
+def change_line(change):
+    """One change of a plan, as text: 'tk0 domain: update memory_mb 256
+    -> 384'."""
+    where = change['node'] or change['hypervisor'] or 'cloud'
+    text = '%s %s: %s' % (where, change['resource'], change['action'])
+    if change['field']:
+        text += ' %s' % change['field']
+    if change['old'] is not None or change['new'] is not None:
+        text += ' %s -> %s' % (_value(change['old']), _value(change['new']))
+    return text
+
+
+def _value(value):
+    return '-' if value is None else json.dumps(value) if isinstance(
+        value, (dict, list)) else str(value)
+
+
+def add_force(parser):
+    parser.add_argument(
+        '--force', action='store_true',
+        help='Also resize nodes whose domain runs (powered off, changed, '
+             'started again) and remove or resize nodes that Ironic has '
+             'deployed.')
+
+
+class Plan(Lister):
+    """Show what deploying a spec would change, changing nothing."""
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
         parser.add_argument('spec', help='Cluster spec (YAML file).')
+        add_force(parser)
+        return parser
+
+    def take_action(self, args):
+        spec = load_spec(args.spec)
+        with client.connect(self.app.conf) as tenks:
+            plan = tenks.plan(spec, args.force)
+        if not plan['changes'] and args.formatter == 'table':
+            self.app.stderr.write('Cluster %s is as specified: nothing to '
+                                  'change.\n' % spec['cluster'])
+        if args.formatter != 'table':
+            return PLAN_COLUMNS, [[change[c] for c in PLAN_COLUMNS]
+                                  for change in plan['changes']]
+        return PLAN_COLUMNS, [
+            ['' if change[c] is None else _value(change[c])
+             for c in PLAN_COLUMNS] for change in plan['changes']]
+
+
+class Deploy(OperationCommand):
+    """Deploy the cluster a spec describes, or change it to what the
+    spec says now (idempotent). In a terminal, a plan that removes or
+    replaces something is shown and must be confirmed first."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('spec', help='Cluster spec (YAML file).')
+        add_force(parser)
+        parser.add_argument('--yes', '-y', action='store_true',
+                            help='Do not ask before removing or replacing '
+                                 'anything.')
         return parser
 
     def take_action(self, args):
         spec = load_spec(args.spec)
         count = sum(s['count'] for s in spec['specs'])
 
+        def start(tenks):
+            if not args.yes and self.app.stdin.isatty():
+                self.confirm(tenks, spec, args.force)
+            return tenks.deploy(spec, args.force)
+
         def describe(operation, elapsed):
+            changes = operation['result'].get('plan') or []
+            lines = ['  ' + change_line(c) for c in changes]
             changed = len(operation['result']['changed'])
-            if changed:
-                return ('Cluster %s deployed: %d node(s), %d change(s) in '
-                        '%.2f s.' % (spec['cluster'], count, changed,
-                                     elapsed))
+            if changed or changes:
+                return '\n'.join(lines + [
+                    'Cluster %s deployed: %d node(s), %d change(s) in '
+                    '%.2f s.' % (spec['cluster'], count, len(changes),
+                                 elapsed)])
             return ('Cluster %s is already deployed as specified: nothing '
                     'changed in %.2f s.' % (spec['cluster'], elapsed))
 
-        self.run_operation(args, lambda tenks: tenks.deploy(spec), describe,
-                           source=args.spec)
+        self.run_operation(args, start, describe, source=args.spec)
+
+    def confirm(self, tenks, spec, force):
+        plan = tenks.plan(spec, force)
+        if not plan['destructive']:
+            return
+        self.app.stdout.write('Deploying %s will:\n%s\n' % (
+            spec['cluster'], '\n'.join('  ' + change_line(c)
+                                        for c in plan['changes'])))
+        self.app.stdout.write('It removes or replaces something. Apply? '
+                              '[y/N] ')
+        self.app.stdout.flush()
+        if self.app.stdin.readline().strip().lower() not in ('y', 'yes'):
+            raise exceptions.TenksError('Nothing was changed.')
 
 
 class Teardown(OperationCommand):

@@ -10,13 +10,13 @@ import inspect
 import logging
 import os
 import sys
-import warnings
 
 from cliff import app
 from cliff import commandmanager
 from cliff import help as cliff_help
 
 import tenks
+from tenks import runtime
 
 
 class TenksApp(app.App):
@@ -93,9 +93,7 @@ class TenksApp(app.App):
 
 
 def main(argv=None):
-    # oslo.messaging and futurist import eventlet, which warns that it is
-    # deprecated although Tenks never uses it.
-    warnings.filterwarnings('ignore', message='(?s).*Eventlet is deprecated')
+    runtime.use_threads()
     return TenksApp().run(sys.argv[1:] if argv is None else argv)
 
 

@@ -194,52 +194,34 @@ class StateDB:
             return session.scalars(sa.select(models.Resource).filter_by(
                 hypervisor=hypervisor, kind=kind, name=name)).one_or_none()
 
-    def begin_resource(self, cluster, hypervisor, kind, name, remove_args,
-                       operation, node=None):
-        """Record that ``kind`` ``name`` is about to be created by
-        ``operation``.
-
-        Returns the row as it was before (None when the cluster had no
-        such resource; then a new row is 'creating', credited to
-        ``operation``). A resource recorded by another cluster raises
-        ResourceConflict.
-        """
-        with self._session.begin() as session:
-            row = session.scalars(sa.select(models.Resource).filter_by(
-                hypervisor=hypervisor, kind=kind, name=name)).one_or_none()
-            if row is None:
-                session.add(models.Resource(
-                    cluster=cluster, hypervisor=hypervisor, kind=kind,
-                    name=name, remove_args=remove_args,
-                    state=RESOURCE_CREATING, operation=operation,
-                    node=node))
-                return None
-            if row.cluster != cluster:
-                raise exceptions.ResourceConflict(
-                    kind=kind, name=name, owner='cluster %s' % cluster,
-                    reason='cluster %s created it on %s' % (
-                        row.cluster, hypervisor))
-            return row
-
     def finish_resource(self, hypervisor, kind, name, data, operation):
         """The agent confirmed the resource; ``operation`` created it
         (None: it was there before)."""
         with self._session.begin() as session:
-            row = session.scalars(sa.select(models.Resource).filter_by(
-                hypervisor=hypervisor, kind=kind, name=name)).one()
-            row.state = RESOURCE_PRESENT
-            row.data = data
-            row.operation = operation
+            session.execute(sa.update(models.Resource).filter_by(
+                hypervisor=hypervisor, kind=kind, name=name).values(
+                    state=RESOURCE_PRESENT, data=data, operation=operation))
 
     def begin_resources(self, cluster, hypervisor, operation, wanted,
-                        node=None):
+                        node=None, new=False):
         """Record the things ``wanted`` ([(kind, name, remove_args)]) not
         recorded yet as 'creating', credited to ``operation``.
 
         Returns {(kind, name): row dict} of those recorded before. A
         name recorded for another cluster raises ResourceConflict and
-        records nothing.
+        records nothing. ``new``: most likely none is recorded (a node
+        being created), so try recording them all at once first.
         """
+        if new:
+            try:
+                with self._session.begin() as session:
+                    session.execute(sa.insert(models.Resource), [
+                        self._creating(cluster, hypervisor, operation, kind,
+                                       name, args, node)
+                        for kind, name, args in wanted])
+                return {}
+            except sa.exc.IntegrityError:
+                pass
         table = models.Resource
         match = sa.or_(*[sa.and_(table.kind == kind, table.name == name)
                          for kind, name, _ in wanted])
@@ -254,15 +236,20 @@ class StateDB:
                         reason='cluster %s created it on %s' % (
                             row.cluster, hypervisor))
             before = {(row.kind, row.name): row.as_dict() for row in rows}
-            new = [{'cluster': cluster, 'hypervisor': hypervisor,
-                    'kind': kind, 'name': name, 'remove_args': args,
-                    'state': RESOURCE_CREATING, 'operation': operation,
-                    'node': node, 'data': {}}
-                   for kind, name, args in wanted
-                   if (kind, name) not in before]
-            if new:
-                session.execute(sa.insert(table), new)
+            missing = [self._creating(cluster, hypervisor, operation, kind,
+                                      name, args, node)
+                       for kind, name, args in wanted
+                       if (kind, name) not in before]
+            if missing:
+                session.execute(sa.insert(table), missing)
         return before
+
+    @staticmethod
+    def _creating(cluster, hypervisor, operation, kind, name, args, node):
+        return {'cluster': cluster, 'hypervisor': hypervisor, 'kind': kind,
+                'name': name, 'remove_args': args,
+                'state': RESOURCE_CREATING, 'operation': operation,
+                'node': node, 'data': {}}
 
     def finish_resources(self, hypervisor, credits, removed=()):
         """Mark the things of ``credits`` ({(kind, name): operation that
@@ -322,26 +309,30 @@ class StateDB:
                 state=OPERATION_RUNNING, conductor=conductor, spec=spec))
 
     def set_operation_plan(self, operation_id, plan):
-        with self._session.begin() as session:
-            session.get(models.Operation, operation_id).plan = plan
+        self._update_operation(operation_id, plan=plan)
 
     def set_operation_progress(self, operation_id, progress):
-        with self._session.begin() as session:
-            session.get(models.Operation, operation_id).progress = progress
+        self._update_operation(operation_id, progress=progress)
 
     def finish_operation(self, operation_id, state, error=None,
                          result=None):
+        values = {'state': state, 'error': error, 'result': result or {},
+                  'finished_at': datetime.datetime.now(
+                      datetime.timezone.utc)}
         with self._session.begin() as session:
-            operation = session.get(models.Operation, operation_id)
-            if operation.spec:
+            spec = session.scalar(sa.select(models.Operation.spec).where(
+                models.Operation.id == operation_id))
+            if spec:
                 # Only a running deploy needs the BMC password: a
                 # finished one keeps no copy of it past a teardown.
-                operation.spec = dict(operation.spec, ipmi_password='***')
-            operation.state = state
-            operation.error = error
-            operation.result = result or {}
-            operation.finished_at = datetime.datetime.now(
-                datetime.timezone.utc)
+                values['spec'] = dict(spec, ipmi_password='***')
+            session.execute(sa.update(models.Operation).where(
+                models.Operation.id == operation_id).values(**values))
+
+    def _update_operation(self, operation_id, **values):
+        with self._session.begin() as session:
+            session.execute(sa.update(models.Operation).where(
+                models.Operation.id == operation_id).values(**values))
 
     def get_operation(self, operation_id):
         with self._session() as session:

@@ -18,8 +18,6 @@ import tempfile
 
 import fasteners
 import sqlalchemy as sa
-from alembic import command
-from alembic import config
 
 from tenks import exceptions
 from tenks.db import migrations
@@ -36,6 +34,7 @@ def schema_lock(lock_dir):
 
 
 def alembic_config(connection):
+    from alembic import config
     cfg = config.Config()
     cfg.set_main_option('script_location', MIGRATIONS)
     cfg.attributes['connection'] = connection
@@ -53,11 +52,13 @@ def upgrade(engine):
                        'than its migrations: tear its clusters down with '
                        'that Tenks, then remove the database'
                        % engine.url.render_as_string())
+        from alembic import command
         command.upgrade(alembic_config(connection), 'head')
 
 
 def new_revision(message):
     """Write a migration from the difference between models and head."""
+    from alembic import command
     with tempfile.TemporaryDirectory() as tmp:
         engine = sa.create_engine(
             'sqlite:///' + os.path.join(tmp, 'state.sqlite'))

@@ -29,6 +29,8 @@ HEADERS = {'X-Auth-Token': 'admin', 'X-User-Id': 'tenks-test',
 POLL = 0.2  # s; openstacksdk's own waits poll every 2 s
 
 TIMINGS = {}
+# Where Ironic deletes a node outside maintenance.
+DELETABLE = ('enroll', 'manageable', 'available', 'adopt failed')
 
 
 @pytest.fixture(scope='session')
@@ -74,12 +76,34 @@ def wait_for_node(conn, node_id, timeout=60):
 
 def remove_ironic_nodes(conn, prefix):
     """Delete the Ironic nodes whose names start with ``prefix``, once
-    their actions are over; return what was there, for a leftover
-    check."""
+    their actions are over (in maintenance where Ironic would refuse:
+    an active node); return what was there, for a leftover check."""
     left = []
     for node in conn.baremetal.nodes():
         if node.name and node.name.startswith(prefix):
             left.append('ironic node %s' % node.name)
-            wait_for_node(conn, node.id)
+            node = wait_for_node(conn, node.id)
+            if node.provision_state not in DELETABLE:
+                conn.baremetal.set_node_maintenance(node.id, 'test cleanup')
             conn.baremetal.delete_node(node.id)
     return left
+
+
+def adopt(conn, node_id, timeout=60, **instance_info):
+    """Make an available or manageable node ``active`` without a
+    deployment: Ironic's adopt (manageable -> adopting -> active) takes
+    over a machine said to run a workload already. ``instance_info``:
+    what the node's boot interface needs for it, if anything."""
+    node = conn.baremetal.get_node(node_id)
+    if node.provision_state == 'available':
+        conn.baremetal.set_node_provision_state(node_id, 'manage')
+        wait_for_node(conn, node_id, timeout)
+    if instance_info:
+        conn.baremetal.patch_node(node_id, [{
+            'op': 'add', 'path': '/instance_info', 'value': instance_info}])
+    conn.baremetal.set_node_provision_state(node_id, 'adopt')
+    node = wait_for_node(conn, node_id, timeout)
+    if node.provision_state != 'active':
+        raise RuntimeError('adopting node %s ended in %s: %s' % (
+            node_id, node.provision_state, node.last_error))
+    return node

@@ -103,7 +103,8 @@ def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
     assert hypervisor.things == deployed
     assert resources(conductor) == recorded
     assert [n.name for n in conductor.db.list_nodes()] == ['tk0', 'tk1']
-    assert conductor.db.get_cluster('unit').state == 'failed'
+    # Rolled back whole: still deployed, with the spec it had.
+    assert conductor.db.get_cluster('unit').state == 'deployed'
     assert conductor.db.get_cluster('unit').spec['specs'][0]['count'] == 2
     del hypervisor.fail[('bmc', 'tk0')]
     assert conductor.deploy(spec)['changed'] == []

@@ -10,9 +10,9 @@ from flows import base
 from flows import deploy
 from flows import nodes
 from flows import post_deploy
-from flows import records
-from flows import registration
 from tenks import exceptions
+from tenks import reconcile
+from tenks import states
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 from tests.unit.test_scheduler import facts
@@ -32,7 +32,7 @@ def planned(conductor, spec):
     db = conductor.db
     name = spec['cluster']
     if db.get_cluster(name) is None:
-        db.save_cluster(name, spec, records.CLUSTER_SCHEDULED)
+        db.save_cluster(name, spec, states.CLUSTER_SCHEDULED)
     host = {'hv1': facts(mappings=spec['physnet_mappings'])}
     plan, new = planner.plan_deploy(
         spec, db.get_cluster(name), host,
@@ -215,16 +215,16 @@ def test_mapped_physnet_gets_an_uplink(conductor):
 
 
 def test_resource_class_normalisation_is_one_rule():
-    assert registration.normalise_resource_class('tenks-gold') == (
+    assert reconcile.normalise_resource_class('tenks-gold') == (
         'CUSTOM_TENKS_GOLD')
-    assert registration.normalise_resource_class('baremetal.x86 big') == (
+    assert reconcile.normalise_resource_class('baremetal.x86 big') == (
         'CUSTOM_BAREMETAL_X86_BIG')
-    assert registration.normalise_resource_class('CUSTOM_GOLD') == (
+    assert reconcile.normalise_resource_class('CUSTOM_GOLD') == (
         'CUSTOM_GOLD')
 
 
 def test_flavor_extra_specs():
-    assert post_deploy.flavor_extra_specs({
+    assert reconcile.flavor_extra_specs({
         'resource_class': 'gold', 'required_traits': ['CUSTOM_A'],
         'forbidden_traits': ['CUSTOM_B'], 'custom_specs': {'x:y': 1},
     }) == {'resources:CUSTOM_GOLD': '1', 'resources:VCPU': '0',

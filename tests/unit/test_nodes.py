@@ -168,3 +168,12 @@ def test_lock_keys_are_those_of_single_thing_requests():
         ('bmc', 'n0'), ('domain', 'n0'), ('node', 'n0'), ('port', 'n0t0'),
         ('port', 't'), ('volume', 'p', 'n0v0'), ('volume', 'p', 'old')])
     assert nodes.things({'name': 'n0'}) is None
+
+
+def test_node_running_keeps_its_type_over_the_bus():
+    error = exceptions.NodeRunning(node='n0', changes='vcpus 1 -> 2')
+    back = exceptions.from_report(exceptions.to_report(error), 'hv1')
+    assert type(back) is exceptions.NodeRunning
+    assert str(back) == ('Node n0 is running and would change (vcpus 1 -> '
+                         '2): power it off first, or force the change, '
+                         'which powers it off and on again (on hv1)')

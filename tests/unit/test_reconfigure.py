@@ -252,7 +252,7 @@ def test_a_failed_reconfigure_rolls_everything_back(conductor, hypervisor,
     assert after['resources'] == before['resources']
     assert after['nodes'] == before['nodes']
     assert after['spec'] == before['spec']
-    assert conductor.db.get_cluster('unit').state == 'failed'
+    assert conductor.db.get_cluster('unit').state == 'deployed'
     # The same deploy without the fault applies it all.
     monkeypatch.setattr(hypervisor, 'ensure', type(hypervisor).ensure.__get__(
         hypervisor))
