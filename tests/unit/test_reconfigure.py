@@ -277,24 +277,27 @@ def test_a_failed_reconfigure_removes_no_node(conductor, hypervisor,
 
 
 def verb_and_table(statement):
-    words = statement.split()
+    """'VERB table' of a SQL statement, e.g. 'UPDATE tenks_nodes'."""
+    words = statement.replace('(', ' ').split()
     verb = words[0].upper()
-    table = words[{'SELECT': None, 'INSERT': 2, 'UPDATE': 1,
-                   'DELETE': 2}.get(verb) or words.index('FROM') + 1]
-    return '%s %s' % (verb, table.strip('"'))
+    for keyword in ('FROM', 'INTO', 'UPDATE'):
+        if keyword in (w.upper() for w in words[:-1]):
+            index = [w.upper() for w in words].index(keyword)
+            return '%s %s' % (verb, words[index + 1].strip('"'))
+    return verb
 
 
-@pytest.mark.xfail(reason='the engine writes about 19 statements per node '
-                   'for a deploy of 8 nodes (11 per node task: resource '
-                   'rows, 3 node-row updates, a SELECT for its event, 3 '
-                   'atom writes; about 60 per deploy), over the target '
-                   'of 10 (issue 9, item 4)', strict=True)
+@pytest.mark.xfail(reason='a deploy of 8 nodes costs about 10.5 statements '
+                   'per node (5 per node task, about 44 per deploy), over '
+                   'the target of 10 (issue 9, item 4)',
+                   raises=AssertionError, strict=True)
 def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
     count = 8
     statements = []
 
     def counted(conn, cursor, statement, parameters, context, many):
-        # A hostagent's registration is no part of the deploy.
+        # Neither a hostagent's registration nor the making of the
+        # schema on a new database is part of the deploy.
         if 'tenks_hypervisors' not in statement:
             statements.append(verb_and_table(statement))
 
@@ -305,13 +308,15 @@ def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
     finally:
         sa.event.remove(engine, 'before_cursor_execute', counted)
     assert names(conductor) == ['tk%d' % i for i in range(count)]
-    per_node = len(statements) / count
-    figure = '%d SQL statements for a deploy of %d nodes: %.1f per node' % (
-        len(statements), count, per_node)
+    data = [s for s in statements
+            if s.split()[0] in ('SELECT', 'INSERT', 'UPDATE', 'DELETE')]
+    per_node = len(data) / count
+    figure = ('%d SQL statements for a deploy of %d nodes: %.1f per node '
+              '(and %d on the schema)' % (len(data), count, per_node,
+                                          len(statements) - len(data)))
     print(figure)
     assert per_node <= 10, '%s (%s)' % (figure, ', '.join(
-        '%s: %d' % pair
-        for pair in collections.Counter(statements).most_common()))
+        '%s: %d' % pair for pair in collections.Counter(data).most_common()))
 
 
 def test_plan_shows_the_changes_and_makes_none(conductor, hypervisor):
