@@ -7,6 +7,7 @@ Names start with the test's ``hx<hex>`` prefix; BMCs use UDP ports
 the test's).
 """
 
+import contextlib
 import itertools
 import os
 import signal
@@ -16,9 +17,12 @@ from xml.etree import ElementTree as ET
 import pytest
 from pyroute2 import IPRoute
 
+from hostagent import rpcapi as hostagent_rpcapi
+from tenks import rpc
 from tests.functional import drivers_fixtures as fx
 from tests.functional.cluster_fixtures import ipmitool
 from tests.functional.test_node_requests import Hypervisor
+from tests.functional.test_node_requests import Reports
 
 pytestmark = pytest.mark.functional
 
@@ -133,3 +137,32 @@ def test_eight_nodes_inspected_in_tens_of_milliseconds(hv):
     print('inspect_nodes of 8 nodes: %s ms' % ', '.join(
         '%.1f' % (t * 1000) for t in sorted(times)))
     assert min(times) < 0.1
+
+
+def test_inspect_nodes_over_the_bus(hv):
+    """A cast through the client reaches the agent, which reports the
+    drift to the conductor named, without the BMC password."""
+    nodes = make(hv, 1) + [hv.node(1, port=next(PORTS))]
+    host = hv.left.name('-hv')
+    reports = Reports()
+    servers = [hv.bus.get_server(rpc.HOSTAGENT_TOPIC, host, [hv.agent]),
+               hv.bus.get_server(rpc.CONDUCTOR_TOPIC, host + '-c',
+                                 [reports])]
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            server.start()
+            stack.callback(server.wait)
+            stack.callback(server.stop)
+        hostagent_rpcapi.HostAgentAPI(hv.bus).cast(
+            host, 'inspect_nodes', 'i1', host + '-c', nodes=nodes,
+            owner=fx.OWNER)
+        [result] = reports.wait_for(['i1'])
+    name = nodes[1]['name']
+    assert result == {'changed': False, 'nodes': {
+        nodes[0]['uuid']: [],
+        nodes[1]['uuid']: [['volume', nodes[1]['volumes'][0]['name'],
+                            'missing'],
+                           ['port', nodes[1]['nics'][0]['tap'], 'missing'],
+                           ['domain', name, 'missing'],
+                           ['bmc', name, 'missing']]}}
+    assert 'password' not in str(result)
