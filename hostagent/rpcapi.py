@@ -80,6 +80,28 @@ SINCE = {'ensure_node': '1.2', 'remove_node': '1.2',
          'inspect_nodes': '1.3'}
 
 
+def node_request(view, password, gone=None):
+    """The ``node`` argument of ensure_node and inspect_nodes for a node
+    of a plan (tenks.reconcile.view): its state, and the parts of
+    ``gone`` (an earlier view) it no longer has removed."""
+    node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
+                                 'memory_mb', 'console_log_enabled',
+                                 'pool', 'volumes')}
+    node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
+                    for nic in view['nics']]
+    node['bmc'] = dict(view['bmc'], password=password)
+    node['bmc'].pop('type', None)
+    node['remove'] = {'volumes': [], 'ports': []}
+    if gone is not None:
+        volumes = {vol['name'] for vol in view['volumes']}
+        taps = {nic['tap'] for nic in view['nics']}
+        node['remove'] = {
+            'volumes': [v['name'] for v in gone['volumes']
+                        if v['name'] not in volumes],
+            'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
+    return node
+
+
 class HostAgentAPI:
 
     def __init__(self, bus):
