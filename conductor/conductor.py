@@ -12,6 +12,7 @@ import contextlib
 import os
 import threading
 import types
+import uuid
 
 import fasteners
 from oslo_log import log as logging
@@ -207,6 +208,7 @@ class Conductor:
             spec, cluster, facts, [n.as_dict() for n in self.db.list_nodes()],
             [r.as_dict() for r in self.db.list_resources(spec['cluster'])],
             force)
+        planner.add_drift(plan, self._drift(plan, spec))
         return summary(plan)
 
     def submit_teardown(self, name):
@@ -295,6 +297,7 @@ class Conductor:
                     spec, cluster, facts, recorded,
                     [r.as_dict() for r in self.db.list_resources(name)],
                     force)
+                planner.add_drift(plan, self._drift(plan, spec))
                 if not force:
                     self._check_deployed(name, plan)
                 if plan['changes']:
@@ -329,6 +332,22 @@ class Conductor:
             raise
         outcome.plan = summary(plan)['changes']
         return outcome
+
+    def _drift(self, plan, spec):
+        """What the hypervisors find otherwise than recorded on the nodes
+        the plan leaves as they are: {uuid: [[kind, name, what]]}."""
+        by_host = {}
+        for entry in plan['nodes']:
+            if entry['action'] == reconcile.KEEP:
+                by_host.setdefault(entry['hypervisor'], []).append(
+                    hostagent_rpcapi.node_request(entry['new'],
+                                                  spec['ipmi_password']))
+        found = {}
+        for host, nodes in sorted(by_host.items()):
+            found.update(self.agents.request(
+                host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
+                nodes=nodes, owner=plan['owner'])['nodes'])
+        return found
 
     def _check_deployed(self, name, plan):
         """Refuse to remove or resize nodes Ironic has deployed."""

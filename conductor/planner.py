@@ -1,6 +1,7 @@
 """A deploy's plan: the spec against the records, on the hypervisors'
 facts, with the nodes it adds scheduled (see tenks.reconcile)."""
 
+from tenks import exceptions
 from tenks import reconcile
 from tenks import scheduler
 from tenks import states
@@ -15,6 +16,12 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force):
     cluster's recorded resources (dicts). Returns (plan, new nodes).
     """
     name = spec['cluster']
+    away = sorted({n['hypervisor'] for n in nodes
+                   if n['cluster'] == name and n['hypervisor'] not in facts})
+    if away:
+        raise exceptions.ChangeRefused(name=name, reason=(
+            'its nodes on %s cannot be checked: no hostagent up there '
+            '(see "tenks hypervisor list")' % ', '.join(away)))
     old_spec = (None if cluster.state == states.CLUSTER_SCHEDULED
                 else cluster.spec)
     mine = [n for n in nodes if n['cluster'] == name]
@@ -55,3 +62,22 @@ def deployed_in_ironic(plan):
         entry['uuid'] for entry in plan['nodes']
         if entry['old'] is not None and entry['old'].get('ironic')
         and (entry['new'] is None or entry['agent']))
+
+
+def add_drift(plan, drift):
+    """Mark for repair the nodes left as they are that their hypervisors
+    report otherwise than recorded (``drift``: {uuid: [[kind, name,
+    what]]} from the hostagents' inspect_nodes): a deploy ensures them
+    again."""
+    for entry in plan['nodes']:
+        found = drift.get(entry['uuid'])
+        if not found or entry['action'] != reconcile.KEEP:
+            continue
+        entry.update(action=reconcile.UPDATE, agent=True)
+        for kind, name, what in found:
+            plan['changes'].append({
+                'node': entry['name'], 'hypervisor': entry['hypervisor'],
+                'resource': kind if kind in ('domain', 'bmc')
+                else '%s %s' % (kind, name),
+                'action': reconcile.REPAIR, 'field': None, 'old': what,
+                'new': None})

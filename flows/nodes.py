@@ -14,6 +14,7 @@ from flows import base
 from flows import context
 from flows import records
 from flows import registration
+from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -35,28 +36,6 @@ def node_resources(view):
                                             'owner': owner}))
     things.append(('bmc', view['name'], {'domain': view['name']}))
     return things
-
-
-def agent_node(view, password, gone=None):
-    """The ``node`` argument of the hostagent's ensure_node: ``view``'s
-    state, and the parts of ``gone`` (an earlier view) it no longer has
-    removed."""
-    node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
-                                 'memory_mb', 'console_log_enabled',
-                                 'pool', 'volumes')}
-    node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
-                    for nic in view['nics']]
-    node['bmc'] = dict(view['bmc'], password=password)
-    node['bmc'].pop('type', None)
-    node['remove'] = {'volumes': [], 'ports': []}
-    if gone is not None:
-        volumes = {vol['name'] for vol in view['volumes']}
-        taps = {nic['tap'] for nic in view['nics']}
-        node['remove'] = {
-            'volumes': [v['name'] for v in gone['volumes']
-                        if v['name'] not in volumes],
-            'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
-    return node
 
 
 def parts_of(rows):
@@ -121,7 +100,7 @@ class ConvergeNode(task.Task):
             result = svc.agents.request(
                 self.host, 'ensure_node',
                 base.request_id(operation_id, self.name),
-                node=agent_node(new, self.password, old),
+                node=hostagent_rpcapi.node_request(new, self.password, old),
                 owner=new['owner'], force=self.force)
         except exceptions.AgentTimeout:
             # No answer: it may have made things. The records stay for
@@ -182,7 +161,7 @@ class ConvergeNode(task.Task):
             result = svc.agents.request(
                 self.host, 'ensure_node',
                 base.request_id(operation_id, self.name, 'revert'),
-                node=agent_node(old, self.password, added),
+                node=hostagent_rpcapi.node_request(old, self.password, added),
                 owner=old['owner'], force=self.force)
         except Exception as e:
             LOG.warning('Could not give node %s its old state back while '

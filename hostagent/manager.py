@@ -19,6 +19,10 @@ A whole-node request (API 1.2, hostagent.nodes) holds the node's lock
 and those of each of its parts, so it and a single-thing request on one
 of them wait for each other; requests of different nodes run side by
 side, each in its own thread of the RPC server's executor.
+
+``inspect_nodes`` (API 1.3) only reads, and takes none of those locks:
+a node that another request changes meanwhile is seen before or after
+(the drivers keep a single read of a volume or a BMC whole).
 """
 
 import collections
@@ -304,3 +308,7 @@ class HostAgentManager:
     def remove_node(self, context, request_id, reply_to, node, owner):
         self._run(request_id, reply_to, nodes.things(node) or [],
                   self.nodes.remove, node, owner)
+
+    def inspect_nodes(self, context, request_id, reply_to, nodes, owner):
+        self._run(request_id, reply_to, [], self.nodes.inspect, nodes,
+                  owner)

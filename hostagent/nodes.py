@@ -1,11 +1,13 @@
 """One request per node: converge its volumes, ports, domain and BMC.
 
 :class:`Nodes` drives the hypervisor's drivers for hostagent API 1.2
-(``ensure_node``, ``remove_node``; the request and result are described
-in hostagent.rpcapi). A request first reads what is there and refuses
-before changing anything when it cannot succeed: a volume that would
-shrink or change format, a domain or volume of somebody else, a running
-domain that would change (unless forced). Then it makes or updates each
+(``ensure_node``, ``remove_node``) and 1.3 (``inspect_nodes``: what
+ensure would do, read for many nodes at once and changing nothing; the
+requests and results are described in hostagent.rpcapi). An ensure
+first reads what is there and refuses before changing anything when it
+cannot succeed: a volume that would shrink or change format, a domain
+or volume of somebody else, a running domain that would change (unless
+forced). Then it makes or updates each
 part in turn, and removes what the node no longer has last, once the
 domain no longer uses it. A request that fails undoes what it created
 (an update stays: the conductor sends the old state to revert it).
@@ -23,6 +25,10 @@ LOG = logging.getLogger(__name__)
 
 # Domain states in which a domain's definition can change at once.
 STOPPED = (None, 'shut off', 'crashed')
+# What inspect says of a part (besides base.FOREIGN, 'stopped' of a BMC
+# that is as asked but does not run, 'smaller' of a volume to grow).
+MISSING = 'missing'
+DIFFERS = 'differs'
 
 _NAMES = {'type': 'array', 'items': {'type': 'string', 'minLength': 1}}
 NODE_SCHEMA = {
@@ -136,6 +142,38 @@ def domain(node):
     }
 
 
+def volume_change(node, vol, info):
+    """What ensure would change of an existing volume of ``node``: None,
+    or a phrase when it grows it.
+
+    ``info`` is its volume_info. Raises ResourceConflict when ensure
+    would refuse the node: the volume would shrink or change format.
+    """
+    wanted = base.whole_sectors(vol['capacity'])
+    if info['format'] != vol['format'] or info['capacity'] > wanted:
+        raise exceptions.ResourceConflict(
+            'Volume %s of node %s has %d bytes in format %s and '
+            'cannot become %d bytes in format %s: volumes are '
+            'grown, never shrunk or converted' % (
+                vol['name'], node['name'], info['capacity'],
+                info['format'], wanted, vol['format']))
+    if info['capacity'] < wanted:
+        return 'volume %s %d -> %d bytes' % (vol['name'], info['capacity'],
+                                             wanted)
+    return None
+
+
+def _what(changes):
+    """One word for a batch read's answer on one thing; None: as asked."""
+    if changes is None:
+        return MISSING
+    if changes == base.FOREIGN:
+        return base.FOREIGN
+    if changes == ['stopped']:
+        return 'stopped'
+    return DIFFERS if changes else None
+
+
 class _Outcome:
     """What a request did, and how to undo what it created."""
 
@@ -184,22 +222,57 @@ class Nodes:
         changes, grow = [], []
         for vol in node['volumes']:
             info = self.virt.volume_info(node['pool'], vol['name'], owner)
-            if info is None:
-                continue
-            wanted = base.whole_sectors(vol['capacity'])
-            if info['format'] != vol['format'] or info['capacity'] > wanted:
-                raise exceptions.ResourceConflict(
-                    'Volume %s of node %s has %d bytes in format %s and '
-                    'cannot become %d bytes in format %s: volumes are '
-                    'grown, never shrunk or converted' % (
-                        vol['name'], node['name'], info['capacity'],
-                        info['format'], wanted, vol['format']))
-            if info['capacity'] < wanted:
+            change = info and volume_change(node, vol, info)
+            if change:
                 grow.append(vol['name'])
-                changes.append('volume %s %d -> %d bytes' % (
-                    vol['name'], info['capacity'], wanted))
+                changes.append(change)
         changes += self.virt.domain_changes(domain(node), owner) or []
         return changes, grow
+
+    def inspect(self, nodes, owner):
+        """What ensure of each of ``nodes`` would make or change; reads
+        only. See hostagent.rpcapi for the result.
+
+        Each kind of part is read for all nodes at once. The parts a
+        node's ``remove`` names are not looked at.
+        """
+        for node in nodes:
+            check(node)
+        pools = {}
+        for node in nodes:
+            pools.setdefault(node['pool'], []).extend(
+                v['name'] for v in node['volumes'])
+        volumes = {pool: self.virt.volume_infos(pool, names, owner)
+                   for pool, names in pools.items()}
+        domains = self.virt.domains_changes([domain(n) for n in nodes],
+                                            owner)
+        ports = self.network.port_changes(
+            [nic for n in nodes for nic in n['nics']], owner)
+        bmcs = self.bmc.bmc_changes({n['name']: n['bmc'] for n in nodes})
+        drift = {}
+        for node in nodes:
+            found = []
+            for vol in node['volumes']:
+                info = volumes[node['pool']][vol['name']]
+                if info is None or info == base.FOREIGN:
+                    found.append(['volume', vol['name'],
+                                  info or MISSING])
+                    continue
+                try:
+                    if volume_change(node, vol, info):
+                        found.append(['volume', vol['name'], 'smaller'])
+                except exceptions.ResourceConflict:
+                    found.append(['volume', vol['name'], DIFFERS])
+            found += [['port', nic['tap'], _what(ports[nic['tap']])]
+                      for nic in node['nics']
+                      if ports[nic['tap']] != []]
+            name = node['name']
+            for kind, what in (('domain', _what(domains[name])),
+                               ('bmc', _what(bmcs[name]))):
+                if what:
+                    found.append([kind, name, what])
+            drift[node['uuid']] = found
+        return {'changed': False, 'nodes': drift}
 
     def ensure(self, node, owner, force):
         """Converge ``node``; see the module and hostagent.rpcapi."""

@@ -22,6 +22,16 @@ NodeRunning unless ``force``: then it is powered off, changed and
 started again. ``remove_node(node, owner)`` (``remove`` not used)
 reports ``{'changed', 'removed'}``.
 
+``inspect_nodes(nodes, owner)`` takes a list of nodes as ensure_node
+takes them (``remove`` not looked at) and changes nothing: no vbmcd
+started, no domain defined. It reports ``{'changed': False, 'nodes':
+{uuid: [[kind, name, what], ...]}}``, what ensure_node of each node
+would make or change (``[]``: nothing); ``what`` is ``missing`` (a BMC
+too when vbmcd does not run), ``differs``, ``foreign`` (a thing of that
+name that is not ``owner``'s: ensure_node would refuse), ``stopped`` (a
+BMC as asked that does not run) or ``smaller`` (a volume to grow). It
+reads each kind of thing once for all the nodes.
+
 API version history:
 
 * 1.0 - Initial version: inspect; ensure/remove of pool, volume, bridge,
@@ -33,11 +43,13 @@ API version history:
   started before it need not wait for their next heartbeat.
 * 1.2 - ensure_node and remove_node: one request converges or removes a
   whole node (volumes, ports, domain, BMC); see hostagent.nodes.
+* 1.3 - inspect_nodes: what ensure_node would do to each of many nodes,
+  read at once, changing nothing (a re-run finds drift cheaply).
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.2'
+RPC_API_VERSION = '1.3'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -59,11 +71,35 @@ METHODS = {
     'remove_bmc': ('domain',),
     'ensure_node': ('node', 'owner', 'force'),
     'remove_node': ('node', 'owner'),
+    'inspect_nodes': ('nodes', 'owner'),
 }
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
-SINCE = {'ensure_node': '1.2', 'remove_node': '1.2'}
+SINCE = {'ensure_node': '1.2', 'remove_node': '1.2',
+         'inspect_nodes': '1.3'}
+
+
+def node_request(view, password, gone=None):
+    """The ``node`` argument of ensure_node and inspect_nodes for a node
+    of a plan (tenks.reconcile.view): its state, and the parts of
+    ``gone`` (an earlier view) it no longer has removed."""
+    node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
+                                 'memory_mb', 'console_log_enabled',
+                                 'pool', 'volumes')}
+    node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
+                    for nic in view['nics']]
+    node['bmc'] = dict(view['bmc'], password=password)
+    node['bmc'].pop('type', None)
+    node['remove'] = {'volumes': [], 'ports': []}
+    if gone is not None:
+        volumes = {vol['name'] for vol in view['volumes']}
+        taps = {nic['tap'] for nic in view['nics']}
+        node['remove'] = {
+            'volumes': [v['name'] for v in gone['volumes']
+                        if v['name'] not in volumes],
+            'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
+    return node
 
 
 class HostAgentAPI:

@@ -22,6 +22,8 @@ CREATE = 'create'
 UPDATE = 'update'
 DELETE = 'delete'
 REPLACE = 'replace'
+# A thing found otherwise than recorded, made as recorded again.
+REPAIR = 'repair'
 # Node actions besides those: nothing to do.
 KEEP = 'keep'
 

@@ -25,6 +25,9 @@ database is somebody else.
 import abc
 
 SECTOR = 512
+# What the batch reads (volume_infos, domains_changes, port_changes,
+# bmc_changes) give for a thing of that name that is not the owner's.
+FOREIGN = 'foreign'
 
 
 def whole_sectors(capacity):
@@ -86,6 +89,11 @@ class VirtDriver(abc.ABC):
         """
 
     @abc.abstractmethod
+    def volume_infos(self, pool, names, owner):
+        """{name: volume_info or FOREIGN} of the volumes ``names`` of
+        ``pool``, read at once; never raises for one volume."""
+
+    @abc.abstractmethod
     def resize_volume(self, pool, name, capacity, owner):
         """Grow the volume to ``capacity`` bytes (whole sectors).
 
@@ -116,6 +124,11 @@ class VirtDriver(abc.ABC):
         None when the domain is not defined, [] when it is as described.
         ResourceConflict when it is not ``owner``'s.
         """
+
+    @abc.abstractmethod
+    def domains_changes(self, domains, owner):
+        """{name: domain_changes or FOREIGN} of several domains, read at
+        once; a change of UUID is a change, not an error."""
 
     @abc.abstractmethod
     def start_domain(self, name, owner):
@@ -166,6 +179,12 @@ class NetworkDriver(abc.ABC):
     def remove_port(self, name, owner):
         """Delete the tap."""
 
+    @abc.abstractmethod
+    def port_changes(self, ports, owner):
+        """What ensure_port would change of each of ``ports`` ([{'tap',
+        'bridge'}]), read at once: {tap: None when absent, FOREIGN, or
+        phrases ([] when as asked)}."""
+
 
 class BmcDriver(abc.ABC):
     """Emulated BMCs in front of domains."""
@@ -188,3 +207,13 @@ class BmcDriver(abc.ABC):
     @abc.abstractmethod
     def list_bmcs(self):
         """Return [{'domain', 'address', 'port', 'status'}]."""
+
+    @abc.abstractmethod
+    def bmc_changes(self, bmcs):
+        """What ensure_bmc would change of each BMC, read at once.
+
+        ``bmcs``: {domain: {'address', 'port', 'username', 'password'}}.
+        Returns {domain: None when absent (or not served: the daemon is
+        down), or phrases ([] when as asked; 'stopped' when it does not
+        run)}. Starts nothing.
+        """

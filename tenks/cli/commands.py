@@ -141,14 +141,19 @@ class OperationCommand(Command):
 
 
 def change_line(change):
-    """One change of a plan, as text: 'tk0 domain: update memory_mb 256
-    -> 384'."""
+    """One change of a plan, as text, e.g. 'tk0 domain: update memory_mb
+    256 -> 384', 'tk2 volume tk2vol0: create capacity 1073741824'."""
     where = change['node'] or change['hypervisor'] or 'cloud'
     text = '%s %s: %s' % (where, change['resource'], change['action'])
+    if change['action'] == 'repair':
+        return '%s (%s)' % (text, change['old'])
     if change['field']:
         text += ' %s' % change['field']
-    if change['old'] is not None or change['new'] is not None:
-        text += ' %s -> %s' % (_value(change['old']), _value(change['new']))
+    old, new = change['old'], change['new']
+    if old is not None and new is not None:
+        text += ' %s -> %s' % (_value(old), _value(new))
+    elif old is not None or new is not None:
+        text += ' %s' % _value(new if old is None else old)
     return text
 
 

@@ -23,6 +23,13 @@ class Hypervisor:
         # alias}.
         self.interfaces = {}
         self.running = set()
+        # BMCs whose process does not run.
+        self.stopped_bmcs = set()
+
+    def foreign(self, kind, name):
+        """Whether the test made (kind, name) somebody else's."""
+        return isinstance(self.fail.get((kind, name)),
+                          exceptions.ResourceConflict)
 
     def ensure(self, kind, name, value=True):
         self.calls['ensure_' + kind] += 1
@@ -69,6 +76,11 @@ class FakeVirt(base.VirtDriver):
         return None if capacity is None else {'capacity': capacity,
                                               'format': 'qcow2'}
 
+    def volume_infos(self, pool, names, owner):
+        self.hv.calls['volume_infos'] += 1
+        return {name: base.FOREIGN if self.hv.foreign('volume', name)
+                else self.volume_info(pool, name, owner) for name in names}
+
     def resize_volume(self, pool, name, capacity, owner):
         grown = self.hv.things[('volume', name)] < capacity
         self.hv.things[('volume', name)] = capacity
@@ -87,6 +99,12 @@ class FakeVirt(base.VirtDriver):
             return None
         return ['%s changed' % key for key in sorted(domain)
                 if current.get(key) != domain[key]]
+
+    def domains_changes(self, domains, owner):
+        self.hv.calls['domains_changes'] += 1
+        return {d['name']: base.FOREIGN if self.hv.foreign('domain',
+                                                           d['name'])
+                else self.domain_changes(d, owner) for d in domains}
 
     def start_domain(self, name, owner):
         started = name not in self.hv.running
@@ -128,6 +146,12 @@ class FakeNetwork(base.NetworkDriver):
     def remove_port(self, name, owner):
         return self.hv.remove('port', name)
 
+    def port_changes(self, ports, owner):
+        self.hv.calls['port_changes'] += 1
+        return {p['tap']: base.FOREIGN if self.hv.foreign('port', p['tap'])
+                else [] if ('port', p['tap']) in self.hv.things else None
+                for p in ports}
+
 
 class FakeBmc(base.BmcDriver):
 
@@ -140,6 +164,20 @@ class FakeBmc(base.BmcDriver):
 
     def remove_bmc(self, domain):
         return self.hv.remove('bmc', domain)
+
+    def bmc_changes(self, bmcs):
+        self.hv.calls['bmc_changes'] += 1
+        changes = {}
+        for name, bmc in bmcs.items():
+            made = self.hv.things.get(('bmc', name))
+            if made is None:
+                changes[name] = None
+                continue
+            changes[name] = ([] if made == (bmc['address'], bmc['port'])
+                             else ['port'])
+            if name in self.hv.stopped_bmcs:
+                changes[name].append('stopped')
+        return changes
 
     def list_bmcs(self):
         return [{'domain': name, 'address': a, 'port': p,

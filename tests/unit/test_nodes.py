@@ -177,3 +177,98 @@ def test_node_running_keeps_its_type_over_the_bus():
     assert str(back) == ('Node n0 is running and would change (vcpus 1 -> '
                          '2): power it off first, or force the change, '
                          'which powers it off and on again (on hv1)')
+
+
+def second():
+    return node(uuid='9d2b0c6e-5f41-4d6a-8b7e-2c3d4e5f6a70', name='n1',
+                volumes=[{'name': 'n1v0', 'capacity': 1024,
+                          'format': 'qcow2'}],
+                nics=[{'mac': '52:54:00:00:00:02', 'tap': 'n1t0',
+                       'bridge': 'br'}],
+                bmc=dict(node()['bmc'], port=6231))
+
+
+def test_inspect_reports_what_ensure_would_make_per_node(agent, hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    result = agent.nodes.inspect([node(), second()], OWNER)
+    assert result == {'changed': False, 'nodes': {
+        node()['uuid']: [],
+        second()['uuid']: [['volume', 'n1v0', 'missing'],
+                           ['port', 'n1t0', 'missing'],
+                           ['domain', 'n1', 'missing'],
+                           ['bmc', 'n1', 'missing']]}}
+
+
+def test_inspect_reads_each_kind_once_and_changes_nothing(agent,
+                                                          hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    things, calls = dict(hypervisor.things), dict(hypervisor.calls)
+    agent.nodes.inspect([node(), second()], OWNER)
+    assert hypervisor.things == things
+    new = {k: v - calls.get(k, 0) for k, v in hypervisor.calls.items()
+           if v != calls.get(k, 0)}
+    assert new == {'volume_infos': 1, 'domains_changes': 1,
+                   'port_changes': 1, 'bmc_changes': 1}
+
+
+def test_inspect_words_for_drift(agent, hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    hypervisor.stopped_bmcs.add('n0')
+    bigger = node(memory_mb=256, volumes=[
+        {'name': 'n0v0', 'capacity': 2048, 'format': 'qcow2'}])
+    assert agent.nodes.inspect([bigger], OWNER)['nodes'][bigger['uuid']] == [
+        ['volume', 'n0v0', 'smaller'], ['domain', 'n0', 'differs'],
+        ['bmc', 'n0', 'stopped']]
+    moved = node(bmc=dict(node()['bmc'], port=6239), volumes=[
+        {'name': 'n0v0', 'capacity': 512, 'format': 'qcow2'}])
+    assert agent.nodes.inspect([moved], OWNER)['nodes'][moved['uuid']] == [
+        ['volume', 'n0v0', 'differs'], ['bmc', 'n0', 'differs']]
+
+
+def test_inspect_reports_foreign_things_and_does_not_raise(agent,
+                                                           hypervisor):
+    agent.nodes.ensure(node(), OWNER, False)
+    for kind, name in (('volume', 'n0v0'), ('port', 'n0t0'),
+                       ('domain', 'n0')):
+        hypervisor.fail[(kind, name)] = fakes.conflict(kind, name)
+    assert agent.nodes.inspect([node()], OWNER)['nodes'] == {
+        node()['uuid']: [['volume', 'n0v0', 'foreign'],
+                         ['port', 'n0t0', 'foreign'],
+                         ['domain', 'n0', 'foreign']]}
+
+
+def test_inspect_over_the_endpoint_hides_the_password(agent):
+    agent.inspect_nodes({}, 'r1', 'c1', [node()], OWNER)
+    [(request_id, outcome)] = agent.conductor.sent
+    assert outcome['result']['nodes'][node()['uuid']][0] == [
+        'volume', 'n0v0', 'missing']
+    bad = node()
+    bad['bmc']['password'] = 5
+    agent.inspect_nodes({}, 'r2', 'c1', [bad], OWNER)
+    error = agent.conductor.sent[1][1]['error']
+    assert error['type'] == 'InvalidNodeRequest'
+    assert 'hush' not in str(agent.conductor.sent)
+
+
+def test_inspect_takes_no_lock_of_the_parts(agent):
+    """A node request that holds its parts does not hold up an
+    inspection of the same node."""
+    entered, release = threading.Event(), threading.Event()
+    ensure = agent.virt.ensure_volume
+
+    def blocking(*args):
+        entered.set()
+        release.wait(10)
+        return ensure(*args)
+
+    agent.virt.ensure_volume = blocking
+    whole = threading.Thread(target=agent.ensure_node, args=(
+        {}, 'r1', 'c1', node(), OWNER, False))
+    whole.start()
+    try:
+        assert entered.wait(10)
+        agent.inspect_nodes({}, 'r2', 'c1', [node()], OWNER)
+        assert [r for r, _ in agent.conductor.sent] == ['r2']
+    finally:
+        release.set()
+        whole.join(10)

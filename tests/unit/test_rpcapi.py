@@ -204,7 +204,7 @@ def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
     hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', method, 'req', 'c1',
                                             **args)
     [(_, _, _, options)] = bus.sent
-    node_methods = {'ensure_node', 'remove_node'}
-    assert options['version'] == ('1.2' if method in node_methods
-                                  else '1.0')
-    assert set(hostagent_rpcapi.SINCE) == node_methods
+    since = {'ensure_node': '1.2', 'remove_node': '1.2',
+             'inspect_nodes': '1.3'}
+    assert options['version'] == since.get(method, '1.0')
+    assert hostagent_rpcapi.SINCE == since

@@ -168,6 +168,34 @@ class VirtualBmcDriver(base.BmcDriver):
                                  'status': 'down'})
             return bmcs
 
+    def bmc_changes(self, bmcs):
+        """See base; one vbmcd listing, and none when vbmcd is down.
+
+        Passwords are compared, never returned.
+        """
+        if not os.path.isdir(self._domains_dir):
+            return dict.fromkeys(bmcs)
+        with self._locked():
+            if self._daemon_pid() is None:
+                # ensure_bmc would start vbmcd and make every BMC anew.
+                return dict.fromkeys(bmcs)
+            status = {name: status for name, status, _, _
+                      in self._request('list')['rows']}
+            entries = {domain: self._read_entry(domain) for domain in bmcs}
+        changes = {}
+        for domain, bmc in bmcs.items():
+            entry = entries[domain]
+            if entry is None or domain not in status:
+                changes[domain] = None
+                continue
+            wanted = dict(bmc, port=str(bmc['port']),
+                          libvirt_uri=self.conf.hostagent.libvirt_uri)
+            changes[domain] = [
+                key for key in sorted(wanted) if entry.get(key) != wanted[key]]
+            if status[domain] != 'running':
+                changes[domain].append('stopped')
+        return changes
+
     @contextlib.contextmanager
     def _locked(self):
         """Serialise control operations among threads and processes.

@@ -40,17 +40,22 @@ def _owned(ipr, name, owner, kind):
     link = _get(ipr, name)
     if link is None:
         return None
+    reason = _not_ours(link, owner, kind)
+    if reason:
+        raise exceptions.ResourceConflict(
+            kind='Interface', name=name, owner=owner, reason=reason)
+    return link
+
+
+def _not_ours(link, owner, kind):
+    """Why ``link`` is not our ``kind`` of interface; None if it is."""
     mark = link.get('ifalias')
     if mark != owner:
-        raise exceptions.ResourceConflict(
-            kind='Interface', name=name, owner=owner,
-            reason=('it has no owner mark' if not mark
-                    else 'its alias is %r' % mark))
+        return ('it has no owner mark' if not mark
+                else 'its alias is %r' % mark)
     if _kind(link) != kind:
-        raise exceptions.ResourceConflict(
-            kind='Interface', name=name, owner=owner,
-            reason='it is a %s, not a %s' % (_kind(link), kind))
-    return link
+        return 'it is a %s, not a %s' % (_kind(link), kind)
+    return None
 
 
 def _bridge_index(ipr, name, owner):
@@ -68,15 +73,20 @@ def _configure(ipr, link, master=None, owner=None):
     ``master`` or ``owner`` None leaves that alone. Returns True if it
     changed anything.
     """
+    changes = _settings(link, master, owner)
+    if changes:
+        ipr.link('set', index=link['index'], **changes)
+    return bool(changes)
+
+
+def _settings(link, master, owner):
+    """The settings _configure would change: {name: wanted value}."""
     current = {'state': link.get('state'),
                'master': link.get('master') or 0,
                'ifalias': link.get('ifalias')}
     wanted = {'state': 'up', 'master': master, 'ifalias': owner}
-    changes = {key: value for key, value in wanted.items()
-               if value is not None and current[key] != value}
-    if changes:
-        ipr.link('set', index=link['index'], **changes)
-    return bool(changes)
+    return {key: value for key, value in wanted.items()
+            if value is not None and current[key] != value}
 
 
 @contextlib.contextmanager
@@ -283,3 +293,24 @@ class LinuxBridgeDriver(base.NetworkDriver):
 
     def remove_port(self, name, owner):
         return self._remove(name, owner, 'tun')
+
+    def port_changes(self, ports, owner):
+        """See base; one dump of the links."""
+        with self._netlink('read interfaces') as ipr:
+            links = {link.get('ifname'): link for link in ipr.get_links()}
+        changes = {}
+        for port in ports:
+            tap, bridge = port['tap'], links.get(port['bridge'])
+            link = links.get(tap)
+            if link is None:
+                changes[tap] = None
+            elif _not_ours(link, owner, 'tun'):
+                changes[tap] = base.FOREIGN
+            elif bridge is None or _not_ours(bridge, owner, 'bridge'):
+                # ensure_port fails: it makes ports in our bridges only.
+                changes[tap] = ['bridge %s missing or not ours'
+                                % port['bridge']]
+            else:
+                changes[tap] = ['%s %s' % item for item in sorted(
+                    _settings(link, bridge['index'], owner).items())]
+        return changes

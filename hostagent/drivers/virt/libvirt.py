@@ -176,6 +176,17 @@ def _differences(current, wanted):
     return changes
 
 
+def _owner_mark(dom):
+    """The owner in the domain's metadata, or None."""
+    try:
+        return ET.fromstring(dom.metadata(
+            libvirt.VIR_DOMAIN_METADATA_ELEMENT, OWNER_NS)).text
+    except libvirt.libvirtError as e:
+        if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+            raise
+        return None
+
+
 def _destroy(dom):
     """Power ``dom`` off at once; True if it was running."""
     if not dom.isActive():
@@ -448,6 +459,39 @@ class LibvirtDriver(base.VirtDriver):
                     'format': _attr(ET.fromstring(vol.XMLDesc()),
                                     'target/format', 'type')}
 
+    def volume_infos(self, pool, names, owner):
+        """See base; one listing of the pool, each volume read under its
+        lock (libvirt fails to read a volume still being built)."""
+        action = 'read volumes of storage pool %s' % pool
+        with self._libvirt(action) as conn:
+            lvpool = _lookup(conn.storagePoolLookupByName, pool,
+                             libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if lvpool is None or not lvpool.isActive():
+                return dict.fromkeys(names)
+            directory = ET.fromstring(lvpool.XMLDesc()).findtext(
+                'target/path')
+            listed = {vol.name(): vol for vol in lvpool.listAllVolumes()}
+            infos, unlisted = {}, []
+            for name in names:
+                path = os.path.join(directory, name)
+                with self._volume_lock(pool, name):
+                    vol = listed.get(name)
+                    if not os.path.lexists(path):
+                        infos[name] = None
+                    elif _mark(path) != owner:
+                        infos[name] = base.FOREIGN
+                    elif vol is None:
+                        unlisted.append(name)
+                    else:
+                        infos[name] = {
+                            'capacity': vol.info()[1],
+                            'format': _attr(ET.fromstring(vol.XMLDesc()),
+                                            'target/format', 'type')}
+        # Ours, made since the listing: read alone.
+        for name in unlisted:
+            infos[name] = self.volume_info(pool, name, owner)
+        return infos
+
     def resize_volume(self, pool, name, capacity, owner):
         """See base; qemu-img grows the image (its data is kept)."""
         capacity = base.whole_sectors(capacity)
@@ -531,13 +575,7 @@ class LibvirtDriver(base.VirtDriver):
 
     @staticmethod
     def _check_owner(dom, name, owner):
-        try:
-            mark = ET.fromstring(dom.metadata(
-                libvirt.VIR_DOMAIN_METADATA_ELEMENT, OWNER_NS)).text
-        except libvirt.libvirtError as e:
-            if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN_METADATA:
-                raise
-            mark = None
+        mark = _owner_mark(dom)
         if mark != owner:
             raise exceptions.ResourceConflict(
                 kind='Domain', name=name, owner=owner,
@@ -562,6 +600,34 @@ class LibvirtDriver(base.VirtDriver):
             current = _summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         _check_uuid(name, current, wanted)
         return _differences(current, wanted)
+
+    def domains_changes(self, domains, owner):
+        """See base; one listing of the domains."""
+        with self._libvirt('read domains') as conn:
+            defined = {dom.name(): dom for dom in conn.listAllDomains(0)}
+            changes = {}
+            for domain in domains:
+                name = domain['name']
+                dom = defined.get(name)
+                if dom is None:
+                    changes[name] = None
+                    continue
+                try:
+                    mark = _owner_mark(dom)
+                    xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+                except libvirt.libvirtError as e:
+                    # Undefined since the listing.
+                    if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                        raise
+                    changes[name] = None
+                    continue
+                if mark != owner:
+                    changes[name] = base.FOREIGN
+                    continue
+                # Another UUID shows as a change (ensure refuses it).
+                changes[name] = _differences(
+                    _summary(xml), _summary(self._domain_xml(domain, owner)))
+        return changes
 
     def start_domain(self, name, owner):
         with self._libvirt('start domain %s' % name) as conn:
