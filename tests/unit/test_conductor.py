@@ -55,9 +55,6 @@ def test_redeploy_changes_nothing(conductor, hypervisor):
     assert hypervisor.things == things
 
 
-@pytest.mark.xfail(reason='the engine plans from the records only and does '
-                   'not detect drift yet: a re-run does not see a domain '
-                   'removed behind its back', strict=True)
 def test_redeploy_repairs_drift_only(conductor, hypervisor):
     spec = make_spec(count=2)
     conductor.deploy(spec)
