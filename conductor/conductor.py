@@ -91,10 +91,8 @@ class Conductor:
         with self._runner_lock:
             if self._runner is None:
                 from conductor import runner
-                from tenks.db import migration
-                with migration.schema_lock(self.lock_dir):
-                    self._runner = runner.FlowRunner(
-                        self.db.engine, self.conf.conductor.workers)
+                self._runner = runner.FlowRunner(
+                    self.db.engine, self.conf.conductor.workers)
             return self._runner
 
     def start(self):
@@ -185,11 +183,12 @@ class Conductor:
                     interrupted.id, 'deploy', name, before, True,
                     self._resume)
             if cluster is None:
-                self.db.save_cluster(name, spec, states.CLUSTER_SCHEDULED)
+                cluster = self.db.save_cluster(name, spec,
+                                               states.CLUSTER_SCHEDULED)
             operation_id = self.operations.create('deploy', name, spec)
             return self.operations.submit(operation_id, 'deploy', name,
                                           before, False, self._run_deploy,
-                                          force)
+                                          force, (cluster, spec))
         except BaseException:
             self.locks.release(name)
             raise
@@ -275,17 +274,22 @@ class Conductor:
         with self._allocation_mutex, fasteners.InterProcessLock(path):
             yield
 
-    def _run_deploy(self, operation_id, force=False, on_progress=None):
+    def _run_deploy(self, operation_id, force=False, known=None,
+                    on_progress=None):
         """Check, inspect and plan; then apply the plan with a flow, or,
-        when it changes nothing, only record the spec.
+        when it changes nothing, only record the spec. ``known``: the
+        cluster's record and the spec, as the submit read them.
 
         A cluster still 'scheduled' is new: until its flow runs, any
         error forgets it with the nodes scheduled for it.
         """
-        operation = self.db.get_operation(operation_id)
-        name = operation.cluster
-        cluster = self.db.get_cluster(name)
-        spec = operation.spec or cluster.spec
+        if known is None:
+            operation = self.db.get_operation(operation_id)
+            cluster = self.db.get_cluster(operation.cluster)
+            spec = operation.spec or cluster.spec
+        else:
+            cluster, spec = known
+        name = cluster.name
         new = cluster.state == states.CLUSTER_SCHEDULED
         missing = []
         try:
@@ -293,10 +297,10 @@ class Conductor:
             facts = inspection.inspect(self.agents, self.hypervisors(), spec)
             with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
+                resources = [r.as_dict() for r in self.db.list_resources()]
                 plan, missing = planner.plan_deploy(
                     spec, cluster, facts, recorded,
-                    [r.as_dict() for r in self.db.list_resources(name)],
-                    force)
+                    [r for r in resources if r['cluster'] == name], force)
                 planner.add_drift(plan, self._drift(plan, spec))
                 if not force:
                     self._check_deployed(name, plan)
@@ -305,7 +309,7 @@ class Conductor:
                         self.agents, spec, cluster.uuid, facts,
                         [e['new']['record'] for e in plan['nodes']
                          if e['new'] is not None],
-                        [r.as_dict() for r in self.db.list_resources()]
+                        resources
                         + self._planned_elsewhere(name, facts, recorded))
                 self.db.add_nodes(missing)
             if not plan['changes']:

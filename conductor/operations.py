@@ -40,6 +40,9 @@ class Operations:
         self._queued = {}
         self._running_mutex = threading.Lock()
         self._accepting = True
+        # {id: spec with its password masked, or None} of the operations
+        # this process created: what their records keep once finished.
+        self._kept_specs = {}
 
     def drain(self, grace):
         """Take no more work, and let running operations finish for
@@ -89,7 +92,17 @@ class Operations:
         deploy's with the ``spec`` it applies."""
         operation_id = str(uuid.uuid4())
         self.db.create_operation(operation_id, name, kind, self.host, spec)
+        self._kept_specs[operation_id] = spec and dict(
+            spec, ipmi_password='***')
         return operation_id
+
+    def _finish(self, operation_id, state, error=None, result=None):
+        if operation_id in self._kept_specs:
+            self.db.finish_operation(
+                operation_id, state, error, result,
+                spec=self._kept_specs.pop(operation_id))
+        else:
+            self.db.finish_operation(operation_id, state, error, result)
 
     def interrupted(self, name):
         """The last operation a dead process left running, if any.
@@ -227,7 +240,7 @@ class Operations:
             result['plan'] = outcome.plan
         for warning in outcome.warnings:
             LOG.warning('Cluster %s: %s', name, warning)
-        self.db.finish_operation(operation_id, SUCCEEDED, result=result)
+        self._finish(operation_id, SUCCEEDED, result=result)
         self.notifier.emit('tenks.cluster.%s.end' % kind, name,
                            {'operation': operation_id,
                             'changed': len(outcome.changed)})
@@ -242,7 +255,7 @@ class Operations:
             operation=kind.capitalize(), cluster=name, reason=reason))
 
     def _fail(self, operation_id, kind, name, error):
-        self.db.finish_operation(operation_id, FAILED, str(error))
+        self._finish(operation_id, FAILED, str(error))
         try:
             self.notifier.emit('tenks.cluster.%s.error' % kind, name,
                                {'operation': operation_id,

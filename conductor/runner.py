@@ -201,10 +201,9 @@ class PersistenceBackend(impl_sqlalchemy.SQLAlchemyBackend):
 class FlowRunner:
 
     def __init__(self, engine, workers):
+        # TaskFlow's tables come with the state database's schema
+        # (tenks.db.migration.upgrade).
         self.backend = PersistenceBackend(engine)
-        # TaskFlow's tables; the caller holds the schema lock
-        # (tenks.db.migration.schema_lock).
-        self.backend.get_connection().upgrade()
         # Kept across runs: an engine shuts down only executors it made,
         # and futurist's take a second to stop.
         self.executor = futures.ThreadPoolExecutor(

@@ -23,6 +23,8 @@ LOG = logging.getLogger(__name__)
 RESOURCE_CREATING = 'creating'
 RESOURCE_PRESENT = 'present'
 OPERATION_RUNNING = 'running'
+# An argument not given (None being a value).
+UNKNOWN = object()
 
 
 CHECKPOINT_TRIES = 20
@@ -91,16 +93,19 @@ class StateDB:
             ).all()
 
     def save_cluster(self, name, spec, state):
-        """Record the cluster; a new record is a new deployment (uuid)."""
+        """Record the cluster; a new record is a new deployment (uuid).
+        Returns the record."""
         with self._session.begin() as session:
             cluster = session.get(models.Cluster, name)
             if cluster is None:
-                session.add(models.Cluster(
+                cluster = models.Cluster(
                     name=name, uuid=str(uuidlib.uuid4()), spec=spec,
-                    state=state))
+                    state=state)
+                session.add(cluster)
             else:
                 cluster.spec = spec
                 cluster.state = state
+        return cluster
 
     def commit_cluster(self, name, spec, state, spec_indexes):
         """Record the spec a deploy applied, and each node's entry in it
@@ -315,17 +320,22 @@ class StateDB:
         self._update_operation(operation_id, progress=progress)
 
     def finish_operation(self, operation_id, state, error=None,
-                         result=None):
+                         result=None, spec=UNKNOWN):
+        """End the operation. A deploy's record keeps its spec with the
+        BMC password masked: only a running one needs the password, and
+        a finished one keeps no copy of it past a teardown. ``spec``: that
+        masked spec (None for an operation without one), when the caller
+        knows it."""
         values = {'state': state, 'error': error, 'result': result or {},
                   'finished_at': datetime.datetime.now(
                       datetime.timezone.utc)}
         with self._session.begin() as session:
-            spec = session.scalar(sa.select(models.Operation.spec).where(
-                models.Operation.id == operation_id))
+            if spec is UNKNOWN:
+                spec = session.scalar(sa.select(models.Operation.spec).where(
+                    models.Operation.id == operation_id))
+                spec = spec and dict(spec, ipmi_password='***')
             if spec:
-                # Only a running deploy needs the BMC password: a
-                # finished one keeps no copy of it past a teardown.
-                values['spec'] = dict(spec, ipmi_password='***')
+                values['spec'] = spec
             session.execute(sa.update(models.Operation).where(
                 models.Operation.id == operation_id).values(**values))
 

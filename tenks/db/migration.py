@@ -54,6 +54,18 @@ def upgrade(engine):
                        % engine.url.render_as_string())
         from alembic import command
         command.upgrade(alembic_config(connection), 'head')
+    upgrade_taskflow(engine)
+
+
+def upgrade_taskflow(engine):
+    """Create or upgrade TaskFlow's persistence tables, which hold the
+    flows of running operations. Done with Tenks' own upgrade, so that
+    no process checks them at every start: a Tenks that needs a newer
+    TaskFlow schema brings a revision of its own, which runs this."""
+    from taskflow.persistence.backends import impl_sqlalchemy
+    backend = impl_sqlalchemy.SQLAlchemyBackend(
+        {'connection': str(engine.url)}, engine=engine)
+    backend.get_connection().upgrade()
 
 
 def new_revision(message):
