@@ -164,7 +164,8 @@ class ConvergeNode(task.Task):
 
     def revert(self, result, operation_id, cluster, **kwargs):
         svc = context.get()
-        mine = svc.db.list_resources(node=self.uuid, operation=operation_id)
+        mine = [r.as_dict() for r in svc.db.list_resources(
+            node=self.uuid, operation=operation_id)]
         if self.entry['action'] == CREATE:
             if mine and not self._remove(svc, operation_id, mine):
                 return
