@@ -331,6 +331,9 @@ class StateDB:
         with self._session.begin() as session:
             operation = session.get(models.Operation, operation_id)
             operation.state = state
+            if operation.spec is not None:
+                # Its BMC password was needed only while it ran.
+                operation.spec = dict(operation.spec, ipmi_password='***')
             operation.error = error
             operation.result = result or {}
             operation.finished_at = datetime.datetime.now(
