@@ -118,22 +118,14 @@ class ConvergeNode(task.Task):
                                         wanted, node=self.uuid)
         if self.entry['action'] == CREATE:
             svc.db.set_node_state(self.uuid, records.NODE_DEPLOYING)
-        try:
-            result = svc.agents.request(
-                self.host, 'ensure_node',
-                base.request_id(operation_id, self.name),
-                node=agent_node(new, self.password, old),
-                owner=new['owner'], force=self.force)
-        except exceptions.AgentTimeout:
-            # No answer: it may have made things. The records stay for
-            # the revert.
-            raise
-        except Exception:
-            # The agent answered: it left nothing this request created.
-            svc.db.delete_resources(self.host, [
-                (kind, name) for kind, name, _ in wanted
-                if (kind, name) not in before])
-            raise
+        # On any error the records stay for the revert: without an
+        # answer the agent may have made things, and one that answers
+        # with an error may have failed to undo them (libvirt gone).
+        result = svc.agents.request(
+            self.host, 'ensure_node',
+            base.request_id(operation_id, self.name),
+            node=agent_node(new, self.password, old),
+            owner=new['owner'], force=self.force)
         created = _keys(result['created'])
         credits = {}
         for kind, name, _ in wanted:
@@ -167,8 +159,9 @@ class ConvergeNode(task.Task):
         mine = [r.as_dict() for r in svc.db.list_resources(
             node=self.uuid, operation=operation_id)]
         if self.entry['action'] == CREATE:
-            if mine and not self._remove(svc, operation_id, mine):
-                return
+            if mine:
+                self._remove(svc, operation_id, mine)
+            # Failed, kept with what could not be removed, or forgotten.
             records.settle_new_node(svc.db, self.uuid)
             return
         old = self.entry['old']
