@@ -174,8 +174,8 @@ class Conductor:
             before = None if cluster is None else cluster.state
             interrupted = self.operations.interrupted(name)
             if interrupted is not None:
-                pending = interrupted.spec or cluster.spec
-                if pending != spec:
+                pending = interrupted.spec or (cluster and cluster.spec)
+                if pending and pending != spec:
                     raise exceptions.SpecChanged(name=name, fields=', '.join(
                         sorted(k for k in set(spec) | set(pending)
                                if spec.get(k) != pending.get(k))))

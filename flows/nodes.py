@@ -96,22 +96,14 @@ class ConvergeNode(task.Task):
         before = svc.db.begin_resources(
             cluster, self.host, operation_id, wanted, node=self.uuid,
             new=self.entry['action'] == CREATE)
-        try:
-            result = svc.agents.request(
-                self.host, 'ensure_node',
-                base.request_id(operation_id, self.name),
-                node=hostagent_rpcapi.node_request(new, self.password, old),
-                owner=new['owner'], force=self.force)
-        except exceptions.AgentTimeout:
-            # No answer: it may have made things. The records stay for
-            # the revert.
-            raise
-        except Exception:
-            # The agent answered: it left nothing this request created.
-            svc.db.delete_resources(self.host, [
-                (kind, name) for kind, name, _ in wanted
-                if (kind, name) not in before])
-            raise
+        # On any error the records stay for the revert: without an
+        # answer the agent may have made things, and one that answers
+        # with an error may have failed to undo them (libvirt gone).
+        result = svc.agents.request(
+            self.host, 'ensure_node',
+            base.request_id(operation_id, self.name),
+            node=hostagent_rpcapi.node_request(new, self.password, old),
+            owner=new['owner'], force=self.force)
         created = _keys(result['created'])
         credits = {}
         for kind, name, _ in wanted:
@@ -144,8 +136,9 @@ class ConvergeNode(task.Task):
         mine = [r.as_dict() for r in svc.db.list_resources(
             node=self.uuid, operation=operation_id)]
         if self.entry['action'] == CREATE:
-            if mine and not self._remove(svc, operation_id, mine):
-                return
+            if mine:
+                self._remove(svc, operation_id, mine)
+            # Failed, kept with what could not be removed, or forgotten.
             records.settle_new_node(svc.db, self.uuid)
             return
         old = self.entry['old']
@@ -181,7 +174,8 @@ class ConvergeNode(task.Task):
             svc.agents.request(
                 self.host, 'remove_node',
                 base.request_id(operation_id, self.name, 'revert'),
-                node=parts_of(rows), owner=self.entry['new']['owner'])
+                node=dict(parts_of(rows), name=self.entry['name']),
+                owner=self.entry['new']['owner'])
         except exceptions.ResourceConflict as e:
             LOG.warning('Leaving parts of node %s on %s while reverting: '
                         '%s', self.entry['name'], self.host, e)

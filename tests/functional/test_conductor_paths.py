@@ -62,9 +62,12 @@ def test_teardown_leaves_a_replaced_domain_and_says_so(env):
         try:
             result = env.teardown()
             [warning] = result['warnings']
+            # One removal per node: the warning names the node, and the
+            # domain it kept.
             assert warning.startswith(
-                'Left domain %s on ' % replaced), warning
+                'Left parts of node %s on ' % replaced), warning
             assert 'no longer ours' in warning
+            assert 'Domain %s' % replaced in warning
             assert 'not owned' in warning
             # The foreign domain is untouched; nothing of ours remains,
             # in the machine or in the record.

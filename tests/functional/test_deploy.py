@@ -134,7 +134,8 @@ def test_failure_mid_deploy_rolls_back_everything(env, conn):
         with pytest.raises(exceptions.OperationFailed) as raised:
             env.deploy(env.spec(count=2))
         message = str(raised.value)
-        assert 'domain:' in message and foreign in message
+        # The node's task failed, on its domain.
+        assert 'node:' in message and 'Domain %s' % foreign in message
         assert 'not owned' in message
         assert 'rolled back' in message
         # The foreign domain is untouched, nothing of the cluster remains.

@@ -114,7 +114,8 @@ def test_another_service_uses_the_rpc_api(deployment, env):
     spec = env.spec(count=2)
     operation = deployment.wait(api.deploy_cluster(spec))
     assert operation['state'] == 'succeeded', operation['error']
-    assert operation['progress']['domain'] == [2, 2]
+    # One task per node.
+    assert operation['progress']['node'] == [2, 2]
 
     cluster = api.get_cluster(env.cluster)
     assert cluster['state'] == 'deployed'
@@ -128,8 +129,10 @@ def test_another_service_uses_the_rpc_api(deployment, env):
     assert "unknown node type 'nope'" in str(raised.value)
     with pytest.raises(exceptions.ClusterNotFound):
         api.teardown_cluster('no-such-cluster')
-    with pytest.raises(exceptions.SpecChanged):
-        api.deploy_cluster(env.spec(count=3))
+    # A changed spec is applied: one more node.
+    operation = deployment.wait(api.deploy_cluster(env.spec(count=3)))
+    assert operation['state'] == 'succeeded', operation['error']
+    assert len(api.get_cluster(env.cluster)['nodes']) == 3
 
     operation = deployment.wait(api.teardown_cluster(env.cluster))
     assert operation['state'] == 'succeeded', operation['error']

@@ -5,7 +5,6 @@ re-run or a teardown needs, and no operation stays running."""
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -15,7 +14,7 @@ import libvirt
 import pytest
 from pyroute2 import IPRoute
 
-from conductor import plans
+from conductor import planner
 from tenks import exceptions
 from tenks import names
 from tenks.cli import embedded
@@ -145,16 +144,13 @@ def start_libvirtd():
         time.sleep(0.2)
 
 
-def recorded_domains(env, cluster):
-    """Domains recorded as defined, read straight from the database (a
-    second conductor in this process would share the in-memory bus)."""
-    db = sqlite3.connect(os.path.join(env.state_dir, 'state.sqlite'))
+def defined(*names):
+    """How many of the domains ``names`` libvirt has."""
+    conn = libvirt.open(cf.URI)
     try:
-        return db.execute(
-            "SELECT count(*) FROM tenks_resources WHERE kind = 'domain' "
-            "AND state = 'present' AND cluster = ?", (cluster,)).fetchone()[0]
+        return len({d.name() for d in conn.listAllDomains()} & set(names))
     finally:
-        db.close()
+        conn.close()
 
 
 def test_rollback_without_libvirt_keeps_what_a_rerun_needs(env):
@@ -170,6 +166,8 @@ def test_rollback_without_libvirt_keeps_what_a_rerun_needs(env):
     env.deploy(first)
     spec = env.spec(count=2)
     vbmcd = cf.vbmcd_pid(env.state_dir)
+    # Bounded: a request nobody answers fails in seconds, not minutes.
+    env.conf.set_override('agent_timeout', 20, group='conductor')
     outcome = {}
 
     def deploy():
@@ -180,20 +178,27 @@ def test_rollback_without_libvirt_keeps_what_a_rerun_needs(env):
 
     os.kill(vbmcd, signal.SIGSTOP)
     try:
-        thread = threading.Thread(target=deploy)
+        thread = threading.Thread(target=deploy, daemon=True)
         thread.start()
         try:
             deadline = time.monotonic() + 60
-            while recorded_domains(env, env.cluster) < 2:
+            # Each node's request defines its domain, then waits on the
+            # frozen vbmcd to add its BMC.
+            # (Node 0 is the first cluster's.)
+            while defined(*map(env.node_name, range(3))) < 3:
                 assert time.monotonic() < deadline, 'domains never defined'
                 assert thread.is_alive(), outcome
                 time.sleep(0.05)
             stop_libvirtd()
         finally:
             os.kill(vbmcd, signal.SIGCONT)
-            thread.join(120)
+            # The requests fail (no libvirt) and neither their undo nor
+            # the revert can remove the domains: all over well within
+            # the agent_timeout of the two requests.
+            thread.join(90)
     finally:
         start_libvirtd()
+    assert not thread.is_alive(), 'the deploy never finished'
 
     error = outcome.get('error')
     assert isinstance(error, exceptions.OperationFailed), outcome
@@ -233,15 +238,14 @@ def test_flow_that_cannot_be_built_fails_its_operation(env, monkeypatch):
     the operation failed; nothing stays scheduled, and the same spec
     deploys once the plan is right."""
     spec = env.spec(count=1)
-    real_plan = plans.deploy_plan
+    real_plan = planner.plan_deploy
 
     def duplicated(*args):
-        plan = real_plan(*args)
-        node = plan['nodes'][0]
-        node['volumes'] = node['volumes'] + node['volumes'][:1]
-        return plan
+        plan, scheduled = real_plan(*args)
+        plan['nodes'] = plan['nodes'] * 2
+        return plan, scheduled
 
-    monkeypatch.setattr(plans, 'deploy_plan', duplicated)
+    monkeypatch.setattr(planner, 'plan_deploy', duplicated)
     with pytest.raises(Exception, match='duplicate names'):
         env.deploy(spec)
     [operation] = operations(env, env.cluster)
@@ -250,7 +254,7 @@ def test_flow_that_cannot_be_built_fails_its_operation(env, monkeypatch):
     assert env.nodes() == []
     assert env.leftovers() == []
 
-    monkeypatch.setattr(plans, 'deploy_plan', real_plan)
+    monkeypatch.setattr(planner, 'plan_deploy', real_plan)
     assert env.deploy(spec)['changed']
     env.teardown()
     assert env.leftovers() == []
@@ -315,7 +319,7 @@ def test_deploy_stopped_before_its_flow_starts_again_on_resume(env):
         # What accepting the request recorded, and nothing more.
         conductor.db.save_cluster(env.cluster, spec, 'scheduled')
         conductor.db.create_operation(operation_id, env.cluster, 'deploy',
-                                      conductor.host)
+                                      conductor.host, spec)
     with embedded.embedded(env.conf) as conductor:
         conductor.resume_interrupted()
         result = conductor.wait(operation_id)

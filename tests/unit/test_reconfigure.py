@@ -287,10 +287,6 @@ def verb_and_table(statement):
     return verb
 
 
-@pytest.mark.xfail(reason='a deploy of 8 nodes costs about 10.5 statements '
-                   'per node (5 per node task, about 44 per deploy), over '
-                   'the target of 10 (issue 9, item 4)',
-                   raises=AssertionError, strict=True)
 def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
     count = 8
     statements = []
