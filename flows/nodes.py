@@ -20,6 +20,9 @@ from tenks import exceptions
 LOG = logging.getLogger(__name__)
 
 CREATE = 'create'
+# What a hostagent refuses a node request with before changing anything.
+REFUSALS = (exceptions.ResourceConflict, exceptions.NodeRunning,
+            exceptions.InvalidNodeRequest)
 UPDATE = 'update'
 
 
@@ -96,14 +99,22 @@ class ConvergeNode(task.Task):
         before = svc.db.begin_resources(
             cluster, self.host, operation_id, wanted, node=self.uuid,
             new=self.entry['action'] == CREATE)
-        # On any error the records stay for the revert: without an
+        try:
+            result = svc.agents.request(
+                self.host, 'ensure_node',
+                base.request_id(operation_id, self.name),
+                node=hostagent_rpcapi.node_request(new, self.password, old),
+                owner=new['owner'], force=self.force)
+        except REFUSALS:
+            # Refused before the agent touched anything: nothing of this
+            # request exists.
+            svc.db.delete_resources(self.host, [
+                (kind, name) for kind, name, _ in wanted
+                if (kind, name) not in before])
+            raise
+        # On any other error the records stay for the revert: without an
         # answer the agent may have made things, and one that answers
         # with an error may have failed to undo them (libvirt gone).
-        result = svc.agents.request(
-            self.host, 'ensure_node',
-            base.request_id(operation_id, self.name),
-            node=hostagent_rpcapi.node_request(new, self.password, old),
-            owner=new['owner'], force=self.force)
         created = _keys(result['created'])
         credits = {}
         for kind, name, _ in wanted:
@@ -160,12 +171,17 @@ class ConvergeNode(task.Task):
             LOG.warning('Could not give node %s its old state back while '
                         'reverting: %s', old['name'], e)
             return
-        # What this revert made again (empty) was part of the node before.
+        # What this revert made again (empty) was part of the node before;
+        # what this operation added is gone now, removed or never made.
         svc.db.finish_resources(
             self.host, {(kind, name): before[(kind, name)]['operation']
                         if (kind, name) in before else None
                         for kind, name, _ in wanted},
-            _keys(result['removed']))
+            _keys(result['removed']) | {
+                (r['kind'], r['name']) for r in mine
+                if r['kind'] in ('volume', 'port')
+                and (r['kind'], r['name']) not in {
+                    (kind, name) for kind, name, _ in wanted}})
         self._record(svc, old['record'])
 
     def _remove(self, svc, operation_id, rows):
