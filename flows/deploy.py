@@ -13,7 +13,6 @@ from taskflow.patterns import unordered_flow
 
 from flows import context
 from flows import host_setup
-from flows import network_setup
 from flows import nodes
 from flows import post_deploy
 from flows import records
@@ -34,7 +33,7 @@ def get_deploy_flow(operation_id):
     flow.add(records.MarkCluster(states.CLUSTER_DEPLOYING,
                                  plan['cluster_state']))
     if plan['host_ensure']:
-        flow.add(host_flow(plan['host_ensure']))
+        flow.add(host_setup.host_setup_flow(plan['host_ensure']))
     changing = unordered_flow.Flow('nodes')
     for entry in plan['nodes']:
         if entry['agent'] or entry['enrol']:
@@ -49,36 +48,6 @@ def get_deploy_flow(operation_id):
     flow.add(records.CommitSpec(spec, {
         entry['uuid']: entry['new']['record']['spec_index']
         for entry in plan['nodes'] if entry['new'] is not None}))
-    return flow
-
-
-def host_flow(entries):
-    """Pools and bridges of every host, each uplink after its bridge."""
-    flow = unordered_flow.Flow('host-setup')
-    chains = {}
-    for entry in entries:
-        host, kind, name = entry['hypervisor'], entry['kind'], entry['name']
-        if kind == 'pool':
-            flow.add(host_setup.EnsurePool(host, name, entry['args'],
-                                           entry['args'], new=True))
-            continue
-        chain = chains.get((host, name))
-        if chain is None:
-            chain = chains[(host, name)] = linear_flow.Flow(
-                'network:%s:%s' % (host, name))
-            flow.add(chain)
-        if kind == 'bridge':
-            chain.add(network_setup.EnsureBridge(host, name, entry['args'],
-                                                 entry['args'], new=True))
-            continue
-        if entry['old'] is not None:
-            # Same veth names, another source: the old link goes first.
-            chain.add(teardown.RemoveResource({
-                'hypervisor': host, 'kind': kind, 'name': name,
-                'remove_args': entry['old']}))
-        chain.add(network_setup.EnsureUplink(host, name, entry['args'],
-                                             entry['args'],
-                                             new=entry['old'] is None))
     return flow
 
 
