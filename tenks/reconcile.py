@@ -420,6 +420,44 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
     records the scheduler allocated; ``facts``: {host: inspect result};
     ``resources``: this cluster's recorded resources (dicts).
     """
+    password = _password_changed(old_spec, spec)
+    planned = _node_entries(spec, deployment, kept, gone, old_views,
+                            new_nodes, facts, password)
+    changes = []
+    for node in planned:
+        if node['action'] == DELETE and 'uuid' not in node['old']:
+            changes.append(_line(node['old'], 'node', DELETE, None, None,
+                                 None))
+        elif node['action'] != KEEP:
+            changes += node_changes(node['old'], node['new'])
+        if node['action'] == UPDATE and password:
+            changes.append(_line(node['new'], 'bmc', UPDATE,
+                                 'ipmi_password', '***', '***'))
+    hosts = sorted({n['hypervisor'] for n in planned
+                    if n['action'] != DELETE})
+    host_ensure, host_remove = _host_entries(spec, deployment, hosts, facts,
+                                             resources, changes)
+    return {
+        'cluster': spec['cluster'],
+        'owner': names.owner(spec['cluster'], deployment),
+        'nodes': planned,
+        # Ironic nodes of nodes that stay but lose their ironic_config.
+        'unenrol': [n['uuid'] for n in planned if n['action'] == UPDATE
+                    and n['old']['ironic'] and not n['new']['ironic']],
+        'host_ensure': host_ensure,
+        'host_remove': host_remove,
+        'flavors': _flavor_entries(spec, old_spec, changes),
+        'placement_wait': placement_wait(spec),
+        'placement_timeout': spec['placement_timeout'],
+        'changes': changes,
+    }
+
+
+def _node_entries(spec, deployment, kept, gone, old_views, new_nodes, facts,
+                  password):
+    """The plan's nodes: {'uuid', 'name', 'hypervisor', 'action', 'old',
+    'new', 'agent' (a hostagent request to make), 'enrol' (Ironic to
+    update), 'password_changed'}, by hypervisor and name."""
     planned = []
     for node in gone:
         planned.append({'uuid': node['uuid'], 'name': node['name'],
@@ -430,7 +468,6 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
                             'hypervisor': node['hypervisor'],
                             'record': node},
                         'new': None})
-    password = _password_changed(old_spec, spec)
     for node in kept + new_nodes:
         new = view(spec, deployment, node, facts[node['hypervisor']])
         old = old_views.get(node['uuid'])
@@ -449,22 +486,14 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
         planned.append(dict(entry, uuid=node['uuid'], name=node['name'],
                             hypervisor=node['hypervisor'], old=old,
                             new=new, password_changed=password))
-    planned.sort(key=lambda n: (n['hypervisor'], n['name']))
+    return sorted(planned, key=lambda n: (n['hypervisor'], n['name']))
 
-    changes = []
-    for node in planned:
-        if node['action'] == DELETE and 'uuid' not in node['old']:
-            changes.append(_line(node['old'], 'node', DELETE, None, None,
-                                 None))
-        elif node['action'] != KEEP:
-            changes += node_changes(node['old'], node['new'])
-        if node['action'] == UPDATE and password:
-            changes.append(_line(node['new'], 'bmc', UPDATE,
-                                 'ipmi_password', '***', '***'))
 
-    hosts = sorted({n['hypervisor'] for n in planned
-                    if n['action'] != DELETE})
-    host_ensure, host_remove = [], []
+def _host_entries(spec, deployment, hosts, facts, resources, changes):
+    """([things to make or replace], [recorded rows to remove]) among the
+    pools, bridges and uplinks of ``hosts``; their lines go to
+    ``changes``."""
+    ensure, remove = [], []
     recorded = {(r['hypervisor'], r['kind'], r['name']): r
                 for r in resources
                 if r['kind'] in ('pool', 'bridge', 'uplink')}
@@ -473,61 +502,49 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
         for kind, name, args in host_resources(spec, deployment, host,
                                                facts[host]):
             wanted[(host, kind, name)] = args
-    for key, args in wanted.items():
-        row = recorded.get(key)
-        host, kind, name = key
+    for (host, kind, name), args in wanted.items():
+        row = recorded.get((host, kind, name))
         if row is None or row['state'] != 'present':
-            host_ensure.append({'hypervisor': host, 'kind': kind,
-                                'name': name, 'args': args, 'old': None})
+            ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
+                           'args': args, 'old': None})
             changes.append(_host_line(host, kind, name, CREATE))
         elif row['remove_args'] != args:
-            host_ensure.append({'hypervisor': host, 'kind': kind,
-                                'name': name, 'args': args,
-                                'old': row['remove_args']})
+            ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
+                           'args': args, 'old': row['remove_args']})
             changes.append(_host_line(
                 host, kind, name, REPLACE, 'source',
                 row['remove_args'].get('source'), args.get('source')))
     for key, row in recorded.items():
         if key not in wanted:
-            host_remove.append(row)
+            remove.append(row)
             changes.append(_host_line(row['hypervisor'], row['kind'],
                                       row['name'], DELETE))
+    return ensure, remove
 
-    old_flavors = {f['name']: f for f in (
-        nova_flavor(old_spec, f) for f in old_spec['nova_flavors'])} \
-        if old_spec else {}
-    new_flavors = {f['name']: f for f in (
-        nova_flavor(spec, f) for f in spec['nova_flavors'])}
+
+def _flavor_entries(spec, old_spec, changes):
+    """{'ensure': [flavors to make or change], 'remove': [names]}; their
+    lines go to ``changes``."""
+    old = {} if old_spec is None else {
+        f['name']: f for f in (nova_flavor(old_spec, f)
+                               for f in old_spec['nova_flavors'])}
+    new = {f['name']: f for f in (nova_flavor(spec, f)
+                                  for f in spec['nova_flavors'])}
     flavors = {'ensure': [], 'remove': []}
-    for name, flavor in new_flavors.items():
-        if old_flavors.get(name) != flavor:
+    for name, flavor in new.items():
+        if old.get(name) != flavor:
             flavors['ensure'].append(flavor)
             changes.append({'node': None, 'hypervisor': None,
                             'resource': 'flavor %s' % name,
-                            'action': UPDATE if name in old_flavors
-                            else CREATE, 'field': None,
-                            'old': old_flavors.get(name), 'new': flavor})
-    for name in old_flavors.keys() - new_flavors.keys():
+                            'action': UPDATE if name in old else CREATE,
+                            'field': None, 'old': old.get(name),
+                            'new': flavor})
+    for name in sorted(old.keys() - new.keys()):
         flavors['remove'].append(name)
         changes.append({'node': None, 'hypervisor': None,
                         'resource': 'flavor %s' % name, 'action': DELETE,
-                        'field': None, 'old': old_flavors[name],
-                        'new': None})
-
-    return {
-        'cluster': spec['cluster'],
-        'owner': names.owner(spec['cluster'], deployment),
-        'nodes': planned,
-        # Ironic nodes of nodes that stay but lose their ironic_config.
-        'unenrol': [n['uuid'] for n in planned if n['action'] == UPDATE
-                    and n['old']['ironic'] and not n['new']['ironic']],
-        'host_ensure': host_ensure,
-        'host_remove': host_remove,
-        'flavors': flavors,
-        'placement_wait': placement_wait(spec),
-        'placement_timeout': spec['placement_timeout'],
-        'changes': changes,
-    }
+                        'field': None, 'old': old[name], 'new': None})
+    return flavors
 
 
 def _password_changed(old_spec, spec):
