@@ -72,7 +72,8 @@ def removal_flow(plan, resources):
         if entry['new'] is None:
             stage.add(nodes.RemoveNode(entry['uuid'], entry['name'],
                                        entry['hypervisor'],
-                                       by_node.get(entry['uuid'], [])))
+                                       by_node.get(entry['uuid'], []),
+                                       force=plan['force']))
     gone = {('nova_flavor', name) for name in plan['flavors']['remove']}
     gone.update(('ironic_node', uuid) for uuid in plan['unenrol'])
     stage.add(*[teardown.RemoveResource(row.as_dict()) for row in resources

@@ -217,13 +217,15 @@ class RemoveNode(task.Task):
     undone; what stays recorded lets a re-run or teardown finish.
     """
 
-    def __init__(self, node_uuid, name, host, rows):
+    def __init__(self, node_uuid, name, host, rows, force=False):
+        """``force``: a deploy forced to remove a node Ironic deployed."""
         super().__init__(name='remove:%s' % node_uuid,
                          requires=(base.OPERATION_ID, base.CLUSTER))
         self.node_uuid = node_uuid
         self.node_name = name
         self.host = host
         self.rows = rows
+        self.force = force
 
     def execute(self, operation_id, cluster):
         svc = context.get()
@@ -232,7 +234,8 @@ class RemoveNode(task.Task):
         for row in self.rows:
             if row['kind'] == 'ironic_node':
                 changed = registration.remove_node(
-                    svc, **row['remove_args'])['changed'] or changed
+                    svc, force=self.force,
+                    **row['remove_args'])['changed'] or changed
                 svc.db.delete_resource(row['hypervisor'], row['kind'],
                                        row['name'])
         here = [r for r in self.rows if r['hypervisor'] == self.host]

@@ -305,9 +305,14 @@ def _settle_node(conn, conf, node):
     return False
 
 
-def delete_node(conn, conf, uuid):
+def delete_node(conn, conf, uuid, force=False):
     """Delete the node (and so its ports) once no state change runs on
-    it; False if there is none."""
+    it; False if there is none.
+
+    Ironic deletes a node it has deployed (active...) only in
+    maintenance; ``force`` (a deploy forced to remove it) puts it there
+    first. Otherwise Ironic's refusal is the error.
+    """
     deadline = time.monotonic() + conf.provision_timeout
     while True:
         try:
@@ -317,6 +322,9 @@ def delete_node(conn, conf, uuid):
         if not node.target_provision_state or time.monotonic() > deadline:
             break
         time.sleep(conf.poll_interval)
+    if force and deployed(node.provision_state) and not node.is_maintenance:
+        conn.baremetal.set_node_maintenance(
+            uuid, reason='removed by a forced Tenks deploy')
     conn.baremetal.delete_node(uuid)
     return True
 
@@ -330,10 +338,10 @@ def _undo_node(conn, conf, node):
                     exc_info=True)
 
 
-def remove_node(svc, uuid):
+def remove_node(svc, uuid, force=False):
     """Delete the node (and so its ports)."""
     return {'changed': delete_node(svc.cloud.connection, svc.cloud.conf,
-                                   uuid)}
+                                   uuid, force)}
 
 
 class EnsureIronicNode(base.EnsureResource):

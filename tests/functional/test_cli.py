@@ -202,3 +202,67 @@ def test_deploy_and_teardown_a_tenks_override_file(tmp_path):
             assert 'Cluster default torn down' in gone.stdout
             assert env.leftovers() == []
             assert ports_of(source_index) == []
+
+
+def tenks_in_terminal(env, answer, *args):
+    """``tenks`` with a terminal as its stdin and stdout, as a user runs
+    it; ``answer`` is typed when it asks. Returns (exit code, output)."""
+    import pty
+    config = os.path.join(env.state_dir + '.conf')
+    main, side = pty.openpty()
+    proc = subprocess.Popen(
+        [cf.TENKS, '--state-dir', env.state_dir, '--config-file', config,
+         *args], stdin=side, stdout=side, stderr=side)
+    os.close(side)
+    output = b''
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the terminal closed: the command ended
+            break
+        output += chunk
+        if b'Apply? [y/N]' in output and answer is not None:
+            os.write(main, answer.encode() + b'\n')
+            answer = None
+    os.close(main)
+    return proc.wait(timeout=60), output.decode()
+
+
+def test_plan_then_a_shrink_asked_in_a_terminal(env, tmp_path):
+    spec = env.spec(count=2)
+    path = write_spec(tmp_path, spec)
+    assert tenks(env, 'deploy', path).returncode == 0
+
+    # Growing: the plan lists the new node's parts; nothing is made.
+    bigger = write_spec(tmp_path, env.spec(count=3))
+    planned = tenks(env, 'plan', bigger, '-f', 'json')
+    assert planned.returncode == 0, planned.stderr
+    changes = json.loads(planned.stdout)
+    new = env.node_name(2)
+    assert {(c['node'], c['resource'], c['action']) for c in changes} >= {
+        (new, 'domain', 'create'), (new, 'bmc', 'create')}
+    assert not {c['node'] for c in changes} - {new}
+    assert len(env.nodes()) == 2
+
+    # Shrinking removes a node: in a terminal, deploy asks first.
+    smaller = write_spec(tmp_path, env.spec(count=1))
+    code, output = tenks_in_terminal(env, 'n', 'deploy', smaller)
+    assert code != 0, output
+    assert '%s domain: delete' % env.node_name(1) in output
+    assert 'Nothing was changed' in output
+    assert len(env.nodes()) == 2
+    code, output = tenks_in_terminal(env, 'y', 'deploy', smaller)
+    assert code == 0, output
+    assert [n['name'] for n in env.nodes()] == [env.node_name(0)]
+    # Growing loses nothing: no question.
+    code, output = tenks_in_terminal(env, None, 'deploy', path)
+    assert code == 0 and 'Apply?' not in output, output
+    assert len(env.nodes()) == 2
+    # --yes does not ask.
+    code, output = tenks_in_terminal(env, None, 'deploy', '--yes', smaller)
+    assert code == 0 and 'Apply?' not in output, output
+    assert len(env.nodes()) == 1
+
+    assert tenks(env, 'teardown', env.cluster).returncode == 0
+    assert env.leftovers() == []
