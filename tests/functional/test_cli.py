@@ -31,8 +31,8 @@ def tenks(env, *args):
          *args], capture_output=True, text=True, timeout=120)
 
 
-def write_spec(tmp_path, data):
-    path = tmp_path / 'cluster.yaml'
+def write_spec(tmp_path, data, name='cluster.yaml'):
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
@@ -235,7 +235,7 @@ def test_plan_then_a_shrink_asked_in_a_terminal(env, tmp_path):
     assert tenks(env, 'deploy', path).returncode == 0
 
     # Growing: the plan lists the new node's parts; nothing is made.
-    bigger = write_spec(tmp_path, env.spec(count=3))
+    bigger = write_spec(tmp_path, env.spec(count=3), 'bigger.yaml')
     planned = tenks(env, 'plan', bigger, '-f', 'json')
     assert planned.returncode == 0, planned.stderr
     changes = json.loads(planned.stdout)
@@ -246,7 +246,7 @@ def test_plan_then_a_shrink_asked_in_a_terminal(env, tmp_path):
     assert len(env.nodes()) == 2
 
     # Shrinking removes a node: in a terminal, deploy asks first.
-    smaller = write_spec(tmp_path, env.spec(count=1))
+    smaller = write_spec(tmp_path, env.spec(count=1), 'smaller.yaml')
     code, output = tenks_in_terminal(env, 'n', 'deploy', smaller)
     assert code != 0, output
     assert '%s domain: delete' % env.node_name(1) in output
