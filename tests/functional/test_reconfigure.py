@@ -485,6 +485,20 @@ def test_active_ironic_node_is_not_removed(enrolled, cloud):
     env.deploy(ironic_spec(env, 1))
     assert list(by_name(env)) == [env.node_name(0)]
     assert traces(env, newest) == []
+
+    # Forced, an active one goes too (through maintenance, as Ironic
+    # deletes an active node no other way).
+    oldest = by_name(env)[env.node_name(0)]
+    adopt(cloud, oldest['uuid'])
+    with embedded.embedded(env.conf) as conductor:
+        conductor.deploy(ironic_spec(env, 0), force=True)
+    assert by_name(env) == {}
+    # With no node left, the cluster's pool and bridges went too.
+    assert oldest['name'] not in domains()
+    assert not answers(oldest['bmc_port'])
+    assert env.leftovers() == []
+    assert cloud.baremetal.find_node(oldest['uuid'],
+                                     ignore_missing=True) is None
     env.teardown()
     assert env.leftovers() == []
 
