@@ -4,13 +4,19 @@ import oslo_messaging as messaging
 
 from conductor import rpcapi
 from tenks import exceptions
-from tenks import spec as tenks_spec
 
 RPC_API_VERSION = rpcapi.RPC_API_VERSION
 
 # What starting an operation can raise; everything after (inspection,
 # scheduling, the flow) is the operation's error.
 SUBMIT_ERRORS = (exceptions.ClusterBusy, exceptions.ConductorBusy)
+
+
+def validate(spec, source):
+    # The validator (jsonschema, os-traits) loads with the first spec: an
+    # embedded teardown needs none.
+    from tenks import spec as tenks_spec
+    return tenks_spec.validate(spec, source=source)
 
 
 class ConductorManager:
@@ -31,12 +37,12 @@ class ConductorManager:
     @messaging.expected_exceptions(exceptions.SpecError,
                                    exceptions.SpecChanged, *SUBMIT_ERRORS)
     def deploy_cluster(self, context, spec, force=False):
-        spec = tenks_spec.validate(spec, source='deploy_cluster request')
+        spec = validate(spec, 'deploy_cluster request')
         return self.conductor.submit_deploy(spec, force)
 
     @messaging.expected_exceptions(exceptions.TenksError)
     def plan_cluster(self, context, spec, force=False):
-        spec = tenks_spec.validate(spec, source='plan_cluster request')
+        spec = validate(spec, 'plan_cluster request')
         return self.conductor.plan(spec, force)
 
     @messaging.expected_exceptions(exceptions.ClusterNotFound,

@@ -4,15 +4,16 @@ import time
 
 
 class ProgressRecorder:
-    """Writes an operation's progress, at most a few times a second."""
+    """Writes an operation's progress every half second at most, and
+    once when it ends (an operation shorter than that: once)."""
 
-    INTERVAL = 0.25
+    INTERVAL = 0.5
 
     def __init__(self, db, operation_id):
         self.db = db
         self.operation_id = operation_id
         self.progress = None
-        self._written = 0.0
+        self._written = time.monotonic()
 
     def __call__(self, progress):
         self.progress = progress

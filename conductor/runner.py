@@ -103,7 +103,8 @@ class LeanConnection(impl_sqlalchemy.Connection):
     def __init__(self, backend, upgrade_lock):
         super().__init__(backend, upgrade_lock)
         self._lock = threading.Lock()
-        # atom uuid -> what was last written, progress left out
+        # atom or flow uuid -> what was last written, progress and update
+        # time left out
         self._written = collections.OrderedDict()
         # flow uuid -> uuids of its atoms in the database
         self._atoms = collections.OrderedDict()
@@ -146,9 +147,16 @@ class LeanConnection(impl_sqlalchemy.Connection):
     def update_flow_details(self, flow_detail):
         flows = self._tables.flowdetails
         atoms = self._tables.atomdetails
+        value = flow_detail.to_dict()
+        lasting = dict(value, updated_at=None)
+        with self._lock:
+            known = self._atoms.get(flow_detail.uuid)
+            unchanged = self._written.get(flow_detail.uuid) == lasting
+        if unchanged and known is not None and all(
+                atom_detail.uuid in known for atom_detail in flow_detail):
+            return flow_detail
         try:
             with self._engine.begin() as conn:
-                value = flow_detail.to_dict()
                 updated = conn.execute(
                     sql.update(flows).where(flows.c.uuid == flow_detail.uuid)
                     .values(value)).rowcount
@@ -156,8 +164,6 @@ class LeanConnection(impl_sqlalchemy.Connection):
                     raise tf_exceptions.NotFound(
                         'No flow details found with uuid %r'
                         % flow_detail.uuid)
-                with self._lock:
-                    known = self._atoms.get(flow_detail.uuid)
                 if known is None:
                     known = set(conn.execute(
                         sql.select(atoms.c.uuid).where(
@@ -178,7 +184,16 @@ class LeanConnection(impl_sqlalchemy.Connection):
                 'Failed updating flow details with uuid %r'
                 % flow_detail.uuid)
         self._remember(self._atoms, flow_detail.uuid, known)
+        self._remember(self._written, flow_detail.uuid, lasting)
         return flow_detail
+
+    def save_logbook(self, book):
+        book = super().save_logbook(book)
+        # What it wrote: the flows' atoms need no reading back.
+        for flow_detail in book:
+            self._remember(self._atoms, flow_detail.uuid,
+                           {atom_detail.uuid for atom_detail in flow_detail})
+        return book
 
 
 class PersistenceBackend(impl_sqlalchemy.SQLAlchemyBackend):

@@ -95,16 +95,19 @@ class StateDB:
     def save_cluster(self, name, spec, state):
         """Record the cluster; a new record is a new deployment (uuid).
         Returns the record."""
-        with self._session.begin() as session:
-            cluster = session.get(models.Cluster, name)
-            if cluster is None:
+        try:
+            with self._session.begin() as session:
                 cluster = models.Cluster(
                     name=name, uuid=str(uuidlib.uuid4()), spec=spec,
                     state=state)
                 session.add(cluster)
-            else:
-                cluster.spec = spec
-                cluster.state = state
+            return cluster
+        except sa.exc.IntegrityError:
+            pass
+        with self._session.begin() as session:
+            cluster = session.get(models.Cluster, name)
+            cluster.spec = spec
+            cluster.state = state
         return cluster
 
     def commit_cluster(self, name, spec, state, spec_indexes):
@@ -124,7 +127,8 @@ class StateDB:
 
     def set_cluster_state(self, name, state):
         with self._session.begin() as session:
-            session.get(models.Cluster, name).state = state
+            session.execute(sa.update(models.Cluster).where(
+                models.Cluster.name == name).values(state=state))
 
     def delete_cluster(self, name):
         """Delete the cluster's record, its spec and password with it."""
