@@ -260,8 +260,13 @@ class Teardown(OperationCommand):
             name = load_spec(name)['cluster']
 
         def describe(operation, elapsed):
-            return ('Cluster %s torn down: %d resource(s) removed in %.2f s.'
-                    % (name, len(operation['result']['changed']), elapsed))
+            # The tasks that removed something: one per node, one per
+            # other thing (bridge, pool, flavor...).
+            changed = operation['result']['changed']
+            nodes = sum(1 for task in changed if task.startswith('remove:'))
+            return ('Cluster %s torn down: %d node(s) and %d other '
+                    'resource(s) removed in %.2f s.' % (
+                        name, nodes, len(changed) - nodes, elapsed))
 
         self.run_operation(args, lambda tenks: tenks.teardown(name),
                            describe)
