@@ -9,11 +9,11 @@ remove, the flavors, and ``changes``, one line per resource and field.
 """
 
 import os
-import random
 import re
 
 from tenks import exceptions
 from tenks import names
+from tenks import scheduler
 
 GIB = 1024 ** 3
 STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
@@ -85,15 +85,6 @@ def surplus(spec, nodes):
     return gone
 
 
-def _new_mac(taken):
-    while True:
-        mac = '52:54:00:%02x:%02x:%02x' % tuple(
-            random.randrange(256) for _ in range(3))
-        if mac not in taken:
-            taken.add(mac)
-            return mac
-
-
 def reshaped(spec, node, host_facts, taken_macs, taken_ports):
     """The record of kept ``node`` (reassigned) as ``spec`` wants it.
 
@@ -123,7 +114,7 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
         bridge = names.bridge(spec, physnet, host_facts['resource_prefix'])
         nic = by_physnet.get(physnet)
         if nic is None:
-            nic = {'physnet': physnet, 'mac': _new_mac(taken_macs),
+            nic = {'physnet': physnet, 'mac': scheduler.new_mac(taken_macs),
                    'tap': next(free_taps)}
         nics.append(dict(nic, bridge=bridge))
     address = host_facts['ipmi_address']

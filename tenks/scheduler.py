@@ -89,7 +89,8 @@ def _free_names(prefix, taken):
         index += 1
 
 
-def _new_mac(taken):
+def new_mac(taken):
+    """A random MAC of QEMU's range not in ``taken`` (added to it)."""
     while True:
         mac = '52:54:00:%02x:%02x:%02x' % tuple(
             random.randrange(256) for _ in range(3))
@@ -153,7 +154,7 @@ def schedule(spec, facts, recorded):
                     for volume, vol in zip(volumes, node_type['volumes'],
                                            strict=True)],
                 'nics': [
-                    {'physnet': physnet, 'mac': _new_mac(taken_macs),
+                    {'physnet': physnet, 'mac': new_mac(taken_macs),
                      'bridge': names.bridge(spec, physnet, host.prefix),
                      'tap': names.tap(name, i)}
                     for i, physnet in enumerate(

@@ -3,6 +3,7 @@
 import pytest
 
 from tests.functional import drivers_fixtures
+from tests.functional.openstack_fixtures import cloud  # noqa
 from tests.functional.openstack_fixtures import openstack_services  # noqa
 
 

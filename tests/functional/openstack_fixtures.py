@@ -45,6 +45,30 @@ def openstack_services():
         services.stop(names=started)
 
 
+@pytest.fixture
+def cloud(openstack_services):
+    """An openstacksdk Connection to the standalone services."""
+    return connection()
+
+
+def use_services(cluster, endpoints):
+    """Point ``cluster``'s conductor at the standalone services."""
+    for service, option in (('baremetal', 'ironic_url'),
+                            ('compute', 'nova_url'),
+                            ('placement', 'placement_url')):
+        cluster.conf.set_override(option, endpoints[service],
+                                  group='openstack')
+
+
+def cleaned_up(cluster, cloud, more=()):
+    """After a test: what it left on the machine and in Ironic (and the
+    leftovers ``more`` lists), removed and returned."""
+    left = cluster.leftovers() + list(more)
+    left += remove_ironic_nodes(cloud, cluster.node_prefix)
+    cluster.force_clean()
+    return left
+
+
 def connection():
     """An openstacksdk Connection to Ironic, Placement and Nova."""
     endpoints = services.endpoints()

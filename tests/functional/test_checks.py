@@ -20,10 +20,6 @@ pytestmark = pytest.mark.functional
 PORTS = iter(range(8100, 8200, 10))
 
 
-@pytest.fixture
-def cloud(openstack_services):
-    return of.connection()
-
 
 @pytest.fixture
 def env(tmp_path, openstack_services, cloud):
@@ -31,9 +27,7 @@ def env(tmp_path, openstack_services, cloud):
     cluster.conf.set_override('ironic_url', openstack_services['baremetal'],
                               group='openstack')
     yield cluster
-    left = cluster.leftovers()
-    left += of.remove_ironic_nodes(cloud, cluster.node_prefix)
-    cluster.force_clean()
+    left = of.cleaned_up(cluster, cloud)
     assert left == [], 'the test left %s behind' % left
 
 

@@ -19,13 +19,10 @@ PORT_BASE = 8400
 
 
 @pytest.fixture
-def env(tmp_path, openstack_services):
-    cloud = of.connection()
+def env(tmp_path, cloud):
     cluster = cf.ClusterEnv(tmp_path, port_base=PORT_BASE)
     yield cluster
-    left = cluster.leftovers()
-    left += of.remove_ironic_nodes(cloud, cluster.node_prefix)
-    cluster.force_clean()
+    left = of.cleaned_up(cluster, cloud)
     assert left == [], 'the test left %s behind' % left
 
 

@@ -25,10 +25,6 @@ pytestmark = pytest.mark.functional
 CONF = types.SimpleNamespace(provision_timeout=60, poll_interval=0.2)
 
 
-@pytest.fixture
-def cloud(openstack_services):
-    return of.connection()
-
 
 @pytest.fixture
 def prefix(cloud):
@@ -217,15 +213,9 @@ def test_flavor_resized_is_created_again(cloud, prefix):
 @pytest.fixture
 def env(tmp_path, openstack_services, cloud):
     cluster = cf.ClusterEnv(tmp_path, port_base=8600)
-    for service, option in (('baremetal', 'ironic_url'),
-                            ('compute', 'nova_url'),
-                            ('placement', 'placement_url')):
-        cluster.conf.set_override(option, openstack_services[service],
-                                  group='openstack')
+    of.use_services(cluster, openstack_services)
     yield cluster
-    left = cluster.leftovers()
-    left += of.remove_ironic_nodes(cloud, cluster.node_prefix)
-    cluster.force_clean()
+    left = of.cleaned_up(cluster, cloud)
     assert left == [], 'the test left %s behind' % left
 
 

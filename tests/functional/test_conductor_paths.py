@@ -25,19 +25,11 @@ def env(tmp_path):
         yield cluster
 
 
-@pytest.fixture
-def cloud(openstack_services):
-    return of.connection()
-
 
 @pytest.fixture
 def cloud_env(tmp_path, openstack_services, cloud):
     cluster = cf.ClusterEnv(tmp_path, port_base=PORT_BASE + 10)
-    for service, option in (('baremetal', 'ironic_url'),
-                            ('compute', 'nova_url'),
-                            ('placement', 'placement_url')):
-        cluster.conf.set_override(option, openstack_services[service],
-                                  group='openstack')
+    of.use_services(cluster, openstack_services)
     with cf.checked(cluster):
         yield cluster
         left = of.remove_ironic_nodes(cloud, cluster.node_prefix)

@@ -15,28 +15,18 @@ pytestmark = pytest.mark.functional
 GOLD = 'CUSTOM_TENKS_GOLD'
 
 
-@pytest.fixture
-def cloud(openstack_services):
-    return of.connection()
-
 
 @pytest.fixture
 def env(tmp_path, openstack_services, cloud):
     cluster = cf.ClusterEnv(tmp_path, port_base=7650)
-    for service, option in (('baremetal', 'ironic_url'),
-                            ('compute', 'nova_url'),
-                            ('placement', 'placement_url')):
-        cluster.conf.set_override(option, openstack_services[service],
-                                  group='openstack')
+    of.use_services(cluster, openstack_services)
     yield cluster
-    left = cluster.leftovers()
-    left += ['flavor %s' % f.name for f in cloud.compute.flavors()
-             if f.name.startswith(cluster.cluster)]
-    left += of.remove_ironic_nodes(cloud, cluster.node_prefix)
-    for flavor in cloud.compute.flavors():
-        if flavor.name.startswith(cluster.cluster):
-            cloud.compute.delete_flavor(flavor)
-    cluster.force_clean()
+    flavors = [f for f in cloud.compute.flavors()
+               if f.name.startswith(cluster.cluster)]
+    for flavor in flavors:
+        cloud.compute.delete_flavor(flavor)
+    left = of.cleaned_up(cluster, cloud,
+                         ['flavor %s' % f.name for f in flavors])
     assert left == [], 'the test left %s behind' % left
 
 

@@ -362,37 +362,15 @@ def test_killed_reconfigure_resumes(env, tmp_path):
 
 # Enrolled nodes, on the real Ironic.
 
-@pytest.fixture
-def cloud(openstack_services):
-    return of.connection()
-
 
 @pytest.fixture
 def enrolled(tmp_path, request, openstack_services, cloud):
     port_base = PORT_BASE + 10 * TESTS.index(request.node.originalname)
     cluster = cf.ClusterEnv(tmp_path, port_base=port_base)
-    for service, option in (('baremetal', 'ironic_url'),
-                            ('compute', 'nova_url'),
-                            ('placement', 'placement_url')):
-        cluster.conf.set_override(option, openstack_services[service],
-                                  group='openstack')
+    of.use_services(cluster, openstack_services)
     yield cluster
-    left = cluster.leftovers()
-    left += remove_ironic_nodes(cloud, cluster.node_prefix)
-    cluster.force_clean()
+    left = of.cleaned_up(cluster, cloud)
     assert left == [], 'the test left %s behind' % left
-
-
-def remove_ironic_nodes(cloud, prefix):
-    """of.remove_ironic_nodes, also for nodes Ironic will not delete
-    outside maintenance (active)."""
-    for node in cloud.baremetal.nodes():
-        if node.name and node.name.startswith(prefix):
-            node = of.wait_for_node(cloud, node.id)
-            if node.provision_state not in ('enroll', 'manageable',
-                                            'available'):
-                cloud.baremetal.set_node_maintenance(node.id, 'cleanup')
-    return of.remove_ironic_nodes(cloud, prefix)
 
 
 def ironic_spec(env, count, rc='tenks-gold', traits=('CUSTOM_FAST',),

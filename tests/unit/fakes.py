@@ -5,6 +5,7 @@ calls, so tests can check that reverts undo exactly what was made.
 """
 
 import collections
+import threading
 
 from hostagent.drivers import base
 from tenks import exceptions
@@ -184,6 +185,22 @@ class FakeBmc(base.BmcDriver):
                  'status': 'running'}
                 for (kind, name), (a, p) in self.hv.things.items()
                 if kind == 'bmc']
+
+
+def block(driver, method):
+    """Make ``driver.method`` wait until released; returns the events
+    (entered, release): set when a call enters it, and to set to let it
+    go on."""
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(driver, method)
+
+    def blocking(*args):
+        entered.set()
+        release.wait(10)
+        return real(*args)
+
+    setattr(driver, method, blocking)
+    return entered, release
 
 
 def conflict(kind, name):

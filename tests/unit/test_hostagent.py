@@ -4,6 +4,7 @@ import threading
 
 from hostagent import manager
 from tenks import rpc
+from tests.unit import fakes
 
 
 class Reports:
@@ -23,15 +24,7 @@ def make_agent(conf):
 
 def test_copy_of_a_running_request_joins_it(conf, hypervisor):
     agent = make_agent(conf)
-    entered, release = threading.Event(), threading.Event()
-    ensure = agent.virt.ensure_volume
-
-    def blocking(*args):
-        entered.set()
-        release.wait(10)
-        return ensure(*args)
-
-    agent.virt.ensure_volume = blocking
+    entered, release = fakes.block(agent.virt, 'ensure_volume')
     args = ('pool', 'v0', 1024, 'qcow2', 'tenks:c:a')
     first = threading.Thread(target=agent.ensure_volume,
                              args=({}, 'r1', 'cond-a', *args))

@@ -134,15 +134,8 @@ def test_remove_keeps_what_is_not_ours_and_says_so(agent, hypervisor):
 def test_node_request_waits_for_a_request_on_one_of_its_volumes(agent):
     """An old-style ensure_volume of a node's volume and the node's
     request do not run at once."""
-    entered, release = threading.Event(), threading.Event()
     ensure = agent.virt.ensure_volume
-
-    def blocking(*args):
-        entered.set()
-        release.wait(10)
-        return ensure(*args)
-
-    agent.virt.ensure_volume = blocking
+    entered, release = fakes.block(agent.virt, 'ensure_volume')
     single = threading.Thread(target=agent.ensure_volume, args=(
         {}, 'r1', 'c1', 'p', 'n0v0', 1024, 'qcow2', OWNER))
     single.start()
@@ -253,15 +246,7 @@ def test_inspect_over_the_endpoint_hides_the_password(agent):
 def test_inspect_takes_no_lock_of_the_parts(agent):
     """A node request that holds its parts does not hold up an
     inspection of the same node."""
-    entered, release = threading.Event(), threading.Event()
-    ensure = agent.virt.ensure_volume
-
-    def blocking(*args):
-        entered.set()
-        release.wait(10)
-        return ensure(*args)
-
-    agent.virt.ensure_volume = blocking
+    entered, release = fakes.block(agent.virt, 'ensure_volume')
     whole = threading.Thread(target=agent.ensure_node, args=(
         {}, 'r1', 'c1', node(), OWNER, False))
     whole.start()
