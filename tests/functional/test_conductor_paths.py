@@ -83,7 +83,7 @@ def test_enrolment_failing_after_create_leaves_no_ironic_node(
                                          driver='fake-hardware')
     try:
         cloud.baremetal.create_port(node_id=holder.id, address=mac)
-        monkeypatch.setattr(scheduler, '_new_mac', lambda taken: mac)
+        monkeypatch.setattr(scheduler, 'new_mac', lambda taken: mac)
         with pytest.raises(exceptions.OperationFailed) as raised:
             env.deploy(test_enrolment.enrolled_spec(env, count=1))
         message = str(raised.value)
