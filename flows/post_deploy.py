@@ -76,14 +76,24 @@ class EnsureFlavor(base.EnsureResource):
     """A Nova flavor for one resource class.
 
     Reversion strategy: delete the flavor when this operation created
-    it; see EnsureResource.
+    it (see EnsureResource); one it changed gets ``old`` back.
     """
 
     kind = 'nova_flavor'
 
-    def __init__(self, flavor):
+    def __init__(self, flavor, old=None):
         super().__init__(registration.CLOUD_HOST, flavor['name'], flavor,
                          {'name': flavor['name']})
+        self.old = old
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        if not isinstance(result, dict) or result['new'] or not self.old:
+            return super().revert(result, operation_id, cluster, **kwargs)
+        try:
+            ensure_flavor(context.get().cloud.connection, self.old, True)
+        except Exception as e:
+            LOG.warning('Could not give flavor %s its old values back while '
+                        'reverting: %s', self.resource, e)
 
     def remove(self, svc, operation_id):
         return remove_flavor(svc, **self.remove_args)
@@ -260,7 +270,8 @@ def post_deploy_flow(plan):
     changed in Ironic, the wait for Placement and the advisory check."""
     flow = linear_flow.Flow('post-deploy')
     flavors = unordered_flow.Flow('flavors')
-    flavors.add(*[EnsureFlavor(f) for f in plan['flavors']['ensure']])
+    flavors.add(*[EnsureFlavor(f, plan['flavors']['old'].get(f['name']))
+                  for f in plan['flavors']['ensure']])
     flow.add(flavors)
     if not any(entry['enrol'] for entry in plan['nodes']):
         return flow

@@ -514,17 +514,20 @@ def _host_entries(spec, deployment, hosts, facts, resources, changes):
 
 
 def _flavor_entries(spec, old_spec, changes):
-    """{'ensure': [flavors to make or change], 'remove': [names]}; their
-    lines go to ``changes``."""
+    """{'ensure': [flavors to make or change], 'old': {name: what a
+    changed one was}, 'remove': [names]}; their lines go to
+    ``changes``."""
     old = {} if old_spec is None else {
         f['name']: f for f in (nova_flavor(old_spec, f)
                                for f in old_spec['nova_flavors'])}
     new = {f['name']: f for f in (nova_flavor(spec, f)
                                   for f in spec['nova_flavors'])}
-    flavors = {'ensure': [], 'remove': []}
+    flavors = {'ensure': [], 'old': {}, 'remove': []}
     for name, flavor in new.items():
         if old.get(name) != flavor:
             flavors['ensure'].append(flavor)
+            if name in old:
+                flavors['old'][name] = old[name]
             changes.append({'node': None, 'hypervisor': None,
                             'resource': 'flavor %s' % name,
                             'action': UPDATE if name in old else CREATE,

@@ -14,9 +14,11 @@ import libvirt
 import pytest
 import yaml
 
+from flows import records
 from hostagent import nodes as agent_nodes
 from tenks import exceptions
 from tenks import names
+from tenks import spec as tenks_spec
 from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
@@ -478,6 +480,46 @@ def test_active_ironic_node_is_not_removed(enrolled, cloud):
     assert cloud.baremetal.find_node(oldest['uuid'],
                                      ignore_missing=True) is None
     env.teardown()
+    assert env.leftovers() == []
+
+
+def test_failed_reconfigure_gives_flavors_and_nodes_their_old_values(
+        enrolled, cloud, monkeypatch):
+    """A failure after the flavor changed (the last task, injected):
+    the flavor, the Ironic node and the domain are as before."""
+    env = enrolled
+    flavor = env.cluster + '-gold'
+
+    def spec(memory_mb, rc):
+        data = ironic_spec(env, 1, rc=rc)
+        data['node_types']['small']['memory_mb'] = memory_mb
+        data['nova_flavors'] = [{'name': flavor, 'resource_class': rc,
+                                 'node_type': 'small'}]
+        return tenks_spec.validate(data)
+
+    env.deploy(spec(128, 'tenks-gold'))
+    [node] = env.nodes()
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError('injected failure at the end')
+
+    monkeypatch.setattr(records.CommitSpec, 'execute', fail)
+    with pytest.raises(exceptions.OperationFailed, match='injected'):
+        env.deploy(spec(192, 'tenks-silver'))
+    monkeypatch.undo()
+
+    found = cloud.compute.find_flavor(flavor, ignore_missing=False)
+    assert found.ram == 128
+    assert cloud.compute.fetch_flavor_extra_specs(found).extra_specs[
+        'resources:CUSTOM_TENKS_GOLD'] == '1'
+    assert cloud.baremetal.get_node(node['uuid']).resource_class == (
+        'tenks-gold')
+    assert dominfo(node['name']) == (128, 1, False)
+    [after] = env.nodes()
+    assert after['memory_mb'] == 128 and after['state'] == 'deployed'
+
+    env.teardown()
+    assert cloud.compute.find_flavor(flavor, ignore_missing=True) is None
     assert env.leftovers() == []
 
 

@@ -203,7 +203,7 @@ def test_a_removed_entry_removes_its_nodes_and_flavors():
     fewer = dict(spec, specs=spec['specs'][:1], nova_flavors=[])
     result = plan(fewer, spec, nodes, resources)
     assert actions(result) == {'a0': 'keep', 'b0': 'delete'}
-    assert result['flavors'] == {'ensure': [], 'remove': ['rc']}
+    assert result['flavors'] == {'ensure': [], 'old': {}, 'remove': ['rc']}
 
 
 def test_physnet_mapping_change_replaces_the_uplink():
