@@ -182,6 +182,22 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
     assert api.get_hypervisor('hv1')['nodes'] == 1
     assert [h['host'] for h in api.list_hypervisors()] == ['hv1']
     assert api.list_events('unit', limit=1)
+    # What a deploy would change, over the bus (API 1.2), changing nothing.
+    plan = api.plan_cluster(make_spec(count=2))
+    assert {(c['node'], c['resource'], c['action']) for c in plan[
+        'changes']} >= {('tk1', 'domain', 'create')}
+    assert plan['destructive'] is False
+    assert len(api.list_nodes('unit')) == 1
+    with pytest.raises(exceptions.SpecError):
+        api.plan_cluster({'cluster': 'unit'})
+    with pytest.raises(exceptions.ChangeRefused):
+        api.plan_cluster(make_spec(count=1, node_types={'small': {
+            'memory_mb': 128, 'vcpus': 1,
+            'volumes': [{'capacity': '512MiB'}],
+            'physical_networks': ['physnet1']}}))
+    forced = api.deploy_cluster(make_spec(count=2), force=True)
+    conductor.wait(forced)
+    assert len(api.list_nodes('unit')) == 2
     with pytest.raises(exceptions.HypervisorInUse):
         api.delete_hypervisor('hv1')
     with pytest.raises(exceptions.HypervisorNotFound):
