@@ -8,12 +8,12 @@ is reported at once, each as ``<field path>: <what is wrong>``.
 import collections.abc
 import copy
 import difflib
+import functools
 import ipaddress
 import logging
 import re
 
 import jsonschema
-import os_traits
 import yaml
 
 from tenks import exceptions
@@ -24,7 +24,6 @@ LOG = logging.getLogger(__name__)
 TOP_LEVEL = '(top level)'
 # The Ansible-based Tenks deploys one cluster and has no name for it.
 DEFAULT_CLUSTER = 'default'
-_STANDARD_TRAITS = frozenset(os_traits.get_traits())
 
 
 def _pattern(regex, description, **extra):
@@ -274,11 +273,19 @@ def _is_ip_address(value):
     return True
 
 
+@functools.cache
+def _standard_traits():
+    # Read when a spec names a trait that is not CUSTOM_: os-traits
+    # takes longer to import than the rest of a spec's validation.
+    import os_traits
+    return frozenset(os_traits.get_traits())
+
+
 @_FORMATS.checks('trait', raises=ValueError)
 def _is_trait(value):
     if isinstance(value, str) and not (
-            value in _STANDARD_TRAITS or (
-                re.fullmatch('CUSTOM_[A-Z0-9_]{1,248}', value))):
+            re.fullmatch('CUSTOM_[A-Z0-9_]{1,248}', value)
+            or value in _standard_traits()):
         raise ValueError(
             '%r is neither a standard trait (os-traits) nor CUSTOM_ '
             'followed by upper-case letters, digits and _' % value)
