@@ -68,6 +68,14 @@ class Node(Base):
     bmc_type: orm.Mapped[str] = orm.mapped_column(sa.String(16))
     bmc_address: orm.Mapped[str] = orm.mapped_column(sa.String(64))
     bmc_port: orm.Mapped[int]
+    # Its firmware: bios or uefi, and UEFI secure boot.
+    boot_mode: orm.Mapped[str] = orm.mapped_column(
+        sa.String(8), default='bios', server_default='bios')
+    secure_boot: orm.Mapped[bool] = orm.mapped_column(
+        default=False, server_default=sa.false())
+    # The file its serial console is logged to on its hypervisor, or
+    # None (none, or recorded before Tenks recorded it).
+    console_log: orm.Mapped[str | None] = orm.mapped_column(sa.String(4096))
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
     # A count that goes down removes the newest nodes first.
     created_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
