@@ -192,9 +192,14 @@ def test_console_log_has_the_firmware_output_across_power_cycles(
                 for name in (bios, uefi)}
         # tenks node show prints the record's path.
         assert {name: nodes[name]['console_log'] for name in logs} == logs
-        # What each firmware prints on the serial console under TCG.
+        # What each firmware prints on the serial console under TCG:
+        # SeaBIOS (with <bios useserial>) its banner at once, OVMF its
+        # boot manager's lines after ~25 s (the NIC's iPXE first).
         banners = {bios: 'SeaBIOS (version', uefi: 'BdsDxe:'}
         for cycle in (1, 2):
+            if cycle == 2:
+                # The second cycle only needs the quick one.
+                del logs[uefi]
             for name in logs:
                 result = cf.ipmitool(nodes[name]['bmc_port'], 'power', 'on')
                 assert result.returncode == 0, result.stderr
