@@ -183,23 +183,27 @@ def test_a_hypervisor_without_the_firmware_is_refused(tmp_path):
 def test_console_log_has_the_firmware_output_across_power_cycles(
         tmp_path):
     with env_at(tmp_path, 9230) as env:
-        spec = with_types(env, bios={}, uefi={'boot_mode': 'uefi'})
+        spec = with_types(env, bios={}, uefi={'boot_mode': 'uefi'},
+                          secure={'boot_mode': 'uefi', 'secure_boot': True})
         env.deploy(spec)
         nodes = {n['name']: n for n in env.nodes()}
-        bios, uefi = env.node_prefix + 'b0', env.node_prefix + 'u0'
+        bios, uefi, secure = (env.node_prefix + 'b0', env.node_prefix + 'u0',
+                              env.node_prefix + 's0')
         log_dir = os.path.join(env.state_dir, 'logs', 'console')
         logs = {name: os.path.join(log_dir, '%s-console.log' % name)
-                for name in (bios, uefi)}
+                for name in (bios, uefi, secure)}
         # tenks node show prints the record's path.
         assert {name: nodes[name]['console_log'] for name in logs} == logs
         # What each firmware prints on the serial console under TCG:
         # SeaBIOS (with <bios useserial>) its banner at once, OVMF its
-        # boot manager's lines after ~25 s (the NIC's iPXE first).
-        banners = {bios: 'SeaBIOS (version', uefi: 'BdsDxe:'}
+        # boot manager's lines after ~25 s (the NIC's iPXE first); the
+        # secure boot one runs too (SMM on q35 under TCG).
+        banners = {bios: 'SeaBIOS (version', uefi: 'BdsDxe:',
+                   secure: 'BdsDxe:'}
         for cycle in (1, 2):
             if cycle == 2:
                 # The second cycle only needs the quick one.
-                del logs[uefi]
+                del logs[uefi], logs[secure]
             for name in logs:
                 result = cf.ipmitool(nodes[name]['bmc_port'], 'power', 'on')
                 assert result.returncode == 0, result.stderr
