@@ -16,6 +16,7 @@ from hostagent.drivers.virt import libvirt as libvirt_driver
 from tenks import exceptions
 from tenks import names
 from tenks import spec as tenks_spec
+from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
 
@@ -40,6 +41,11 @@ def with_types(env, count=1, **node_types):
                               'node_name_prefix': env.node_prefix + name[0],
                               'vol_name_prefix': 'vol'})
     return tenks_spec.validate(spec)
+
+
+def deployment(env):
+    with embedded.embedded(env.conf) as conductor:
+        return conductor.db.get_cluster(env.cluster).uuid
 
 
 def domain_xml(name):
@@ -74,7 +80,7 @@ def test_uefi_and_secure_boot_domains_have_their_firmware(tmp_path):
                           secure={'boot_mode': 'uefi',
                                   'secure_boot': True})
         env.deploy(spec)
-        owner = names.owner(env.cluster, env_deployment(env))
+        owner = names.owner(env.cluster, deployment(env))
         nvram_dir = env.conf.hostagent.nvram_dir
         nvrams = []
         for index in range(2):
@@ -111,7 +117,7 @@ def test_uefi_and_secure_boot_domains_have_their_firmware(tmp_path):
 
         # Drift: an NVRAM file deleted by hand is found and made again.
         os.remove(nvrams[0])
-        with cf_conductor(env) as conductor:
+        with embedded.embedded(env.conf) as conductor:
             plan = conductor.plan(spec)
         assert [(c['node'], c['resource'], c['action'])
                 for c in plan['changes']] == [
@@ -121,16 +127,6 @@ def test_uefi_and_secure_boot_domains_have_their_firmware(tmp_path):
 
         env.teardown()
         assert [p for p in nvrams if os.path.lexists(p)] == []
-
-
-def env_deployment(env):
-    with cf_conductor(env) as conductor:
-        return conductor.db.get_cluster(env.cluster).uuid
-
-
-def cf_conductor(env):
-    from tenks.cli import embedded
-    return embedded.embedded(env.conf)
 
 
 def test_boot_mode_changes_in_place(tmp_path):
@@ -144,7 +140,7 @@ def test_boot_mode_changes_in_place(tmp_path):
                              '%s_VARS.fd' % name)
 
         spec['node_types']['bios']['boot_mode'] = 'uefi'
-        with cf_conductor(env) as conductor:
+        with embedded.embedded(env.conf) as conductor:
             plan = conductor.plan(spec)
         assert [(c['resource'], c['action'], c['field'], c['old'],
                  c['new']) for c in plan['changes']] == [
