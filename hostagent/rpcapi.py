@@ -9,7 +9,8 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
 ``ensure_node(node, owner, force)`` converges one node to ``node``::
 
     {'uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
-     'console_log_enabled', 'pool',
+     'console_log_enabled', 'console_log', 'boot_mode', 'secure_boot',
+     'pool',
      'volumes': [{'name', 'capacity' (bytes), 'format'}],
      'nics': [{'mac', 'tap', 'bridge'}],
      'bmc': {'address', 'port', 'username', 'password'},
@@ -45,11 +46,23 @@ API version history:
   whole node (volumes, ports, domain, BMC); see hostagent.nodes.
 * 1.3 - inspect_nodes: what ensure_node would do to each of many nodes,
   read at once, changing nothing (a re-run finds drift cheaply).
+* 1.4 - ensure_node, inspect_nodes and remove_node ask for 1.4, whose
+  agents know the node's new fields (an older agent would ignore them
+  and build the wrong node). A node may have ``boot_mode``
+  ('bios', the default, or 'uefi': OVMF and an NVRAM file of its own),
+  ``secure_boot`` (bool, default false; with uefi: the secure boot
+  firmware, SMM, q35) and ``console_log`` (the log file's path in the
+  hypervisor's console_log_dir, or null; without the key it follows
+  ``console_log_enabled``). inspect_nodes reports a missing NVRAM file
+  as the domain's ``differs``; remove_node removes the NVRAM file and
+  the console log (unless [hostagent] keep_console_logs). The facts
+  have ``firmware`` (['bios', 'secure_boot', 'uefi'], what the
+  hypervisor can boot) and ``console_log_dir``.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.3'
+RPC_API_VERSION = '1.4'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -76,8 +89,8 @@ METHODS = {
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
-SINCE = {'ensure_node': '1.2', 'remove_node': '1.2',
-         'inspect_nodes': '1.3'}
+SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
+         'inspect_nodes': '1.4'}
 
 
 def node_request(view, password, gone=None):
@@ -86,7 +99,12 @@ def node_request(view, password, gone=None):
     ``gone`` (an earlier view) it no longer has removed."""
     node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
                                  'memory_mb', 'console_log_enabled',
-                                 'pool', 'volumes')}
+                                 'boot_mode', 'secure_boot', 'pool',
+                                 'volumes')}
+    # None with logging on: a node recorded before Tenks recorded the
+    # path; the hostagent's own default path is the one it has.
+    if view['console_log'] is not None or not view['console_log_enabled']:
+        node['console_log'] = view['console_log']
     node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
                     for nic in view['nics']]
     node['bmc'] = dict(view['bmc'], password=password)

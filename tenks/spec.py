@@ -70,6 +70,8 @@ _VOLUME = {
 _IRONIC_DRIVER = {'enum': ['ipmi'],
                   'x-not-supported-yet': ['redfish', 'snmp']}
 
+_BOOT_MODE = {'enum': ['bios', 'uefi']}
+
 _NODE_TYPE = {
     'type': 'object',
     'additionalProperties': False,
@@ -84,6 +86,10 @@ _NODE_TYPE = {
         # Whether the serial console is logged to a file on the
         # hypervisor (see the README).
         'console_log_enabled': {'type': 'boolean', 'default': True},
+        # Default: the top-level default_boot_mode.
+        'boot_mode': _BOOT_MODE,
+        # UEFI secure boot, with Microsoft's keys enrolled.
+        'secure_boot': {'type': 'boolean', 'default': False},
         'cpu_mode': _unsupported('choosing the CPU mode'),
         'machine': _unsupported('choosing the machine type'),
     },
@@ -229,10 +235,9 @@ SCHEMA = {
                 'snmp': {'enum': ['virtualpdu']},
             },
         },
-        # The nodes are BIOS machines (UEFI comes with firmware support).
-        'default_boot_mode': {'enum': ['bios'],
-                              'x-not-supported-yet': ['uefi'],
-                              'default': 'bios'},
+        # The boot mode of node types that name none (Tenks' default is
+        # uefi; ours bios, quicker to boot under TCG).
+        'default_boot_mode': dict(_BOOT_MODE, default='bios'),
         # Glance image name or UUID, or an http(s):// or file:// URL.
         'deploy_kernel': {'type': 'string', 'minLength': 1},
         'deploy_ramdisk': {'type': 'string', 'minLength': 1},
@@ -501,6 +506,11 @@ def _normalise(data):
     mappings = spec['physnet_mappings']
     spec.setdefault('physical_networks',
                     list(mappings) if isinstance(mappings, dict) else [])
+    node_types = spec.get('node_types')
+    for node_type in (node_types.values() if isinstance(node_types, dict)
+                      else ()):
+        if isinstance(node_type, dict):
+            node_type.setdefault('boot_mode', spec['default_boot_mode'])
     return spec
 
 
@@ -542,6 +552,10 @@ def _check_semantics(spec, physnets_explicit):
 
     for i, node_spec in enumerate(specs):
         check_node_type(['specs', i, 'type'], node_spec.get('type'))
+
+    for type_name, node_type in (node_types or {}).items():
+        if isinstance(node_type, dict):
+            problems += _firmware_problems(spec, type_name, node_type)
 
     declared = spec['physical_networks']
     if isinstance(declared, list):
@@ -604,6 +618,31 @@ def _check_semantics(spec, physnets_explicit):
                     'specs: %d nodes in total, but the IPMI port range '
                     '%d-%d has only %d ports (one per node)'
                     % (total, start, end, end - start + 1))
+    return problems
+
+
+def _firmware_problems(spec, type_name, node_type):
+    """Secure boot without UEFI; a Redfish node without a disk or a
+    NIC, whose boot device sushy-tools cannot set (it marks a disk or
+    an interface of the domain bootable; virtualbmc sets <os><boot>,
+    which needs neither)."""
+    problems = []
+    where = ['node_types', type_name]
+    if node_type.get('secure_boot') is True and node_type.get(
+            'boot_mode') == 'bios':
+        problems.append('%s: secure boot needs boot_mode uefi (the node '
+                        'type\'s boot mode is bios)'
+                        % _path(where + ['secure_boot']))
+    driver = node_type.get('ironic_driver', spec.get('default_ironic_driver'))
+    # (Until Redfish is built, its refusal says enough.)
+    if driver == 'redfish' and driver in _IRONIC_DRIVER['enum']:
+        for key, what in (('volumes', 'a volume'),
+                          ('physical_networks', 'a physical network')):
+            if node_type.get(key) == []:
+                problems.append(
+                    '%s: a Redfish node needs %s: its BMC sets the boot '
+                    'device on a disk or NIC of the domain'
+                    % (_path(where + [key]), what))
     return problems
 
 

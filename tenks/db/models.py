@@ -84,6 +84,14 @@ class Node(Record):
         _column('bmc_type', sa.String(16)),
         _column('bmc_address', sa.String(64)),
         _column('bmc_port', sa.Integer()),
+        # Its firmware: bios or uefi, and UEFI secure boot.
+        _column('boot_mode', sa.String(8), default='bios',
+                server_default='bios'),
+        _column('secure_boot', sa.Boolean(), default=False,
+                server_default=sa.false()),
+        # The file its serial console is logged to on its hypervisor, or
+        # None (none, or recorded before Tenks recorded it).
+        _column('console_log', sa.String(4096), nullable=True),
         _column('state', sa.String(16)),
         # A count that goes down removes the newest nodes first.
         _column('created_at', sa.DateTime(), nullable=True, default=now),
