@@ -11,9 +11,13 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
     {'uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
      'console_log_enabled', 'pool',
      'volumes': [{'name', 'capacity' (bytes), 'format'}],
-     'nics': [{'mac', 'tap', 'bridge'}],
+     'nics': [{'mac', 'tap', 'bridge', 'bridge_type'}],
      'bmc': {'address', 'port', 'username', 'password'},
-     'remove': {'volumes': [name, ...], 'ports': [tap, ...]}}
+     'remove': {'volumes': [name, ...], 'ports': [tap, ...],
+                'port_types': {tap: bridge_type}}}
+
+(``bridge_type`` ``linuxbridge`` or ``openvswitch``, the network driver
+of the NIC's bridge: ``linuxbridge`` where it is left out.)
 
 and reports ``{'changed', 'created', 'updated', 'removed',
 'power_state'}``, the middle three lists of ``[kind, name]`` (kinds
@@ -45,6 +49,12 @@ API version history:
   whole node (volumes, ports, domain, BMC); see hostagent.nodes.
 * 1.3 - inspect_nodes: what ensure_node would do to each of many nodes,
   read at once, changing nothing (a re-run finds drift cheaply).
+* 1.4 - Open vSwitch: an optional ``bridge_type`` (default
+  ``linuxbridge``) on ensure/remove of bridge, uplink and port, on a
+  node's NICs and, as ``remove.port_types``, on the ports a node
+  request removes; the agent picks that network driver. ``inspect``
+  reports ``network_drivers`` (the list offered) instead of
+  ``network_driver``.
 """
 
 from tenks import rpc
@@ -73,6 +83,10 @@ METHODS = {
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
 }
+# Keyword arguments a method may take besides those (API 1.4).
+OPTIONAL = {method: ('bridge_type',) for method in (
+    'ensure_bridge', 'remove_bridge', 'ensure_uplink', 'remove_uplink',
+    'ensure_port', 'remove_port')}
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
@@ -87,7 +101,8 @@ def node_request(view, password, gone=None):
     node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
                                  'memory_mb', 'console_log_enabled',
                                  'pool', 'volumes')}
-    node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
+    node['nics'] = [dict({k: nic[k] for k in ('mac', 'tap', 'bridge')},
+                         bridge_type=nic.get('bridge_type', 'linuxbridge'))
                     for nic in view['nics']]
     node['bmc'] = dict(view['bmc'], password=password)
     node['bmc'].pop('type', None)
@@ -95,10 +110,14 @@ def node_request(view, password, gone=None):
     if gone is not None:
         volumes = {vol['name'] for vol in view['volumes']}
         taps = {nic['tap'] for nic in view['nics']}
+        ports = [n for n in gone['nics'] if n['tap'] not in taps]
         node['remove'] = {
             'volumes': [v['name'] for v in gone['volumes']
                         if v['name'] not in volumes],
-            'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
+            'ports': [n['tap'] for n in ports],
+            'port_types': {n['tap']: n['bridge_type'] for n in ports
+                           if n.get('bridge_type', 'linuxbridge')
+                           != 'linuxbridge'}}
     return node
 
 
@@ -110,7 +129,8 @@ class HostAgentAPI:
     def cast(self, host, method, request_id, reply_to, **kwargs):
         """Ask the agent on ``host`` to run ``method``; it reports back."""
         expected = set(METHODS[method])
-        if set(kwargs) != expected:
+        if not expected <= set(kwargs) <= expected | set(
+                OPTIONAL.get(method, ())):
             raise TypeError('%s takes %s, got %s' % (
                 method, sorted(expected), sorted(kwargs)))
         cctxt = self.client.prepare(server=host,

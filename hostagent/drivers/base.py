@@ -185,6 +185,12 @@ class NetworkDriver(abc.ABC):
         'bridge'}]), read at once: {tap: None when absent, FOREIGN, or
         phrases ([] when as asked)}."""
 
+    def marks(self, names):
+        """{name: owner mark ('' for none)} of those of ``names`` this
+        driver keeps marks for outside the interfaces' aliases (which
+        the hostagent reads itself); reads only."""
+        return {}
+
 
 class BmcDriver(abc.ABC):
     """Emulated BMCs in front of domains."""
