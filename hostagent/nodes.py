@@ -277,9 +277,12 @@ class Nodes:
         for node in nodes:
             for nic in node['nics']:
                 nics.setdefault(bridge_type(nic), []).append(nic)
-        ports = {}
+        ports, bridges = {}, {}
         for kind, of_kind in sorted(nics.items()):
-            ports.update(self.network(kind).port_changes(of_kind, owner))
+            network = self.network(kind)
+            ports.update(network.port_changes(of_kind, owner))
+            bridges.update(network.bridge_changes(
+                sorted({nic['bridge'] for nic in of_kind}), owner))
         bmcs = self.bmc.bmc_changes({n['name']: n['bmc'] for n in nodes})
         drift = {}
         for node in nodes:
@@ -295,6 +298,12 @@ class Nodes:
                         found.append(['volume', vol['name'], 'smaller'])
                 except exceptions.ResourceConflict:
                     found.append(['volume', vol['name'], DIFFERS])
+            # A bridge gone (or replaced) is the node's drift too: a
+            # deploy makes it again before the node's ports.
+            found += [['bridge', bridge, _what(bridges[bridge])]
+                      for bridge in sorted({n['bridge']
+                                            for n in node['nics']})
+                      if bridges.get(bridge, []) != []]
             found += [['port', nic['tap'], _what(ports[nic['tap']])]
                       for nic in node['nics']
                       if ports[nic['tap']] != []]

@@ -10,6 +10,7 @@ from pyroute2 import IPRoute
 
 from hostagent.drivers.network import openvswitch
 from tenks import exceptions
+from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
 
@@ -158,10 +159,24 @@ def test_ovs_physnets_wire_nodes_uplinks_and_ironic_ports(env, sources,
     assert tap in bridge_ports()[bridges[2]]
     assert ovs_get('Port', tap, 'tag') == '42'
 
-    # Drift: a port deleted by hand is found and made again.
+    # Drift: a port deleted by hand is found and made again; so is a
+    # bridge, with its uplink and ports, and its MAC (Ironic's switch_id).
     vsctl('del-port', tap)
     assert env.deploy(spec)['changed']
     assert tap in bridge_ports()[bridges[2]]
+    vsctl('del-br', bridges[0])
+    with embedded.embedded(env.conf) as conductor:
+        changes = conductor.plan(spec)['changes']
+    assert {(c['resource'], c['action'], c['old']) for c in changes} == {
+        ('bridge %s' % bridges[0], 'repair', 'missing'),
+        ('port %s' % node['nics'][0]['tap'], 'repair', 'differs')}
+    env.deploy(spec)
+    ports = bridge_ports()
+    assert sorted(ports[bridges[0]]) == sorted([node['nics'][0]['tap'], ours])
+    assert peer in ports[ovs_source]
+    with open('/sys/class/net/%s/address' % bridges[0]) as f:
+        assert f.read().strip() == found[node['nics'][0]['mac']
+                                         ].local_link_connection['switch_id']
 
     env.teardown()
     ports = bridge_ports()

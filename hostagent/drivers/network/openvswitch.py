@@ -440,6 +440,14 @@ class OpenvSwitchDriver(base.NetworkDriver):
                          else 'no Open vSwitch port')
         return found
 
+    def bridge_changes(self, names, owner):
+        """See base; one read of the bridges."""
+        with self._errors('read Open vSwitch bridges'):
+            rows = {row['name']: row for row in self._rows('Bridge', names)}
+        return {name: None if name not in rows
+                else base.FOREIGN if _mark_reason(rows[name], owner)
+                else [] for name in names}
+
     def marks(self, names):
         """See base: the marks of Open vSwitch bridges and ports among
         ``names`` ('' for one without), read at once."""
