@@ -228,6 +228,7 @@ def driver(conf, monkeypatch, tables):
     ovs = openvswitch.OpenvSwitchDriver(conf)
     monkeypatch.setattr(ovs, '_rows', tables.rows)
     monkeypatch.setattr(ovs, '_running', lambda: True)
+    monkeypatch.setattr(ovs, '_api', lambda: None)
     return ovs
 
 

@@ -45,6 +45,25 @@ SYS_NET = '/sys/class/net'
 IFF_UP = 0x1
 
 
+# One ovsdbapp API (an IDL kept in sync by its thread) per OVSDB server,
+# shared by the drivers of a process.
+_APIS = {}
+_APIS_LOCK = threading.Lock()
+
+
+def _connect(target, timeout):
+    with _APIS_LOCK:
+        api = _APIS.get(target)
+        if api is None:
+            idl = connection.OvsdbIdl.from_server(
+                target, 'Open_vSwitch', helper_tables=TABLES)
+            # ovsdbapp keeps one connection per API class: a class of
+            # its own for each server.
+            cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {})
+            api = _APIS[target] = cls(connection.Connection(idl, timeout))
+        return api
+
+
 def bridge_mac(name, owner):
     """A stable, locally administered unicast MAC for bridge ``name``."""
     digest = hashlib.sha256(('%s/%s' % (owner, name)).encode()).digest()
@@ -90,34 +109,24 @@ class OpenvSwitchDriver(base.NetworkDriver):
         super().__init__(conf)
         # Serialises check-then-create, as the Linux bridge driver does.
         self._lock = threading.Lock()
-        self._connect_lock = threading.Lock()
-        self._ovs = None
 
     # -- OVSDB plumbing ----------------------------------------------------
 
     def _api(self):
         """The ovsdbapp API, connected at first use (a host that offers
         this driver but runs no Open vSwitch works for Linux bridges)."""
-        with self._connect_lock:
-            if self._ovs is None:
-                target = self.conf.hostagent.ovsdb_connection
-                if target.startswith('unix:') and not os.path.exists(
-                        target[len('unix:'):]):
-                    raise exceptions.DriverError(
-                        driver=DRIVER, action='connect to %s' % target,
-                        reason='no OVSDB server listens there (is Open '
-                               'vSwitch running? tools/setup.sh starts '
-                               'it)')
-                try:
-                    idl = connection.OvsdbIdl.from_server(
-                        target, 'Open_vSwitch', helper_tables=TABLES)
-                    self._ovs = impl_idl.OvsdbIdl(connection.Connection(
-                        idl, self.conf.hostagent.ovsdb_timeout))
-                except Exception as e:
-                    raise exceptions.DriverError(
-                        driver=DRIVER, action='connect to %s' % target,
-                        reason=str(e) or type(e).__name__) from e
-            return self._ovs
+        target = self.conf.hostagent.ovsdb_connection
+        if not self._running():
+            raise exceptions.DriverError(
+                driver=DRIVER, action='connect to %s' % target,
+                reason='no OVSDB server listens there (is Open vSwitch '
+                       'running? tools/setup.sh starts it)')
+        try:
+            return _connect(target, self.conf.hostagent.ovsdb_timeout)
+        except Exception as e:
+            raise exceptions.DriverError(
+                driver=DRIVER, action='connect to %s' % target,
+                reason=str(e) or type(e).__name__) from e
 
     def _running(self):
         """Whether an OVSDB server is there to ask (unix socket)."""
@@ -450,8 +459,15 @@ class OpenvSwitchDriver(base.NetworkDriver):
 
     def marks(self, names):
         """See base: the marks of Open vSwitch bridges and ports among
-        ``names`` ('' for one without), read at once."""
+        ``names`` ('' for one without), read at once. None without an
+        Open vSwitch to ask: then a Linux bridge cluster's checks go on,
+        and an Open vSwitch one fails at its first bridge, saying why."""
         if not self._running():
+            return {}
+        try:
+            self._api()
+        except exceptions.DriverError as e:
+            LOG.warning('Not reading Open vSwitch marks: %s', e)
             return {}
         with self._errors('read Open vSwitch marks'):
             wanted = set(names)
