@@ -197,15 +197,15 @@ class HostAgentManager:
                     pool_free_gb=pool_free_bytes(pool_dir) // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
-                    resource_prefix=self.conf.hostagent.resource_prefix)
+                    resource_prefix=self.conf.hostagent.resource_prefix,
+                    network_drivers=list(self.networks))
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
                  interfaces, owner):
         """Facts, with this host's own mappings and BMC address applied to
         a spec's, and what of them is missing or taken here.
 
-        Also: the network drivers offered, the pool's free space in
-        bytes, and ``foreign_interfaces``, [name, mark] of those of
+        Also: the pool's free space in bytes, and ``foreign_interfaces``, [name, mark] of those of
         ``interfaces`` (names a deploy would create) that exist without
         the mark ``owner`` (None: nothing is ours yet). Marks are
         interface aliases, as the network drivers set them, or what a
@@ -226,7 +226,6 @@ class HostAgentManager:
                                                    source))],
             busy_ports=[port for port in ipmi_ports
                         if not udp_port_free(address, port)],
-            network_drivers=list(self.networks),
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
             foreign_interfaces=[
                 [name, mark] for name, mark in (
