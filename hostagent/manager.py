@@ -205,11 +205,12 @@ class HostAgentManager:
         """Facts, with this host's own mappings and BMC address applied to
         a spec's, and what of them is missing or taken here.
 
-        Also: the pool's free space in bytes, and ``foreign_interfaces``, [name, mark] of those of
-        ``interfaces`` (names a deploy would create) that exist without
-        the mark ``owner`` (None: nothing is ours yet). Marks are
-        interface aliases, as the network drivers set them, or what a
-        driver keeps elsewhere (Open vSwitch's external_ids).
+        Also: the pool's free space in bytes, and
+        ``foreign_interfaces``, [name, mark] of those of ``interfaces``
+        (names a deploy would create) that exist without the mark
+        ``owner`` (None: nothing is ours yet). Marks are interface
+        aliases, as the network drivers set them, or what a driver keeps
+        elsewhere (Open vSwitch's external_ids).
         """
         facts = self.facts()
         marks = {}
