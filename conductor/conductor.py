@@ -207,7 +207,8 @@ class Conductor:
             spec, cluster, facts, [n.as_dict() for n in self.db.list_nodes()],
             [r.as_dict() for r in self.db.list_resources(spec['cluster'])],
             force)
-        planner.add_drift(plan, self._drift(plan, spec))
+        planner.add_drift(plan, self._drift(plan, spec),
+                          self._host_resources(spec, cluster.uuid, facts))
         return summary(plan)
 
     def submit_teardown(self, name):
@@ -301,7 +302,9 @@ class Conductor:
                 plan, missing = planner.plan_deploy(
                     spec, cluster, facts, recorded,
                     [r for r in resources if r['cluster'] == name], force)
-                planner.add_drift(plan, self._drift(plan, spec))
+                planner.add_drift(
+                    plan, self._drift(plan, spec),
+                    self._host_resources(spec, cluster.uuid, facts))
                 if not force:
                     self._check_deployed(name, plan)
                 if plan['changes']:
@@ -336,6 +339,12 @@ class Conductor:
             raise
         outcome.plan = summary(plan)['changes']
         return outcome
+
+    @staticmethod
+    def _host_resources(spec, deployment, facts):
+        """host -> the pool, bridges and uplinks ``spec`` wants there."""
+        return lambda host: reconcile.host_resources(spec, deployment, host,
+                                                     facts[host])
 
     def _drift(self, plan, spec):
         """What the hypervisors find otherwise than recorded on the nodes

@@ -64,17 +64,34 @@ def deployed_in_ironic(plan):
         and (entry['new'] is None or entry['agent']))
 
 
-def add_drift(plan, drift):
+def _ensure_bridge(plan, host, bridge, wanted):
+    """Add the bridge ``bridge`` of ``host`` and its uplink (``wanted``:
+    host_resources) to the plan's host_ensure, once."""
+    planned = {(e['hypervisor'], e['kind'], e['name'])
+               for e in plan['host_ensure']}
+    for kind, name, args in wanted:
+        if name == bridge and kind in ('bridge', 'uplink') and (
+                host, kind, name) not in planned:
+            plan['host_ensure'].append({'hypervisor': host, 'kind': kind,
+                                        'name': name, 'args': args,
+                                        'old': None})
+
+
+def add_drift(plan, drift, host_resources=None):
     """Mark for repair the nodes left as they are that their hypervisors
     report otherwise than recorded (``drift``: {uuid: [[kind, name,
     what]]} from the hostagents' inspect_nodes): a deploy ensures them
-    again."""
+    again. A bridge they report missing is made again, with its uplink,
+    from ``host_resources(host)`` (tenks.reconcile.host_resources)."""
     for entry in plan['nodes']:
         found = drift.get(entry['uuid'])
         if not found or entry['action'] != reconcile.KEEP:
             continue
         entry.update(action=reconcile.UPDATE, agent=True)
         for kind, name, what in found:
+            if kind == 'bridge' and host_resources is not None:
+                _ensure_bridge(plan, entry['hypervisor'], name,
+                               host_resources(entry['hypervisor']))
             plan['changes'].append({
                 'node': entry['name'], 'hypervisor': entry['hypervisor'],
                 'resource': kind if kind in ('domain', 'bmc')

@@ -26,9 +26,10 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     hosts = {host: reconcile.host_setup(spec, facts[host])
              for host in sorted({node['hypervisor'] for node in nodes})}
     for host in hosts:
-        if facts[host]['network_driver'] != spec['bridge_type']:
+        offered = scheduler.network_drivers(facts[host])
+        if spec['bridge_type'] not in offered:
             raise exceptions.NetworkDriverMismatch(
-                host=host, driver=facts[host]['network_driver'],
+                host=host, driver=', '.join(offered),
                 bridge_type=spec['bridge_type'])
     wanted = scheduler.planned_interfaces(hosts, nodes)
     found = {

@@ -33,12 +33,27 @@ def node_resources(view):
     things = [('volume', vol['name'], {'pool': view['pool'],
                                        'name': vol['name'], 'owner': owner})
               for vol in view['volumes']]
-    things += [('port', nic['tap'], {'name': nic['tap'], 'owner': owner})
+    things += [('port', nic['tap'], port_args(nic, owner))
                for nic in view['nics']]
     things.append(('domain', view['name'], {'name': view['name'],
                                             'owner': owner}))
     things.append(('bmc', view['name'], {'domain': view['name']}))
     return things
+
+
+def port_args(nic, owner):
+    """The remove args of a NIC's port; the default bridge_type left
+    out, as in the records made before there was a choice."""
+    args = {'name': nic['tap'], 'owner': owner}
+    if nic.get('bridge_type', 'linuxbridge') != 'linuxbridge':
+        args['bridge_type'] = nic['bridge_type']
+    return args
+
+
+def _nic(args):
+    """A NIC of a request that removes it, from its port's remove args."""
+    return {'tap': args['name'],
+            'bridge_type': args.get('bridge_type', 'linuxbridge')}
 
 
 def parts_of(rows):
@@ -51,7 +66,7 @@ def parts_of(rows):
             node['pool'] = args['pool']
             node['volumes'].append({'name': args['name']})
         elif row['kind'] == 'port':
-            node['nics'].append({'tap': args['name']})
+            node['nics'].append(_nic(args))
         elif row['kind'] == 'domain':
             node['name'] = args['name']
         elif row['kind'] == 'bmc':
@@ -157,7 +172,8 @@ class ConvergeNode(task.Task):
         # removed is made again (empty) and recorded.
         added = dict(old, volumes=[
             {'name': r['name']} for r in mine if r['kind'] == 'volume'],
-            nics=[{'tap': r['name']} for r in mine if r['kind'] == 'port'])
+            nics=[_nic(r['remove_args']) for r in mine
+                  if r['kind'] == 'port'])
         wanted = node_resources(old)
         before = svc.db.begin_resources(cluster, self.host, operation_id,
                                         wanted, node=self.uuid)

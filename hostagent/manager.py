@@ -95,11 +95,14 @@ class HostAgentManager:
         self.conductor = conductor_rpcapi.ConductorAPI(bus)
         self.virt = load_driver('tenks.virt_drivers',
                                 conf.hostagent.virt_driver, conf)
-        self.network = load_driver('tenks.network_drivers',
-                                   conf.hostagent.network_driver, conf)
+        # bridge_type -> the driver of that name; requests name theirs.
+        self.networks = {name: load_driver('tenks.network_drivers', name,
+                                           conf)
+                         for name in conf.hostagent.network_drivers}
         self.bmc = load_driver('tenks.bmc_drivers',
                                conf.hostagent.bmc_driver, conf)
-        self.nodes = nodes.Nodes(self.virt, self.network, self.bmc)
+        self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
+                                 self.host)
         self._recent = collections.OrderedDict()
         # request id -> the reply_to of every copy waiting for it to end
         self._running = {}
@@ -196,20 +199,25 @@ class HostAgentManager:
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
                     resource_prefix=self.conf.hostagent.resource_prefix,
-                    console_log_dir=tenks_conf.console_log_dir(self.conf))
+                    console_log_dir=tenks_conf.console_log_dir(self.conf),
+                    network_drivers=list(self.networks))
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
                  interfaces, owner):
         """Facts, with this host's own mappings and BMC address applied to
         a spec's, and what of them is missing or taken here.
 
-        Also: the network driver, the pool's free space in bytes, and
+        Also: the pool's free space in bytes, and
         ``foreign_interfaces``, [name, mark] of those of ``interfaces``
         (names a deploy would create) that exist without the mark
         ``owner`` (None: nothing is ours yet). Marks are interface
-        aliases, as the network driver sets them.
+        aliases, as the network drivers set them, or what a driver keeps
+        elsewhere (Open vSwitch's external_ids).
         """
         facts = self.facts()
+        marks = {}
+        for driver in self.networks.values():
+            marks.update(driver.marks(interfaces))
         mappings = dict(physnet_mappings, **facts['physnet_mappings'])
         address = facts['ipmi_address'] or ipmi_address
         facts.update(
@@ -221,11 +229,11 @@ class HostAgentManager:
                                                    source))],
             busy_ports=[port for port in ipmi_ports
                         if not udp_port_free(address, port)],
-            network_driver=self.conf.hostagent.network_driver,
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
             foreign_interfaces=[
                 [name, mark] for name, mark in (
-                    (name, interface_mark(name)) for name in interfaces)
+                    (name, marks[name] if name in marks
+                     else interface_mark(name)) for name in interfaces)
                 if mark is not None and (owner is None or mark != owner)])
         return dict(facts, changed=False)
 
@@ -256,34 +264,48 @@ class HostAgentManager:
         self._run(request_id, reply_to, [('volume', pool, name)],
                   self.virt.remove_volume, pool, name, owner)
 
-    def ensure_bridge(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, [('bridge', name)],
-                  self.network.ensure_bridge, name, owner)
+    def _network(self, bridge_type, method):
+        """``method`` of the network driver of ``bridge_type``, called
+        when the request runs (so that a driver not offered is the
+        request's error)."""
+        def call(*args):
+            return getattr(self.nodes.network(bridge_type), method)(*args)
+        return call
 
-    def remove_bridge(self, context, request_id, reply_to, name, owner):
+    def ensure_bridge(self, context, request_id, reply_to, name, owner,
+                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(request_id, reply_to, [('bridge', name)],
-                  self.network.remove_bridge, name, owner)
+                  self._network(bridge_type, 'ensure_bridge'), name, owner)
+
+    def remove_bridge(self, context, request_id, reply_to, name, owner,
+                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+        self._run(request_id, reply_to, [('bridge', name)],
+                  self._network(bridge_type, 'remove_bridge'), name, owner)
 
     def ensure_uplink(self, context, request_id, reply_to, bridge, source,
-                      veth_names, owner):
+                      veth_names, owner,
+                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(request_id, reply_to, [('uplink', bridge)],
-                  self.network.ensure_uplink, bridge, source, veth_names,
-                  owner)
+                  self._network(bridge_type, 'ensure_uplink'), bridge,
+                  source, veth_names, owner)
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
-                      veth_names, owner):
+                      veth_names, owner,
+                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(request_id, reply_to, [('uplink', bridge)],
-                  self.network.remove_uplink, bridge, source, veth_names,
-                  owner)
+                  self._network(bridge_type, 'remove_uplink'), bridge,
+                  source, veth_names, owner)
 
     def ensure_port(self, context, request_id, reply_to, bridge, name,
-                    owner):
+                    owner, bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(request_id, reply_to, [('port', name)],
-                  self.network.ensure_port, bridge, name, owner)
+                  self._network(bridge_type, 'ensure_port'), bridge, name,
+                  owner)
 
-    def remove_port(self, context, request_id, reply_to, name, owner):
+    def remove_port(self, context, request_id, reply_to, name, owner,
+                    bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(request_id, reply_to, [('port', name)],
-                  self.network.remove_port, name, owner)
+                  self._network(bridge_type, 'remove_port'), name, owner)
 
     def ensure_domain(self, context, request_id, reply_to, domain, owner):
         self._run(request_id, reply_to, [('domain', domain['name'])],

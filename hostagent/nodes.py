@@ -29,6 +29,9 @@ STOPPED = (None, 'shut off', 'crashed')
 # that is as asked but does not run, 'smaller' of a volume to grow).
 MISSING = 'missing'
 DIFFERS = 'differs'
+# The network driver of a NIC (or port) whose request names none.
+DEFAULT_BRIDGE_TYPE = 'linuxbridge'
+_BRIDGE_TYPE = {'type': 'string', 'minLength': 1}
 
 _NAMES = {'type': 'array', 'items': {'type': 'string', 'minLength': 1}}
 NODE_SCHEMA = {
@@ -58,7 +61,8 @@ NODE_SCHEMA = {
             'type': 'object', 'required': ['mac', 'tap', 'bridge'],
             'properties': {'mac': {'type': 'string'},
                            'tap': {'type': 'string', 'minLength': 1},
-                           'bridge': {'type': 'string', 'minLength': 1}}}},
+                           'bridge': {'type': 'string', 'minLength': 1},
+                           'bridge_type': _BRIDGE_TYPE}}},
         'bmc': {'type': 'object',
                 'required': ['address', 'port', 'username', 'password'],
                 'properties': {'address': {'type': 'string'},
@@ -67,7 +71,13 @@ NODE_SCHEMA = {
                                'username': {'type': 'string'},
                                'password': {'type': 'string'}}},
         'remove': {'type': 'object', 'additionalProperties': False,
-                   'properties': {'volumes': _NAMES, 'ports': _NAMES}},
+                   'properties': {
+                       'volumes': _NAMES, 'ports': _NAMES,
+                       # {tap: bridge_type} of removed ports not of the
+                       # default type.
+                       'port_types': {'type': 'object',
+                                      'additionalProperties':
+                                      _BRIDGE_TYPE}}},
     },
 }
 
@@ -85,7 +95,8 @@ REMOVE_SCHEMA = {
             'properties': {'name': {'type': 'string', 'minLength': 1}}}},
         'nics': {'type': 'array', 'items': {
             'type': 'object', 'required': ['tap'],
-            'properties': {'tap': {'type': 'string', 'minLength': 1}}}},
+            'properties': {'tap': {'type': 'string', 'minLength': 1},
+                           'bridge_type': _BRIDGE_TYPE}}},
     },
 }
 
@@ -220,13 +231,29 @@ class _Outcome:
                     removed=self.removed)
 
 
+def bridge_type(nic):
+    return nic.get('bridge_type', DEFAULT_BRIDGE_TYPE)
+
+
 class Nodes:
     """Whole-node requests on the drivers of one hypervisor."""
 
-    def __init__(self, virt, network, bmc):
+    def __init__(self, virt, networks, bmc, host='?'):
+        """``networks``: {bridge_type: network driver} offered here."""
         self.virt = virt
-        self.network = network
+        self.networks = networks
         self.bmc = bmc
+        self.host = host
+
+    def network(self, bridge_type):
+        """The network driver of ``bridge_type``; NetworkDriverMismatch
+        when this hypervisor does not offer it."""
+        driver = self.networks.get(bridge_type)
+        if driver is None:
+            raise exceptions.NetworkDriverMismatch(
+                host=self.host, driver=', '.join(sorted(self.networks)),
+                bridge_type=bridge_type)
+        return driver
 
     def _plan(self, node, owner):
         """What would change, in words, and the volumes to grow.
@@ -260,8 +287,16 @@ class Nodes:
                    for pool, names in pools.items()}
         domains = self.virt.domains_changes([domain(n) for n in nodes],
                                             owner)
-        ports = self.network.port_changes(
-            [nic for n in nodes for nic in n['nics']], owner)
+        nics = {}
+        for node in nodes:
+            for nic in node['nics']:
+                nics.setdefault(bridge_type(nic), []).append(nic)
+        ports, bridges = {}, {}
+        for kind, of_kind in sorted(nics.items()):
+            network = self.network(kind)
+            ports.update(network.port_changes(of_kind, owner))
+            bridges.update(network.bridge_changes(
+                sorted({nic['bridge'] for nic in of_kind}), owner))
         bmcs = self.bmc.bmc_changes({n['name']: n['bmc'] for n in nodes})
         drift = {}
         for node in nodes:
@@ -277,6 +312,12 @@ class Nodes:
                         found.append(['volume', vol['name'], 'smaller'])
                 except exceptions.ResourceConflict:
                     found.append(['volume', vol['name'], DIFFERS])
+            # A bridge gone (or replaced) is the node's drift too: a
+            # deploy makes it again before the node's ports.
+            found += [['bridge', bridge, _what(bridges[bridge])]
+                      for bridge in sorted({n['bridge']
+                                            for n in node['nics']})
+                      if bridges.get(bridge, []) != []]
             found += [['port', nic['tap'], _what(ports[nic['tap']])]
                       for nic in node['nics']
                       if ports[nic['tap']] != []]
@@ -291,6 +332,8 @@ class Nodes:
     def ensure(self, node, owner, force):
         """Converge ``node``; see the module and hostagent.rpcapi."""
         check(node)
+        for nic in node['nics']:
+            self.network(bridge_type(nic))
         name, pool = node['name'], node['pool']
         changes, grow = self._plan(node, owner)
         running = self.virt.domain_state(name) not in STOPPED
@@ -316,11 +359,11 @@ class Nodes:
                         pool, vname, vol['capacity'], vol['format'], owner),
                     lambda v=vname: self.virt.remove_volume(pool, v, owner))
             for nic in node['nics']:
-                tap = nic['tap']
+                tap, network = nic['tap'], self.network(bridge_type(nic))
                 outcome.ensured(
-                    'port', tap,
-                    self.network.ensure_port(nic['bridge'], tap, owner),
-                    lambda t=tap: self.network.remove_port(t, owner))
+                    'port', tap, network.ensure_port(nic['bridge'], tap,
+                                                     owner),
+                    lambda t=tap, n=network: n.remove_port(t, owner))
             outcome.ensured(
                 'domain', name, self.virt.ensure_domain(domain(node), owner),
                 lambda: self.virt.remove_domain(name, owner))
@@ -334,8 +377,10 @@ class Nodes:
                     bmc['password']),
                 lambda: self.bmc.remove_bmc(name))
             remove = node.get('remove') or {}
+            types = remove.get('port_types', {})
             for tap in remove.get('ports', []):
-                if self.network.remove_port(tap, owner):
+                network = self.network(types.get(tap, DEFAULT_BRIDGE_TYPE))
+                if network.remove_port(tap, owner):
                     outcome.removed.append(['port', tap])
             for vname in remove.get('volumes', []):
                 if self.virt.remove_volume(pool, vname, owner):
@@ -363,7 +408,8 @@ class Nodes:
                  ('domain', name, lambda: self.virt.remove_domain(name,
                                                                   owner))]
         steps += [('port', n['tap'],
-                   lambda t=n['tap']: self.network.remove_port(t, owner))
+                   lambda n=n: self.network(bridge_type(n)).remove_port(
+                       n['tap'], owner))
                   for n in node['nics']]
         steps += [('volume', v['name'],
                    lambda v=v['name']: self.virt.remove_volume(pool, v,

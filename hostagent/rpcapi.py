@@ -12,9 +12,13 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
      'console_log_enabled', 'console_log', 'boot_mode', 'secure_boot',
      'pool',
      'volumes': [{'name', 'capacity' (bytes), 'format'}],
-     'nics': [{'mac', 'tap', 'bridge'}],
+     'nics': [{'mac', 'tap', 'bridge', 'bridge_type'}],
      'bmc': {'address', 'port', 'username', 'password'},
-     'remove': {'volumes': [name, ...], 'ports': [tap, ...]}}
+     'remove': {'volumes': [name, ...], 'ports': [tap, ...],
+                'port_types': {tap: bridge_type}}}
+
+(``bridge_type`` ``linuxbridge`` or ``openvswitch``, the network driver
+of the NIC's bridge: ``linuxbridge`` where it is left out.)
 
 and reports ``{'changed', 'created', 'updated', 'removed',
 'power_state'}``, the middle three lists of ``[kind, name]`` (kinds
@@ -57,7 +61,12 @@ API version history:
   as the domain's ``differs``; remove_node removes the NVRAM file and
   the console log (unless [hostagent] keep_console_logs). The facts
   have ``firmware`` (['bios', 'secure_boot', 'uefi'], what the
-  hypervisor can boot) and ``console_log_dir``.
+  hypervisor can boot) and ``console_log_dir``. Open vSwitch: an optional
+  ``bridge_type`` (default ``linuxbridge``) on ensure/remove of bridge,
+  uplink and port, on a node's NICs and, as ``remove.port_types``, on
+  the ports a node request removes; the agent picks that network
+  driver. ``inspect`` reports ``network_drivers`` (the list offered)
+  instead of ``network_driver``.
 """
 
 from tenks import rpc
@@ -86,6 +95,10 @@ METHODS = {
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
 }
+# Keyword arguments a method may take besides those (API 1.4).
+OPTIONAL = {method: ('bridge_type',) for method in (
+    'ensure_bridge', 'remove_bridge', 'ensure_uplink', 'remove_uplink',
+    'ensure_port', 'remove_port')}
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
@@ -105,7 +118,8 @@ def node_request(view, password, gone=None):
     # path; the hostagent's own default path is the one it has.
     if view['console_log'] is not None or not view['console_log_enabled']:
         node['console_log'] = view['console_log']
-    node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
+    node['nics'] = [dict({k: nic[k] for k in ('mac', 'tap', 'bridge')},
+                         bridge_type=nic.get('bridge_type', 'linuxbridge'))
                     for nic in view['nics']]
     node['bmc'] = dict(view['bmc'], password=password)
     node['bmc'].pop('type', None)
@@ -113,10 +127,14 @@ def node_request(view, password, gone=None):
     if gone is not None:
         volumes = {vol['name'] for vol in view['volumes']}
         taps = {nic['tap'] for nic in view['nics']}
+        ports = [n for n in gone['nics'] if n['tap'] not in taps]
         node['remove'] = {
             'volumes': [v['name'] for v in gone['volumes']
                         if v['name'] not in volumes],
-            'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
+            'ports': [n['tap'] for n in ports],
+            'port_types': {n['tap']: n['bridge_type'] for n in ports
+                           if n.get('bridge_type', 'linuxbridge')
+                           != 'linuxbridge'}}
     return node
 
 
@@ -128,7 +146,8 @@ class HostAgentAPI:
     def cast(self, host, method, request_id, reply_to, **kwargs):
         """Ask the agent on ``host`` to run ``method``; it reports back."""
         expected = set(METHODS[method])
-        if set(kwargs) != expected:
+        if not expected <= set(kwargs) <= expected | set(
+                OPTIONAL.get(method, ())):
             raise TypeError('%s takes %s, got %s' % (
                 method, sorted(expected), sorted(kwargs)))
         cctxt = self.client.prepare(server=host,

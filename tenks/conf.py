@@ -93,8 +93,24 @@ hostagent_opts = [
     cfg.StrOpt('virt_driver', default='libvirt',
                help='Virtualisation driver (tenks.virt_drivers entry '
                     'point).'),
-    cfg.StrOpt('network_driver', default='linuxbridge',
-               help='Network driver (tenks.network_drivers entry point).'),
+    cfg.ListOpt('network_drivers',
+                default=['linuxbridge', 'openvswitch'],
+                deprecated_name='network_driver',
+                help='Network drivers this hypervisor offers '
+                     '(tenks.network_drivers entry points): a cluster '
+                     'spec\'s bridge_type names one of them.'),
+    cfg.StrOpt('ovsdb_connection',
+               default='unix:/var/run/openvswitch/db.sock',
+               help='OVSDB server of the local Open vSwitch, for the '
+                    'openvswitch network driver.'),
+    cfg.IntOpt('ovsdb_timeout', default=10, min=1,
+               help='Seconds an Open vSwitch transaction may take.'),
+    cfg.StrOpt('ovs_datapath_type', default='netdev',
+               choices=['netdev', 'system'],
+               help='datapath_type of the Open vSwitch bridges Tenks '
+                    'makes: netdev (userspace, works without the '
+                    'kernel\'s openvswitch module) or system (the '
+                    'kernel datapath).'),
     cfg.StrOpt('bmc_driver', default='virtualbmc',
                help='IPMI BMC driver (tenks.bmc_drivers entry point).'),
     cfg.StrOpt('pool_dir',

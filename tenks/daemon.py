@@ -25,7 +25,7 @@ from tenks import rpc  # noqa: E402
 
 # [hostagent] option -> entry point group of its drivers.
 DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',
-                  'network_driver': 'tenks.network_drivers',
+                  'network_drivers': 'tenks.network_drivers',
                   'bmc_driver': 'tenks.bmc_drivers'}
 
 
@@ -121,7 +121,9 @@ def driver_problems(conf):
     for option, group in DRIVER_OPTIONS.items():
         known = sorted(ep.name for ep in metadata.entry_points(group=group))
         chosen = conf.hostagent[option]
-        if chosen not in known:
-            problems.append('[hostagent] %s: no driver %r (known: %s)'
-                            % (option, chosen, ', '.join(known) or 'none'))
+        for name in chosen if isinstance(chosen, list) else [chosen]:
+            if name not in known:
+                problems.append('[hostagent] %s: no driver %r (known: %s)'
+                                % (option, name,
+                                   ', '.join(known) or 'none'))
     return problems

@@ -116,8 +116,9 @@ class PoolSpaceExhausted(NoValidHost):
 
 
 class NetworkDriverMismatch(NoValidHost):
-    msg_fmt = ('Hypervisor %(host)s runs the %(driver)s network driver, '
-               'but the spec asks for bridge_type %(bridge_type)s')
+    msg_fmt = ('Hypervisor %(host)s offers the network driver(s) '
+               '%(driver)s, but the spec asks for bridge_type '
+               '%(bridge_type)s')
 
 
 class InterfaceConflict(TenksError):

@@ -116,7 +116,8 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
         if nic is None:
             nic = {'physnet': physnet, 'mac': scheduler.new_mac(taken_macs),
                    'tap': next(free_taps)}
-        nics.append(dict(nic, bridge=bridge))
+        nics.append(dict(nic, bridge=bridge,
+                         bridge_type=spec['bridge_type']))
     address = host_facts['ipmi_address']
     port = node['bmc_port']
     ports = range(spec['ipmi_port_range_start'],
@@ -283,13 +284,17 @@ def host_resources(spec, deployment, host, host_facts):
     setup = host_setup(spec, host_facts)
     wanted = [('pool', setup['pool']['name'],
                dict(setup['pool'], owner=owner))]
+    # The default bridge_type is left out: the records of bridges made
+    # before there was a choice stay equal to what is wanted.
+    typed = ({} if spec['bridge_type'] == 'linuxbridge'
+             else {'bridge_type': spec['bridge_type']})
     for bridge in setup['bridges']:
         wanted.append(('bridge', bridge['name'],
-                       {'name': bridge['name'], 'owner': owner}))
+                       dict(typed, name=bridge['name'], owner=owner)))
         if bridge['uplink']:
             wanted.append(('uplink', bridge['name'],
                            dict(bridge['uplink'], bridge=bridge['name'],
-                                owner=owner)))
+                                owner=owner, **typed)))
     return wanted
 
 
@@ -434,6 +439,13 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
     records the scheduler allocated; ``facts``: {host: inspect result};
     ``resources``: this cluster's recorded resources (dicts).
     """
+    if old_spec is not None and old_spec['bridge_type'] != spec[
+            'bridge_type']:
+        raise exceptions.ChangeRefused(
+            name=spec['cluster'],
+            reason='bridge_type cannot change from %s to %s on a deployed '
+                   'cluster: tear it down first' % (old_spec['bridge_type'],
+                                                    spec['bridge_type']))
     password = _password_changed(old_spec, spec)
     planned = _node_entries(spec, deployment, kept, gone, old_views,
                             new_nodes, facts, password)

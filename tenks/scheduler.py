@@ -38,7 +38,7 @@ class HostState:
         self.initially_free_ports = len(self.free_ports())
         self.free_bytes = facts['pool_free_bytes']
         self.initially_free_bytes = self.free_bytes
-        self.network_driver = facts['network_driver']
+        self.network_drivers = network_drivers(facts)
         # Hostagents older than API 1.4 boot BIOS only.
         self.firmware = facts.get('firmware', ['bios'])
 
@@ -48,9 +48,10 @@ class HostState:
 
     def refusal(self, spec, node_type):
         """Why this host cannot take a node of ``node_type``, or None."""
-        if self.network_driver != spec['bridge_type']:
-            return ('its network driver is %s, not the spec\'s bridge_type '
-                    '%s' % (self.network_driver, spec['bridge_type']))
+        if spec['bridge_type'] not in self.network_drivers:
+            return ('its network drivers are %s, not the spec\'s '
+                    'bridge_type %s' % (', '.join(self.network_drivers),
+                                        spec['bridge_type']))
         if self.facts['missing_interfaces']:
             return 'interface(s) %s missing' % ', '.join(
                 source for _, source in self.facts['missing_interfaces'])
@@ -86,6 +87,12 @@ def firmware_kind(node_type):
     if node_type['boot_mode'] == 'uefi' and node_type['secure_boot']:
         return 'secure_boot'
     return node_type['boot_mode']
+
+
+def network_drivers(facts):
+    """The network drivers a host's inspect result says it offers (an
+    agent before API 1.4 names one)."""
+    return facts.get('network_drivers') or [facts['network_driver']]
 
 
 def show_bytes(size):
@@ -174,6 +181,7 @@ def schedule(spec, facts, recorded):
                 'nics': [
                     {'physnet': physnet, 'mac': new_mac(taken_macs),
                      'bridge': names.bridge(spec, physnet, host.prefix),
+                     'bridge_type': spec['bridge_type'],
                      'tap': names.tap(name, i)}
                     for i, physnet in enumerate(
                         node_type['physical_networks'])],
@@ -195,7 +203,7 @@ def _no_valid_host(spec, entry, hosts, refusals, recorded):
     if len(hosts) == 1 and refusals[hosts[0].name].startswith(
             'its network driver'):
         raise exceptions.NetworkDriverMismatch(
-            host=hosts[0].name, driver=hosts[0].network_driver,
+            host=hosts[0].name, driver=', '.join(hosts[0].network_drivers),
             bridge_type=spec['bridge_type'])
     if len(hosts) == 1 and not hosts[0].free_ports():
         host = hosts[0]

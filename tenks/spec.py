@@ -196,8 +196,7 @@ SCHEMA = {
             'default': {},
         },
         'bridge_type': {
-            'enum': ['linuxbridge'],
-            'x-not-supported-yet': ['openvswitch'],
+            'enum': ['linuxbridge', 'openvswitch'],
             'default': 'linuxbridge',
         },
         'bridge_prefix': _pattern(

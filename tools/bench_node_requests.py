@@ -60,7 +60,8 @@ class Bench:
                                            'linuxbridge', conf)
         self.bmc = manager.load_driver('tenks.bmc_drivers', 'virtualbmc',
                                        conf)
-        self.nodes = hostagent_nodes.Nodes(self.virt, self.network, self.bmc)
+        self.nodes = hostagent_nodes.Nodes(
+            self.virt, {'linuxbridge': self.network}, self.bmc)
         self.pool = self.prefix + '-pool'
         self.bridge = self.prefix + '-br'
         self.virt.ensure_pool(self.pool, os.path.join(self.pool_dir, 'p'),

@@ -13,6 +13,8 @@
 #   virtlogd  start it if not running
 #   libvirtd  start it if not running, wait until qemu:///system answers
 #   rabbitmq  start it on 127.0.0.1:5672 only, if not running
+#   openvswitch  start ovsdb-server and ovs-vswitchd (ovs-ctl) if not
+#             running, for bridge_type openvswitch
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
 #   openstack <repo>/.venv-openstack: Ironic, Placement and the Nova API
@@ -49,6 +51,7 @@ DEB_PACKAGES=(
     ipmitool                # to talk to the virtualbmc endpoints
     iproute2                # bridges, veth pairs
     rabbitmq-server         # the message bus of the distributed mode
+    openvswitch-switch      # bridge_type openvswitch
 )
 
 PYTHON=${TENKS_PYTHON:-python3}
@@ -237,6 +240,24 @@ step_rabbitmq() {
     say "rabbitmq: started on 127.0.0.1:5672 in $((SECONDS - t0)) s"
 }
 
+step_openvswitch() {
+    if proc_running ovsdb-server && proc_running ovs-vswitchd; then
+        say "openvswitch: already running"
+        return
+    fi
+    # No systemd: ovs-ctl starts both daemons (detached, with monitors).
+    # The kernel may have no openvswitch module; Tenks' bridges use the
+    # userspace datapath then, which needs none.
+    local t0=$SECONDS
+    if ! /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random \
+            --no-mlockall </dev/null >"$LOG" 2>&1 9>&-; then
+        tail -n 20 "$LOG" >&2
+        die "ovs-ctl start failed"
+    fi
+    proc_running ovs-vswitchd || die "ovs-vswitchd did not start (see /var/log/openvswitch)"
+    say "openvswitch: started in $((SECONDS - t0)) s"
+}
+
 venv_fingerprint() {
     local f
     for f in setup.cfg setup.py pyproject.toml; do
@@ -286,6 +307,7 @@ main() {
     step_virtlogd
     step_libvirtd
     step_rabbitmq
+    step_openvswitch
     step_venv
     step_openstack
 }

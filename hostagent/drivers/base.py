@@ -193,6 +193,18 @@ class NetworkDriver(abc.ABC):
         'bridge'}]), read at once: {tap: None when absent, FOREIGN, or
         phrases ([] when as asked)}."""
 
+    def bridge_changes(self, names, owner):
+        """{name: None when absent, FOREIGN, or [] when ours} of those of
+        the bridges ``names`` this driver can read at once; reads only.
+        Bridges it leaves out are judged by port_changes alone."""
+        return {}
+
+    def marks(self, names):
+        """{name: owner mark ('' for none)} of those of ``names`` this
+        driver keeps marks for outside the interfaces' aliases (which
+        the hostagent reads itself); reads only."""
+        return {}
+
 
 class BmcDriver(abc.ABC):
     """Emulated BMCs in front of domains."""

@@ -47,7 +47,8 @@ class Hypervisor:
         self.pool_dir = os.path.join(left.directory(), 'pool')
         self.bridge = left.name('-br')
         self.agent.virt.ensure_pool(self.pool, self.pool_dir, fx.OWNER)
-        self.agent.network.ensure_bridge(self.bridge, fx.OWNER)
+        self.agent.networks['linuxbridge'].ensure_bridge(self.bridge,
+                                                         fx.OWNER)
         self.conn = libvirt.open(fx.URI)
 
     def node(self, index=0, memory_mb=128, volumes=(16,), nics=1,

@@ -9,6 +9,7 @@ from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
 from flows import post_deploy
+from hostagent import manager
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
@@ -144,35 +145,40 @@ def test_a_host_of_another_network_driver_is_refused():
     with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
         scheduler.schedule(spec, {'hv1': facts(driver='openvswitch')}, [])
     assert str(raised.value) == (
-        'Hypervisor hv1 runs the openvswitch network driver, but the spec '
-        'asks for bridge_type linuxbridge')
+        'Hypervisor hv1 offers the network driver(s) openvswitch, but the '
+        'spec asks for bridge_type linuxbridge')
     nodes = scheduler.schedule(spec, {'hv1': facts(driver='openvswitch'),
                                       'hv2': facts('hv2')}, [])
     assert [n['hypervisor'] for n in nodes] == ['hv2']
 
 
 def test_a_deployed_host_whose_driver_changed_is_refused(
-        conductor, hypervisor, conf):
+        conductor, hypervisor, monkeypatch):
     conductor.deploy(make_spec(count=1))
     # Nothing new to place, a node to resize: the check is on the plan's
-    # hosts.
-    conf.set_override('network_driver', 'openvswitch', group='hostagent')
+    # hosts. The hostagent now offers openvswitch only (as after a
+    # restart with network_drivers = openvswitch).
+    inspect = manager.HostAgentManager._inspect
+    monkeypatch.setattr(
+        manager.HostAgentManager, '_inspect', lambda self, *args: dict(
+            inspect(self, *args), network_drivers=['openvswitch']))
     resized = make_spec(count=1, node_types={'small': {
         'memory_mb': 256, 'vcpus': 1, 'volumes': [{'capacity': '1GiB'}],
         'physical_networks': ['physnet1']}})
     with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
         conductor.deploy(resized)
     assert str(raised.value) == (
-        'Hypervisor hv1 runs the openvswitch network driver, but the spec '
-        'asks for bridge_type linuxbridge')
+        'Hypervisor hv1 offers the network driver(s) openvswitch, but the '
+        'spec asks for bridge_type linuxbridge')
 
 
-def test_openvswitch_is_not_supported_yet():
-    with pytest.raises(exceptions.SpecError) as raised:
-        make_spec(bridge_type='openvswitch')
-    assert raised.value.problems == [
-        "bridge_type: 'openvswitch' is not supported yet (supported: "
-        "linuxbridge)"]
+def test_bridge_type_cannot_change_on_a_deployed_cluster(conductor,
+                                                         hypervisor):
+    conductor.deploy(make_spec(count=1))
+    with pytest.raises(exceptions.ChangeRefused) as raised:
+        conductor.deploy(make_spec(count=1, bridge_type='openvswitch'))
+    assert 'bridge_type cannot change from linuxbridge to openvswitch' in (
+        str(raised.value))
 
 
 def planned_interfaces(spec, host_facts):
@@ -259,7 +265,7 @@ def test_inspect_reports_driver_space_and_foreign_interfaces(conductor,
                                                              'd'],
         owner='tenks:me')
     assert result['foreign_interfaces'] == [['b', 'tenks:you'], ['c', '']]
-    assert result['network_driver'] == 'linuxbridge'
+    assert result['network_drivers'] == ['linuxbridge', 'openvswitch']
     assert result['pool_free_bytes'] > 0
     result = conductor.agents.request(
         'hv1', 'inspect', 'inspect/test2', physnet_mappings={},

@@ -145,7 +145,8 @@ def test_tables_stay_readable(deployed):
     assert 'tk0, tk1' in shown
 
     nics = deployed('node', 'show', 'tk0', '-c', 'nics').out
-    assert '| nics  | bridge=brtenks0, mac=52:54:00:' in nics
+    assert ('| nics  | bridge=brtenks0, bridge_type=linuxbridge, '
+            'mac=52:54:00:') in nics
     assert ', physnet=physnet1, tap=p-tk0-0 |' in nics
 
 

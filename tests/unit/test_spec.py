@@ -440,10 +440,11 @@ def test_bad_node_type_name(tmp_path):
         "'.' or '-'"]
 
 
-def test_openvswitch_is_not_supported_yet(tmp_path):
-    assert problems(tmp_path, change(bridge_type='openvswitch')) == [
-        "bridge_type: 'openvswitch' is not supported yet "
-        '(supported: linuxbridge)']
+def test_bridge_type_is_linuxbridge_or_openvswitch(tmp_path):
+    assert spec.load(write(tmp_path, change(bridge_type='openvswitch')))[
+        'bridge_type'] == 'openvswitch'
+    assert problems(tmp_path, change(bridge_type='ovs')) == [
+        "bridge_type: 'ovs' is not one of: linuxbridge, openvswitch"]
 
 
 def test_bad_enum_lists_allowed_values(tmp_path):

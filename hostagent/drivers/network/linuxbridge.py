@@ -21,6 +21,12 @@ SYSFS_NET = '/sys/class/net'
 IFF_UP = 0x1
 
 
+def iproute():
+    """A netlink handle (a context manager)."""
+    from pyroute2 import IPRoute
+    return IPRoute()
+
+
 def _get(ipr, name):
     """The link called ``name``, or None."""
     from pyroute2.netlink.exceptions import NetlinkError
@@ -205,10 +211,9 @@ class LinuxBridgeDriver(base.NetworkDriver):
                     driver='linuxbridge', action=action,
                     reason='interface name %s is longer than %d characters'
                            % (name, IFNAMSIZ))
-        from pyroute2 import IPRoute
         from pyroute2.netlink.exceptions import NetlinkError
         try:
-            with IPRoute() as ipr:
+            with iproute() as ipr:
                 yield ipr
         except (NetlinkError, OSError) as e:
             raise exceptions.DriverError(

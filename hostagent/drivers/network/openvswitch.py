@@ -1,0 +1,479 @@
+"""Network driver for Open vSwitch bridges (ovsdbapp).
+
+Bridges, patch ports and the ports of taps and veths are rows of the
+local OVSDB, written through ovsdbapp (one transaction per request, so a
+row never exists without its mark); the taps and veths themselves are
+kernel links made over netlink, marked with the owner as their alias as
+the Linux bridge driver marks its links. OVS rows carry the owner in
+``external_ids`` under :data:`MARK`.
+
+A node's NIC is a persistent tap (named as with Linux bridges) added as
+a port of the bridge, and its domain opens that tap as it opens it
+there: the port exists while the VM is off, keeps what a switch driver
+(networking-generic-switch) sets on it across power cycles, and is
+never touched by libvirt.
+
+Bridges get ``datapath_type`` ``[hostagent] ovs_datapath_type``
+(``netdev``, the userspace datapath, works without the kernel's
+openvswitch module) and a MAC derived from their name and owner, pinned
+in ``other_config:hwaddr`` so that it stays the switch id Ironic has
+whatever ports come and go.
+"""
+
+import contextlib
+import hashlib
+import os
+import threading
+
+from oslo_log import log as logging
+
+from hostagent.drivers import base
+from hostagent.drivers.network import linuxbridge as lb
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+DRIVER = 'openvswitch'
+# The external_ids key of the owner mark of Tenks' bridges and ports.
+MARK = 'tenks-owner'
+TABLES = ('Open_vSwitch', 'Bridge', 'Port', 'Interface')
+SYS_NET = '/sys/class/net'
+IFF_UP = 0x1
+
+
+# One ovsdbapp API (an IDL kept in sync by its thread) per OVSDB server,
+# shared by the drivers of a process.
+_APIS = {}
+_APIS_LOCK = threading.Lock()
+
+
+def _connect(target, timeout):
+    # Imported here: ovsdbapp takes a tenth of a second to import, which
+    # a command that uses no Open vSwitch bridge never pays.
+    from ovsdbapp.backend.ovs_idl import connection
+    from ovsdbapp.schema.open_vswitch import impl_idl
+    with _APIS_LOCK:
+        api = _APIS.get(target)
+        if api is None:
+            idl = connection.OvsdbIdl.from_server(
+                target, 'Open_vSwitch', helper_tables=TABLES)
+            # ovsdbapp keeps one connection per API class: a class of
+            # its own for each server.
+            cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {})
+            api = _APIS[target] = cls(connection.Connection(idl, timeout))
+        return api
+
+
+def bridge_mac(name, owner):
+    """A stable, locally administered unicast MAC for bridge ``name``."""
+    digest = hashlib.sha256(('%s/%s' % (owner, name)).encode()).digest()
+    octets = [(digest[0] & 0xfc) | 0x02] + list(digest[1:6])
+    return ':'.join('%02x' % o for o in octets)
+
+
+def _mark_reason(row, owner):
+    """Why the OVSDB ``row`` is not ``owner``'s; None if it is."""
+    mark = row['external_ids'].get(MARK)
+    if mark == owner:
+        return None
+    return ('it has no owner mark in Open vSwitch' if not mark
+            else 'its owner mark is %r' % mark)
+
+
+def _link_mark(name):
+    """The alias of kernel link ``name`` ('' if none), None if absent."""
+    try:
+        with open(os.path.join(SYS_NET, name, 'ifalias')) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def _is_linux_bridge(name):
+    return os.path.isdir(os.path.join(SYS_NET, name, 'bridge'))
+
+
+def _is_up(name):
+    with open(os.path.join(SYS_NET, name, 'flags')) as f:
+        return bool(int(f.read(), 16) & IFF_UP)
+
+
+def _has_master(name):
+    return os.path.exists(os.path.join(SYS_NET, name, 'master'))
+
+
+class OpenvSwitchDriver(base.NetworkDriver):
+    """Open vSwitch bridges and their ports, marked in external_ids."""
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        # Serialises check-then-create, as the Linux bridge driver does.
+        self._lock = threading.Lock()
+
+    # -- OVSDB plumbing ----------------------------------------------------
+
+    def _api(self):
+        """The ovsdbapp API, connected at first use (a host that offers
+        this driver but runs no Open vSwitch works for Linux bridges)."""
+        target = self.conf.hostagent.ovsdb_connection
+        if not self._running():
+            raise exceptions.DriverError(
+                driver=DRIVER, action='connect to %s' % target,
+                reason='no OVSDB server listens there (is Open vSwitch '
+                       'running? tools/setup.sh starts it)')
+        try:
+            return _connect(target, self.conf.hostagent.ovsdb_timeout)
+        except Exception as e:
+            raise exceptions.DriverError(
+                driver=DRIVER, action='connect to %s' % target,
+                reason=str(e) or type(e).__name__) from e
+
+    def _running(self):
+        """Whether an OVSDB server is there to ask (unix socket)."""
+        target = self.conf.hostagent.ovsdb_connection
+        return not target.startswith('unix:') or os.path.exists(
+            target[len('unix:'):])
+
+    @contextlib.contextmanager
+    def _errors(self, action, *names):
+        """Check interface names; turn failures into DriverError."""
+        for name in names:
+            if len(name) > lb.IFNAMSIZ:
+                raise exceptions.DriverError(
+                    driver=DRIVER, action=action,
+                    reason='interface name %s is longer than %d characters'
+                           % (name, lb.IFNAMSIZ))
+        try:
+            yield
+        except exceptions.TenksError:
+            raise
+        except Exception as e:
+            raise exceptions.DriverError(
+                driver=DRIVER, action=action,
+                reason=str(e) or type(e).__name__) from e
+
+    def _rows(self, table, names=None, columns=('name', 'external_ids')):
+        """Rows (dicts) of ``table``, those called ``names`` only if
+        given (absent ones left out)."""
+        if names is not None and not names:
+            # db_list reads every row when given no names.
+            return []
+        return self._api().db_list(
+            table, None if names is None else list(names),
+            columns=list(columns), if_exists=True).execute(check_error=True)
+
+    def _row(self, table, name, columns=('name', 'external_ids')):
+        rows = self._rows(table, [name], columns)
+        return rows[0] if rows else None
+
+    def _owned(self, table, name, owner, columns=('name', 'external_ids')):
+        """Our row ``name`` of ``table``, or None; ResourceConflict when
+        it exists without our mark."""
+        row = self._row(table, name, columns)
+        if row is not None:
+            reason = _mark_reason(row, owner)
+            if reason:
+                raise exceptions.ResourceConflict(
+                    kind='Open vSwitch %s' % table.lower(), name=name,
+                    owner=owner, reason=reason)
+        return row
+
+    def _bridge_of(self, port):
+        """The name of the bridge port ``port`` is in, or None."""
+        return self._api().port_to_br(port).execute(check_error=True)
+
+    def _our_bridge(self, name, owner, action):
+        row = self._owned('Bridge', name, owner,
+                          ('name', 'external_ids', 'datapath_type'))
+        if row is None:
+            raise exceptions.DriverError(driver=DRIVER, action=action,
+                                         reason='bridge %s does not exist'
+                                                % name)
+        return row
+
+    def _transaction(self, *commands):
+        api = self._api()
+        with api.transaction(check_error=True) as txn:
+            for command in commands:
+                txn.add(command)
+
+    def _add_port(self, bridge, name, owner, **interface):
+        """Commands adding the marked port ``name`` to ``bridge``."""
+        api = self._api()
+        return [api.add_port(bridge, name, may_exist=False, **interface),
+                api.db_set('Port', name, ('external_ids', {MARK: owner}))]
+
+    # -- bridges -----------------------------------------------------------
+
+    def ensure_bridge(self, name, owner):
+        """See base; ``datapath_type`` from the hostagent's config."""
+        action = 'create Open vSwitch bridge %s' % name
+        with self._lock, self._errors(action, name):
+            row = self._owned('Bridge', name, owner,
+                              ('name', 'external_ids', 'other_config'))
+            if row is not None:
+                return base.ensured(False, mac=row['other_config'].get(
+                    'hwaddr'))
+            if _link_mark(name) is not None:
+                raise exceptions.ResourceConflict(
+                    kind='Interface', name=name, owner=owner,
+                    reason='an interface of that name exists outside Open '
+                           'vSwitch')
+            mac = bridge_mac(name, owner)
+            api = self._api()
+            # One transaction: the bridge never exists without its mark,
+            # and a bridge of that name made meanwhile fails it.
+            self._transaction(
+                api.add_br(name, may_exist=False,
+                           datapath_type=self.conf.hostagent
+                           .ovs_datapath_type),
+                api.db_set('Bridge', name, ('external_ids', {MARK: owner}),
+                           ('other_config', {'hwaddr': mac})))
+            return base.ensured(True, mac=mac)
+
+    def remove_bridge(self, name, owner):
+        """See base; a bridge holding ports of somebody else is kept
+        (ResourceConflict): deleting it would delete them."""
+        with self._errors('delete Open vSwitch bridge %s' % name, name):
+            if self._owned('Bridge', name, owner) is None:
+                return False
+            ports = self._api().list_ports(name).execute(check_error=True)
+            foreign = sorted(
+                row['name'] for row in self._rows('Port', ports)
+                if _mark_reason(row, owner))
+            if foreign:
+                raise exceptions.ResourceConflict(
+                    kind='Open vSwitch bridge', name=name, owner=owner,
+                    reason='it holds ports that are not ours: %s'
+                           % ', '.join(foreign))
+            self._transaction(self._api().del_br(name))
+        return True
+
+    # -- uplinks -----------------------------------------------------------
+
+    def ensure_uplink(self, bridge, source, veth_names, owner):
+        """See base. ``source`` an Open vSwitch bridge: a pair of patch
+        ports ``veth_names`` (ours, in ``bridge``; the peer, marked, in
+        ``source``). A Linux bridge: a veth pair, the first end a port of
+        ``bridge``, the second in ``source``. Anything else: ``source``
+        becomes a port of ``bridge`` (``created``: this call did it)."""
+        action = 'connect Open vSwitch bridge %s to %s' % (bridge, source)
+        with self._lock, self._errors(action, bridge, source, *veth_names):
+            ours = self._our_bridge(bridge, owner, action)
+            src = self._row('Bridge', source, ('name', 'datapath_type'))
+            if src is not None:
+                return self._ensure_patch(ours, src, veth_names, owner,
+                                          action)
+            if _link_mark(source) is None:
+                raise exceptions.InterfaceNotFound(name=source, physnet='?')
+            if _is_linux_bridge(source):
+                return self._ensure_veth(bridge, source, veth_names, owner,
+                                         action)
+            return self._ensure_plain(bridge, source, owner)
+
+    def _ensure_patch(self, ours, src, peers, owner, action):
+        if ours['datapath_type'] != src['datapath_type']:
+            raise exceptions.DriverError(
+                driver=DRIVER, action=action,
+                reason='patch ports join bridges of one datapath type: '
+                       '%s has %r, %s %r' % (
+                           ours['name'], ours['datapath_type'] or 'system',
+                           src['name'], src['datapath_type'] or 'system'))
+        wanted = {peers[0]: (ours['name'], peers[1]),
+                  peers[1]: (src['name'], peers[0])}
+        found = {row['name']: row for row in self._rows(
+            'Interface', peers, ('name', 'type', 'options'))}
+        ports = {name: self._owned('Port', name, owner) for name in peers}
+        if all(ports.values()) and all(
+                self._bridge_of(name) == where
+                and found.get(name, {}).get('type') == 'patch'
+                and found[name]['options'].get('peer') == peer
+                for name, (where, peer) in wanted.items()):
+            return base.ensured(False)
+        api = self._api()
+        commands = [api.del_port(name) for name, row in ports.items() if row]
+        for name, (where, peer) in wanted.items():
+            commands += self._add_port(where, name, owner, type='patch',
+                                       options={'peer': peer})
+        self._transaction(*commands)
+        return base.ensured(not any(ports.values()), True)
+
+    def _ensure_veth(self, bridge, source, veth_names, owner, action):
+        with lb.iproute() as ipr:
+            ends = [lb._owned(ipr, n, owner, 'veth') for n in veth_names]
+            if ends.count(None) == 1:
+                raise exceptions.DriverError(
+                    driver=DRIVER, action=action,
+                    reason='veth %s exists without its peer %s' % (
+                        (veth_names if ends[1] is None
+                         else veth_names[::-1])))
+            port = self._owned('Port', veth_names[0], owner)
+            created = ends[0] is None
+            if created:
+                with lb._adding('%s or %s' % tuple(veth_names), owner):
+                    ipr.link('add', ifname=veth_names[0], kind='veth',
+                             peer=veth_names[1])
+            with lb._undone_on_error(ipr,
+                                     veth_names[0] if created else None):
+                if created:
+                    ends = [lb._get(ipr, n) for n in veth_names]
+                src = lb._get(ipr, source)
+                changed = lb._configure(ipr, ends[0], owner=owner)
+                changed = lb._configure(ipr, ends[1], src['index'],
+                                        owner) or changed
+                changed = self._port_in(bridge, veth_names[0], port,
+                                        owner) or changed
+        return base.ensured(created, changed)
+
+    def _port_in(self, bridge, name, port, owner):
+        """Make our port ``name`` (row ``port``, None if absent) a port of
+        ``bridge``; whether that changed anything."""
+        if port is not None and self._bridge_of(name) == bridge:
+            return False
+        api = self._api()
+        self._transaction(*([api.del_port(name)] if port else [])
+                          + self._add_port(bridge, name, owner))
+        return True
+
+    def _ensure_plain(self, bridge, source, owner):
+        port = self._owned('Port', source, owner)
+        if port is None and _has_master(source):
+            raise exceptions.ResourceConflict(
+                kind='Interface', name=source, owner=owner,
+                reason='it is enslaved to another master')
+        changed = self._port_in(bridge, source, port, owner)
+        return base.ensured(port is None, changed)
+
+    def remove_uplink(self, bridge, source, veth_names, owner):
+        """See base: our patch ports, veth pair or port of ``source``
+        go; everything is checked before anything is removed."""
+        action = 'disconnect Open vSwitch bridge %s from %s' % (bridge,
+                                                                source)
+        with self._errors(action, bridge, source, *veth_names):
+            ports = [name for name in veth_names
+                     if self._owned('Port', name, owner) is not None]
+            # The source is not ours: its port goes only if we made it
+            # in our bridge.
+            src = self._row('Port', source)
+            if (src is not None and not _mark_reason(src, owner)
+                    and self._bridge_of(source) == bridge):
+                ports.append(source)
+            with lb.iproute() as ipr:
+                ends = [lb._owned(ipr, n, owner, 'veth')
+                        for n in veth_names]
+                if ports:
+                    api = self._api()
+                    self._transaction(*(api.del_port(name)
+                                        for name in ports))
+                removed = bool(ports)
+                for name, end in zip(veth_names, ends, strict=True):
+                    # Deleting one end deletes the other.
+                    if end is not None and lb._get(ipr, name) is not None:
+                        ipr.link('del', index=end['index'])
+                        removed = True
+        return removed
+
+    # -- node ports --------------------------------------------------------
+
+    def ensure_port(self, bridge, name, owner):
+        """See base; the persistent tap ``name`` as a port of ``bridge``."""
+        action = 'create tap %s in Open vSwitch bridge %s' % (name, bridge)
+        with self._lock, self._errors(action, bridge, name), \
+                lb.iproute() as ipr:
+            self._our_bridge(bridge, owner, action)
+            port = self._owned('Port', name, owner)
+            link = lb._owned(ipr, name, owner, 'tun')
+            created = link is None
+            if created:
+                with lb._adding(name, owner):
+                    lb._add_tap(name)
+            with lb._undone_on_error(ipr, name if created else None):
+                if created:
+                    link = lb._get(ipr, name)
+                changed = lb._configure(ipr, link, owner=owner)
+                changed = self._port_in(bridge, name, port,
+                                        owner) or changed
+            return base.ensured(created, changed)
+
+    def remove_port(self, name, owner):
+        """See base: the port and the tap, both checked first."""
+        with self._errors('delete tap %s' % name, name), lb.iproute() as ipr:
+            port = (self._owned('Port', name, owner) if self._running()
+                    else None)
+            link = lb._owned(ipr, name, owner, 'tun')
+            if port is not None:
+                self._transaction(self._api().del_port(name))
+            if link is not None:
+                from pyroute2.netlink.exceptions import NetlinkError
+                with contextlib.suppress(NetlinkError):
+                    ipr.link('del', index=link['index'])
+        return port is not None or link is not None
+
+    def port_changes(self, ports, owner):
+        """See base; one read of the ports and bridges, and each tap's
+        alias and flags from sysfs."""
+        with self._errors('read Open vSwitch ports'):
+            rows = {row['name']: row for row in self._rows('Port', columns=(
+                'name', 'external_ids', '_uuid'))}
+            bridges = self._rows('Bridge', columns=('name', 'external_ids',
+                                                    'ports'))
+        holder = {uuid: br['name'] for br in bridges for uuid in br['ports']}
+        bridges = {br['name']: br for br in bridges}
+        changes = {}
+        for wanted in ports:
+            tap, bridge = wanted['tap'], bridges.get(wanted['bridge'])
+            row, mark = rows.get(tap), _link_mark(tap)
+            if row is None and mark is None:
+                changes[tap] = None
+            elif (row is not None and _mark_reason(row, owner)) or (
+                    mark is not None and (mark != owner or not os.path.exists(
+                        os.path.join(SYS_NET, tap, 'tun_flags')))):
+                changes[tap] = base.FOREIGN
+            elif bridge is None or _mark_reason(bridge, owner):
+                changes[tap] = ['bridge %s missing or not ours'
+                                % wanted['bridge']]
+            else:
+                changes[tap] = self._tap_changes(
+                    tap, mark, row and holder.get(row['_uuid']),
+                    wanted['bridge'])
+        return changes
+
+    @staticmethod
+    def _tap_changes(tap, mark, bridge, wanted):
+        found = []
+        if mark is None:
+            found.append('tap missing')
+        elif not _is_up(tap):
+            found.append('state down')
+        if bridge != wanted:
+            found.append('port in %s' % bridge if bridge
+                         else 'no Open vSwitch port')
+        return found
+
+    def bridge_changes(self, names, owner):
+        """See base; one read of the bridges."""
+        with self._errors('read Open vSwitch bridges'):
+            rows = {row['name']: row for row in self._rows('Bridge', names)}
+        return {name: None if name not in rows
+                else base.FOREIGN if _mark_reason(rows[name], owner)
+                else [] for name in names}
+
+    def marks(self, names):
+        """See base: the marks of Open vSwitch bridges and ports among
+        ``names`` ('' for one without), read at once. None without an
+        Open vSwitch to ask: then a Linux bridge cluster's checks go on,
+        and an Open vSwitch one fails at its first bridge, saying why."""
+        if not names or not self._running():
+            return {}
+        try:
+            self._api()
+        except exceptions.DriverError as e:
+            LOG.warning('Not reading Open vSwitch marks: %s', e)
+            return {}
+        with self._errors('read Open vSwitch marks'):
+            wanted = set(names)
+            # A bridge's own port has its name: the bridge's mark wins.
+            return {row['name']: row['external_ids'].get(MARK, '')
+                    for table in ('Port', 'Bridge')
+                    for row in self._rows(table)
+                    if row['name'] in wanted}

@@ -1,0 +1,251 @@
+"""bridge_type openvswitch on the real Open vSwitch (userspace datapath:
+these machines have no openvswitch kernel module), libvirt, virtualbmc
+and a standalone Ironic."""
+
+import contextlib
+import subprocess
+
+import pytest
+from pyroute2 import IPRoute
+
+from hostagent.drivers.network import openvswitch
+from tenks import exceptions
+from tenks.cli import embedded
+from tests.functional import cluster_fixtures as cf
+from tests.functional import openstack_fixtures as of
+
+pytestmark = pytest.mark.functional
+
+# IPMI ports of this module: 9250-9299.
+PORTS = iter(range(9250, 9300, 10))
+
+
+def vsctl(*args):
+    return subprocess.run(['ovs-vsctl', '--timeout=10', *args],
+                          capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+
+
+def ovs_get(table, record, column):
+    return vsctl('--if-exists', 'get', table, record, column).strip('"')
+
+
+def bridge_ports():
+    """{bridge: [port, ...]} of every Open vSwitch bridge."""
+    return {br: vsctl('list-ports', br).split()
+            for br in vsctl('list-br').split()}
+
+
+class OvsEnv(cf.ClusterEnv):
+    """A cluster whose leftovers include Open vSwitch bridges and ports
+    named after it."""
+
+    def _prefixes(self):
+        return (self.bridge_prefix, 'p-' + self.node_prefix,
+                'p-' + self.bridge_prefix)
+
+    def _ovs(self):
+        bridges, ports = [], []
+        for bridge, members in bridge_ports().items():
+            if bridge.startswith(self._prefixes()):
+                bridges.append(bridge)
+            ports += [p for p in members if p.startswith(self._prefixes())]
+        return bridges, ports
+
+    def leftovers(self):
+        bridges, ports = self._ovs()
+        return (['ovs bridge %s' % b for b in bridges]
+                + ['ovs port %s' % p for p in ports] + super().leftovers())
+
+    def force_clean(self):
+        bridges, ports = self._ovs()
+        for port in ports:
+            vsctl('--if-exists', 'del-port', port)
+        for bridge in bridges:
+            vsctl('--if-exists', 'del-br', bridge)
+        super().force_clean()
+
+    def spec(self, count=1, **top):
+        return super().spec(count=count, bridge_type='openvswitch', **top)
+
+
+@pytest.fixture
+def env(tmp_path, openstack_services, cloud):
+    cluster = OvsEnv(tmp_path, port_base=next(PORTS))
+    of.use_services(cluster, openstack_services)
+    yield cluster
+    left = of.cleaned_up(cluster, cloud)
+    assert left == [], 'the test left %s behind' % left
+
+
+@pytest.fixture
+def sources(env):
+    """An Open vSwitch bridge and a Linux bridge of the user's (no mark),
+    for physnets to map to; removed after the test."""
+    ovs, linux = env.bridge_prefix + 'o', env.bridge_prefix + 'l'
+    vsctl('add-br', ovs, '--', 'set', 'bridge', ovs,
+          'datapath_type=netdev')
+    with IPRoute() as ipr:
+        ipr.link('add', ifname=linux, kind='bridge')
+    yield ovs, linux
+    vsctl('--if-exists', 'del-br', ovs)
+    with IPRoute() as ipr, contextlib.suppress(Exception):
+        ipr.link('del', index=ipr.link_lookup(ifname=linux)[0])
+
+
+def test_ovs_physnets_wire_nodes_uplinks_and_ironic_ports(env, sources,
+                                                          cloud):
+    ovs_source, linux_source = sources
+    spec = env.spec(
+        specs=[{'type': 'small', 'count': 1,
+                'node_name_prefix': env.node_prefix,
+                'ironic_config': {'resource_class': 'tenks-ovs',
+                                  'deploy_interface': 'ramdisk'}}],
+        physical_networks=['physnet1', 'physnet2', 'physnet3'],
+        physnet_mappings={'physnet1': ovs_source,
+                          'physnet2': linux_source},
+        node_types={'small': {
+            'memory_mb': 128, 'vcpus': 1,
+            'volumes': [{'capacity': '64MiB'}],
+            'physical_networks': ['physnet1', 'physnet2', 'physnet3']}})
+    env.deploy(spec)
+    [node] = env.nodes()
+    bridges = [env.bridge_prefix + str(i) for i in range(3)]
+    ports = bridge_ports()
+    for bridge, nic in zip(bridges, node['nics'], strict=True):
+        # Our bridges, userspace datapath, marked with the deployment.
+        assert ovs_get('Bridge', bridge, 'datapath_type') == 'netdev'
+        assert ovs_get('Bridge', bridge,
+                       'external_ids:tenks-owner').startswith(
+            'tenks:%s:' % env.cluster)
+        # The VM's NIC is a port of its physnet's bridge (while the VM
+        # is off: Ironic owns the power).
+        assert nic['tap'] in ports[bridge]
+        assert nic['bridge_type'] == 'openvswitch'
+    # physnet1: patch ports to the user's Open vSwitch bridge.
+    ours, peer = 'p-%s-br' % bridges[0], 'p-%s-phy' % bridges[0]
+    assert ours in ports[bridges[0]] and peer in ports[ovs_source]
+    assert ovs_get('Interface', ours, 'type') == 'patch'
+    assert ovs_get('Interface', ours, 'options:peer') == peer
+    assert ovs_get('Interface', peer, 'options:peer') == ours
+    # physnet2: a veth pair to the Linux bridge.
+    veth_ovs, veth_linux = 'p-%s-br' % bridges[1], 'p-%s-phy' % bridges[1]
+    assert veth_ovs in ports[bridges[1]]
+    with IPRoute() as ipr:
+        [link] = ipr.link('get', ifname=veth_linux)
+        [master] = ipr.link('get', index=link.get('master'))
+    assert master.get('ifname') == linux_source
+    # physnet3: isolated, only the node's port.
+    assert ports[bridges[2]] == [node['nics'][2]['tap']]
+
+    # Ironic's ports: what networking-generic-switch needs to find the
+    # switch port (switch_id: the bridge's MAC, pinned).
+    ironic = cloud.baremetal.get_node(node['uuid'])
+    assert ironic.provision_state == 'available'
+    found = {p.address: p for p in cloud.baremetal.ports(
+        node_id=node['uuid'], details=True)}
+    for bridge, nic in zip(bridges, node['nics'], strict=True):
+        with open('/sys/class/net/%s/address' % bridge) as f:
+            mac = f.read().strip()
+        assert ovs_get('Bridge', bridge, 'other_config:hwaddr') == mac
+        assert found[nic['mac']].local_link_connection == {
+            'switch_id': mac, 'switch_info': bridge, 'port_id': nic['tap']}
+
+    # The port outlives power cycles, and what a switch driver set on it.
+    tap = node['nics'][2]['tap']
+    vsctl('set', 'port', tap, 'tag=42')
+    for action in ('on', 'off'):
+        assert cf.ipmitool(node['bmc_port'], 'power', action).returncode == 0
+    assert tap in bridge_ports()[bridges[2]]
+    assert ovs_get('Port', tap, 'tag') == '42'
+
+    # Drift: a port deleted by hand is found and made again; so is a
+    # bridge, with its uplink and ports, and its MAC (Ironic's switch_id).
+    vsctl('del-port', tap)
+    assert env.deploy(spec)['changed']
+    assert tap in bridge_ports()[bridges[2]]
+    vsctl('del-br', bridges[0])
+    with embedded.embedded(env.conf) as conductor:
+        changes = conductor.plan(spec)['changes']
+    assert {(c['resource'], c['action'], c['old']) for c in changes} == {
+        ('bridge %s' % bridges[0], 'repair', 'missing'),
+        ('port %s' % node['nics'][0]['tap'], 'repair', 'differs')}
+    env.deploy(spec)
+    ports = bridge_ports()
+    assert sorted(ports[bridges[0]]) == sorted([node['nics'][0]['tap'], ours])
+    assert peer in ports[ovs_source]
+    with open('/sys/class/net/%s/address' % bridges[0]) as f:
+        assert f.read().strip() == found[node['nics'][0]['mac']
+                                         ].local_link_connection['switch_id']
+
+    env.teardown()
+    ports = bridge_ports()
+    assert not [b for b in ports if b.startswith(env.bridge_prefix)
+                and b != ovs_source]
+    # The user's bridges stay, without our ends.
+    assert ports[ovs_source] == []
+    with IPRoute() as ipr:
+        assert ipr.link_lookup(ifname=linux_source)
+        assert not ipr.link_lookup(ifname=veth_linux)
+
+
+def test_an_unmarked_ovs_bridge_is_refused_and_kept(env):
+    bridge = env.bridge_prefix + '0'
+    vsctl('add-br', bridge, '--', 'set', 'bridge', bridge,
+          'datapath_type=netdev')
+    try:
+        with pytest.raises(exceptions.InterfaceConflict) as raised:
+            env.deploy(env.spec(count=1))
+        assert ('bridge_prefix: interface %s exists on' % bridge
+                in str(raised.value))
+        assert 'without an owner mark' in str(raised.value)
+        assert env.nodes() == []
+        # The driver itself neither adopts nor removes it.
+        driver = openvswitch.OpenvSwitchDriver(env.conf)
+        owner = 'tenks:%s:x' % env.cluster
+        for call in (driver.ensure_bridge, driver.remove_bridge):
+            with pytest.raises(exceptions.ResourceConflict) as raised:
+                call(bridge, owner)
+            assert 'no owner mark in Open vSwitch' in str(raised.value)
+        assert bridge in bridge_ports()
+        assert ovs_get('Bridge', bridge, 'external_ids') == '{}'
+    finally:
+        vsctl('--if-exists', 'del-br', bridge)
+
+
+def test_driver_uplinks_to_an_interface_and_keeps_foreign_ports(env):
+    driver = openvswitch.OpenvSwitchDriver(env.conf)
+    owner = 'tenks:%s:x' % env.cluster
+    bridge, dummy = env.bridge_prefix + '0', env.bridge_prefix + 'd'
+    veths = ('p-%s-br' % bridge, 'p-%s-phy' % bridge)
+    with IPRoute() as ipr:
+        # A plain interface (no dummy module here): one end of a veth.
+        ipr.link('add', ifname=dummy, kind='veth',
+                 peer=env.bridge_prefix + 'e')
+    try:
+        made = driver.ensure_bridge(bridge, owner)
+        assert made['created'] and made['mac'] == openvswitch.bridge_mac(
+            bridge, owner)
+        assert driver.ensure_bridge(bridge, owner) == dict(
+            made, created=False, changed=False)
+        # A plain interface becomes a port of the bridge, then leaves it.
+        assert driver.ensure_uplink(bridge, dummy, veths, owner)['created']
+        assert not driver.ensure_uplink(bridge, dummy, veths,
+                                        owner)['changed']
+        assert bridge_ports()[bridge] == [dummy]
+        assert driver.remove_uplink(bridge, dummy, veths, owner)
+        assert bridge_ports()[bridge] == []
+        # A port somebody else added keeps our bridge (and their port).
+        vsctl('add-port', bridge, dummy)
+        with pytest.raises(exceptions.ResourceConflict) as raised:
+            driver.remove_bridge(bridge, owner)
+        assert 'holds ports that are not ours: %s' % dummy in str(
+            raised.value)
+        assert bridge_ports()[bridge] == [dummy]
+        vsctl('del-port', dummy)
+        assert driver.remove_bridge(bridge, owner)
+        assert not driver.remove_bridge(bridge, owner)
+    finally:
+        vsctl('--if-exists', 'del-br', bridge)
+        with IPRoute() as ipr, contextlib.suppress(Exception):
+            ipr.link('del', index=ipr.link_lookup(ifname=dummy)[0])

@@ -1,0 +1,282 @@
+"""bridge_type openvswitch: the choice of driver per bridge and NIC
+through the conductor and the hostagent, and what the Open vSwitch
+driver reads (its writes meet the real Open vSwitch in
+tests/functional/test_openvswitch.py)."""
+
+import os
+
+import pytest
+
+from flows import nodes as flow_nodes
+from hostagent import manager
+from hostagent import nodes as hostagent_nodes
+from hostagent import rpcapi as hostagent_rpcapi
+from hostagent.drivers import base
+from hostagent.drivers.network import openvswitch
+from tenks import exceptions
+from tenks import reconcile
+from tenks import scheduler
+from tenks.cli import embedded
+from tests.unit import fakes
+from tests.unit.conftest import make_spec
+
+OWNER = 'tenks:unit:1'
+
+
+class TypedNetwork(fakes.FakeNetwork):
+    """A fake network driver whose things are kept under its name, so a
+    test sees which driver made what."""
+
+    def __init__(self, conf, hv, name):
+        super().__init__(conf, hv)
+        self.name = name
+
+    def kind(self, kind):
+        return '%s:%s' % (self.name, kind)
+
+    def ensure_bridge(self, name, owner):
+        return dict(self.hv.ensure(self.kind('bridge'), name), mac='m')
+
+    def remove_bridge(self, name, owner):
+        return self.hv.remove(self.kind('bridge'), name)
+
+    def ensure_uplink(self, bridge, source, veth_names, owner):
+        return self.hv.ensure(self.kind('uplink'), bridge)
+
+    def remove_uplink(self, bridge, source, veth_names, owner):
+        return self.hv.remove(self.kind('uplink'), bridge)
+
+    def ensure_port(self, bridge, name, owner):
+        return self.hv.ensure(self.kind('port'), name)
+
+    def remove_port(self, name, owner):
+        return self.hv.remove(self.kind('port'), name)
+
+    def port_changes(self, ports, owner):
+        return {p['tap']: [] if (self.kind('port'), p['tap'])
+                in self.hv.things else None for p in ports}
+
+    def bridge_changes(self, names, owner):
+        return {n: [] if (self.kind('bridge'), n) in self.hv.things
+                else None for n in names}
+
+
+@pytest.fixture
+def typed_conductor(conf, hypervisor, monkeypatch):
+    drivers = {'tenks.virt_drivers': fakes.FakeVirt,
+               'tenks.bmc_drivers': fakes.FakeBmc}
+
+    def load(namespace, name, conf):
+        if namespace == 'tenks.network_drivers':
+            return TypedNetwork(conf, hypervisor, name)
+        return drivers[namespace](conf, hypervisor)
+
+    monkeypatch.setattr(manager, 'load_driver', load)
+    with embedded.embedded(conf) as conductor:
+        yield conductor
+
+
+def ovs_spec(count=1):
+    # Mapped to an interface every machine has.
+    return make_spec(count=count, bridge_type='openvswitch',
+                     physnet_mappings={'physnet1': 'lo'})
+
+
+def test_an_ovs_cluster_is_made_and_removed_by_the_ovs_driver(
+        typed_conductor, hypervisor):
+    spec = ovs_spec()
+    typed_conductor.deploy(spec)
+    made = sorted(hypervisor.things)
+    assert ('openvswitch:bridge', 'brtenks0') in made
+    assert ('openvswitch:uplink', 'brtenks0') in made
+    assert ('openvswitch:port', 'p-tk0-0') in made
+    assert not [k for k, _ in made if k.startswith('linuxbridge:')]
+    [node] = [n.as_dict() for n in typed_conductor.db.list_nodes()]
+    assert node['nics'][0]['bridge_type'] == 'openvswitch'
+
+    # Drift: the bridge is gone; the plan and the deploy make it again,
+    # with its uplink, before the node's port.
+    del hypervisor.things[('openvswitch:bridge', 'brtenks0')]
+    del hypervisor.things[('openvswitch:port', 'p-tk0-0')]
+    changes = typed_conductor.plan(spec)['changes']
+    assert {(c['resource'], c['action'], c['old']) for c in changes} == {
+        ('bridge brtenks0', 'repair', 'missing'),
+        ('port p-tk0-0', 'repair', 'missing')}
+    typed_conductor.deploy(spec)
+    assert sorted(hypervisor.things) == made
+
+    typed_conductor.teardown('unit')
+    assert not [k for k, _ in hypervisor.things if ':' in k]
+
+
+def test_a_bridge_type_the_agent_does_not_offer_changes_nothing(
+        hypervisor, conf):
+    agent = hostagent_nodes.Nodes(fakes.FakeVirt(conf, hypervisor),
+                                  {'linuxbridge': fakes.FakeNetwork(
+                                      conf, hypervisor)},
+                                  fakes.FakeBmc(conf, hypervisor), 'hv1')
+    node = hostagent_rpcapi.node_request(
+        reconcile.view(ovs_spec(), 'd', dict(
+            scheduler.schedule(ovs_spec(), {'hv1': facts()}, [])[0]),
+            facts()), 'password')
+    with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
+        agent.ensure(node, OWNER, False)
+    assert str(raised.value) == (
+        'Hypervisor hv1 offers the network driver(s) linuxbridge, but the '
+        'spec asks for bridge_type openvswitch')
+    assert hypervisor.things == {}
+
+
+def facts():
+    return {'host': 'hv1', 'cpus': 2, 'memory_mb': 4096, 'busy_ports': [],
+            'missing_interfaces': [], 'ipmi_address': '127.0.0.1',
+            'physnet_mappings': {'physnet1': 'lo'}, 'resource_prefix': '',
+            'pool_dir': '/p', 'pool_free_bytes': 1 << 40,
+            'network_drivers': ['linuxbridge', 'openvswitch'],
+            'foreign_interfaces': []}
+
+
+def test_requests_and_records_carry_the_bridge_type():
+    spec = ovs_spec()
+    resources = reconcile.host_resources(spec, 'd', 'hv1', facts())
+    assert [(kind, args.get('bridge_type')) for kind, _, args in resources
+            ] == [('pool', None), ('bridge', 'openvswitch'),
+                  ('uplink', 'openvswitch')]
+    # Linux bridges' records stay as before there was a choice.
+    linux = reconcile.host_resources(dict(spec, bridge_type='linuxbridge'),
+                                     'd', 'hv1', facts())
+    assert not [args for _, _, args in linux if 'bridge_type' in args]
+
+    nic = {'mac': 'm', 'tap': 't0', 'bridge': 'b', 'physnet': 'p',
+           'bridge_type': 'openvswitch'}
+    view = {'uuid': 'u', 'name': 'n', 'domain_type': 'qemu', 'vcpus': 1,
+            'memory_mb': 64, 'console_log_enabled': False, 'pool': 'p',
+            'volumes': [], 'nics': [nic], 'owner': OWNER,
+            'bmc': {'address': 'a', 'port': 1, 'username': 'u'}}
+    gone = dict(view, nics=[nic, dict(nic, tap='t1')])
+    request = hostagent_rpcapi.node_request(view, 'pw', gone)
+    assert request['nics'] == [{'mac': 'm', 'tap': 't0', 'bridge': 'b',
+                                'bridge_type': 'openvswitch'}]
+    assert request['remove'] == {'volumes': [], 'ports': ['t1'],
+                                 'port_types': {'t1': 'openvswitch'}}
+    hostagent_nodes.check(request)
+
+    [(kind, name, args)] = [t for t in flow_nodes.node_resources(view)
+                            if t[0] == 'port']
+    assert args == {'name': 't0', 'owner': OWNER,
+                    'bridge_type': 'openvswitch'}
+    rows = [{'kind': kind, 'remove_args': args}]
+    assert flow_nodes.parts_of(rows)['nics'] == [
+        {'tap': 't0', 'bridge_type': 'openvswitch'}]
+    # A port recorded before there was a choice is a Linux bridge's.
+    rows = [{'kind': 'port', 'remove_args': {'name': 't0', 'owner': OWNER}}]
+    assert flow_nodes.parts_of(rows)['nics'] == [
+        {'tap': 't0', 'bridge_type': 'linuxbridge'}]
+
+
+def test_an_agent_before_the_choice_offers_its_one_driver():
+    assert scheduler.network_drivers({'network_driver': 'linuxbridge'}) == [
+        'linuxbridge']
+    assert scheduler.network_drivers(facts()) == ['linuxbridge',
+                                                  'openvswitch']
+
+
+def test_bridge_macs_are_stable_local_unicast_and_per_owner():
+    mac = openvswitch.bridge_mac('brtenks0', OWNER)
+    assert mac == openvswitch.bridge_mac('brtenks0', OWNER)
+    first = int(mac.split(':')[0], 16)
+    assert first & 0x02 and not first & 0x01
+    assert mac != openvswitch.bridge_mac('brtenks0', 'tenks:unit:2')
+    assert mac != openvswitch.bridge_mac('brtenks1', OWNER)
+
+
+class Tables:
+    """Open vSwitch rows for a driver that never connects."""
+
+    def __init__(self, bridges, ports):
+        self.tables = {
+            'Bridge': [{'name': name, 'external_ids': marks(owner),
+                        'ports': ['uuid-%s' % p for p in members]}
+                       for name, (owner, members) in bridges.items()],
+            'Port': [{'name': name, 'external_ids': marks(owner),
+                      '_uuid': 'uuid-%s' % name}
+                     for name, owner in ports.items()]}
+
+    def rows(self, table, names=None, columns=()):
+        return [row for row in self.tables[table]
+                if names is None or row['name'] in names]
+
+
+def marks(owner):
+    return {} if owner is None else {openvswitch.MARK: owner}
+
+
+@pytest.fixture
+def sysfs(tmp_path, monkeypatch):
+    monkeypatch.setattr(openvswitch, 'SYS_NET', str(tmp_path))
+
+    def link(name, alias, up=True, tun=True):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / 'ifalias').write_text(alias + '\n')
+        (tmp_path / name / 'flags').write_text('0x1003' if up else '0x1002')
+        if tun:
+            (tmp_path / name / 'tun_flags').write_text('0x1002')
+    return link
+
+
+def driver(conf, monkeypatch, tables):
+    ovs = openvswitch.OpenvSwitchDriver(conf)
+    monkeypatch.setattr(ovs, '_rows', tables.rows)
+    monkeypatch.setattr(ovs, '_running', lambda: True)
+    monkeypatch.setattr(ovs, '_api', lambda: None)
+    return ovs
+
+
+def test_port_changes_read_ports_bridges_and_taps(conf, monkeypatch,
+                                                   sysfs):
+    tables = Tables(
+        bridges={'br0': (OWNER, ['ok', 'down', 'theirs', 'gone']),
+                 'br1': (OWNER, ['moved']), 'other': (None, [])},
+        ports={'ok': OWNER, 'down': OWNER, 'theirs': 'tenks:x:2',
+               'moved': OWNER, 'gone': OWNER})
+    for tap in ('ok', 'moved', 'unported', 'orphan'):
+        sysfs(tap, OWNER)
+    sysfs('down', OWNER, up=False)
+    sysfs('theirs', OWNER)
+    sysfs('unmarked', '')
+    sysfs('notatap', OWNER, tun=False)
+    ovs = driver(conf, monkeypatch, tables)
+    wanted = [{'tap': tap, 'bridge': 'br0'} for tap in (
+        'ok', 'down', 'theirs', 'moved', 'unported', 'gone', 'absent',
+        'unmarked', 'notatap')] + [{'tap': 'orphan', 'bridge': 'other'}]
+    assert ovs.port_changes(wanted, OWNER) == {
+        'ok': [],
+        'down': ['state down'],
+        'theirs': base.FOREIGN,
+        'moved': ['port in br1'],
+        'unported': ['no Open vSwitch port'],
+        'gone': ['tap missing'],
+        'absent': None,
+        'unmarked': base.FOREIGN,
+        'notatap': base.FOREIGN,
+        'orphan': ['bridge other missing or not ours'],
+    }
+    assert ovs.bridge_changes(['br0', 'other', 'nothing'], OWNER) == {
+        'br0': [], 'other': base.FOREIGN, 'nothing': None}
+    # A bridge's own port has its name (and no mark): the bridge's wins.
+    tables.tables['Port'].append({'name': 'br0', 'external_ids': {},
+                                  '_uuid': 'uuid-br0'})
+    assert ovs.marks(['br0', 'other', 'theirs', 'nothing']) == {
+        'br0': OWNER, 'other': '', 'theirs': 'tenks:x:2'}
+
+
+def test_without_open_vswitch_nothing_connects(conf, tmp_path):
+    conf.set_override('ovsdb_connection', 'unix:%s' % (tmp_path / 'db'),
+                      group='hostagent')
+    ovs = openvswitch.OpenvSwitchDriver(conf)
+    # Reads for a Linux bridge cluster's checks find no OVS names.
+    assert ovs.marks(['br0']) == {}
+    with pytest.raises(exceptions.DriverError) as raised:
+        ovs.ensure_bridge('br0', OWNER)
+    assert 'no OVSDB server listens there' in str(raised.value)
+    assert str(tmp_path / 'db') in str(raised.value)
