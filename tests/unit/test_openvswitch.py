@@ -150,8 +150,9 @@ def test_requests_and_records_carry_the_bridge_type():
     nic = {'mac': 'm', 'tap': 't0', 'bridge': 'b', 'physnet': 'p',
            'bridge_type': 'openvswitch'}
     view = {'uuid': 'u', 'name': 'n', 'domain_type': 'qemu', 'vcpus': 1,
-            'memory_mb': 64, 'console_log_enabled': False, 'pool': 'p',
-            'volumes': [], 'nics': [nic], 'owner': OWNER,
+            'memory_mb': 64, 'console_log_enabled': False,
+            'console_log': None, 'boot_mode': 'bios', 'secure_boot': False,
+            'pool': 'p', 'volumes': [], 'nics': [nic], 'owner': OWNER,
             'bmc': {'address': 'a', 'port': 1, 'username': 'u'}}
     gone = dict(view, nics=[nic, dict(nic, tap='t1')])
     request = hostagent_rpcapi.node_request(view, 'pw', gone)
