@@ -10,7 +10,9 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
 
     {'uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
      'console_log_enabled', 'pool',
-     'volumes': [{'name', 'capacity' (bytes), 'format'}],
+     'volumes': [{'name', 'capacity' (bytes), 'format', 'device',
+                  'source'} or {'name', 'pool', 'existing': True,
+                  'device'}],
      'nics': [{'mac', 'tap', 'bridge'}],
      'bmc': {'address', 'port', 'username', 'password'},
      'remove': {'volumes': [name, ...], 'ports': [tap, ...]}}
@@ -45,6 +47,15 @@ API version history:
   whole node (volumes, ports, domain, BMC); see hostagent.nodes.
 * 1.3 - inspect_nodes: what ensure_node would do to each of many nodes,
   read at once, changing nothing (a re-run finds drift cheaply).
+* 1.4 - storage: ensure_pool and remove_pool take ``pool_type`` ('dir',
+  the default, or 'logical': an LVM volume group) and ``devices`` (its
+  block devices). A volume of ensure_node may have ``device`` ('disk'
+  or 'cdrom'), ``source`` ({'path' or 'url', 'backing': bool}: made
+  from that image, copied or on it as a backing file) or be
+  ``existing`` (true, with its ``pool``, and no capacity, format or
+  source: somebody else's volume, attached as it is, never resized,
+  marked or removed); inspect_nodes reports a missing existing volume
+  and a volume whose backing file differs.
 """
 
 from tenks import rpc
@@ -73,6 +84,10 @@ METHODS = {
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
 }
+# Keyword arguments a method may also take, sent only when they differ
+# from the default: a logical pool's type and devices (1.4).
+OPTIONAL = {'ensure_pool': ('pool_type', 'devices'),
+            'remove_pool': ('pool_type', 'devices')}
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
@@ -97,7 +112,8 @@ def node_request(view, password, gone=None):
         taps = {nic['tap'] for nic in view['nics']}
         node['remove'] = {
             'volumes': [v['name'] for v in gone['volumes']
-                        if v['name'] not in volumes],
+                        if v['name'] not in volumes
+                        and not v.get('existing')],
             'ports': [n['tap'] for n in gone['nics'] if n['tap'] not in taps]}
     return node
 
@@ -110,9 +126,10 @@ class HostAgentAPI:
     def cast(self, host, method, request_id, reply_to, **kwargs):
         """Ask the agent on ``host`` to run ``method``; it reports back."""
         expected = set(METHODS[method])
-        if set(kwargs) != expected:
-            raise TypeError('%s takes %s, got %s' % (
-                method, sorted(expected), sorted(kwargs)))
+        optional = set(OPTIONAL.get(method, ()))
+        if not expected <= set(kwargs) <= expected | optional:
+            raise TypeError('%s takes %s (and optionally %s), got %s' % (
+                method, sorted(expected), sorted(optional), sorted(kwargs)))
         cctxt = self.client.prepare(server=host,
                                     version=SINCE.get(method, '1.0'))
         cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
