@@ -110,7 +110,8 @@ def test_results_from_hostagents_go_back_to_the_conductor_waiting():
 def test_every_hostagent_request_reaches_its_handler(method):
     bus = Bus()
     args = {name: 'value-of-%s' % name
-            for name in hostagent_rpcapi.METHODS[method]}
+            for name in hostagent_rpcapi.METHODS[method]
+            + hostagent_rpcapi.OPTIONAL.get(method, ())}
     hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', method, 'req', 'c1',
                                             **args)
     [(kind, target, kwargs, options)] = bus.sent
