@@ -128,10 +128,14 @@ def _summary(xml):
         'uuid': root.findtext('uuid'),
         'memory': (_attr(root, 'memory', 'unit'), root.findtext('memory')),
         'vcpus': root.findtext('vcpu'),
-        'disks': [(d.get('type'), _attr(d, 'driver', 'type'),
-                   _attr(d, 'source', 'pool'), _attr(d, 'source', 'volume'),
-                   _attr(d, 'target', 'dev'), d.get('device'))
-                  for d in devices.findall('disk')],
+        # libvirt lists a domain's disks in its own order (CD-ROMs on
+        # SATA after virtio disks, ...): by target.
+        'disks': sorted(((d.get('type'), _attr(d, 'driver', 'type'),
+                          _attr(d, 'source', 'pool'),
+                          _attr(d, 'source', 'volume'),
+                          _attr(d, 'target', 'dev'), d.get('device'))
+                         for d in devices.findall('disk')),
+                        key=lambda disk: disk[4] or ''),
         'nics': [(n.get('type'), _attr(n, 'mac', 'address'),
                   _attr(n, 'target', 'dev'), _attr(n, 'target', 'managed'),
                   _attr(n, 'model', 'type'))
