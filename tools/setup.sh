@@ -42,6 +42,7 @@ DEB_PACKAGES=(
     libvirt-daemon-system   # libvirtd, virtlogd, virsh
     qemu-system-x86         # the VMs (TCG, or KVM where usable)
     qemu-utils              # qemu-img, for volumes
+    lvm2                    # logical (LVM) storage pools
     libvirt-dev             # to build libvirt-python
     pkg-config              # to build libvirt-python
     gcc                     # to build libvirt-python

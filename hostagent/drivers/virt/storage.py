@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 
 from tenks import exceptions
+from tenks import fileutils
 
 # Seconds an image download may stall before it fails.
 DOWNLOAD_TIMEOUT = 60
@@ -86,7 +87,7 @@ def local_image(source, directory):
         yield source['path']
         return
     url = source['url']
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fileutils.private_dir(directory)
     fd, path = tempfile.mkstemp(dir=directory, suffix='.image')
     try:
         with os.fdopen(fd, 'wb') as out, urllib.request.urlopen(
