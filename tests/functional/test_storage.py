@@ -355,3 +355,36 @@ def test_lvm_volumes_are_created_grown_and_removed(tmp_path):
             driver.remove_pool(name, '/dev/' + name, owner, 'logical',
                                [device])
         assert vg_tags(name)[0] != 0
+
+
+def test_lvm_groups_and_devices_of_somebody_else_are_left_alone(tmp_path):
+    """A volume group of the pool's name without our tag, and a device
+    that holds another group, are refused and kept as they were."""
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', str(tmp_path))
+    driver = libvirt_driver.LibvirtDriver(conf)
+    owner = 'tenks:stg:%s' % os.path.basename(tmp_path)
+    name = 'tenks-stg%s' % os.urandom(2).hex()
+    with loop_device(16 * MIB) as device:
+        assert run('vgcreate', '-q', name, device, env=LVM_ENV).returncode == 0
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            driver.ensure_pool(name, '/dev/' + name, owner, 'logical',
+                               [device])
+        assert 'no Tenks owner tag' in str(refused.value)
+        with pytest.raises(exceptions.ResourceConflict):
+            driver.remove_pool(name, '/dev/' + name, owner, 'logical',
+                               [device])
+        assert vg_tags(name) == (0, [device])
+        # Another pool name on that device: libvirt will not overwrite it.
+        other = name + 'b'
+        with pytest.raises(exceptions.DriverError):
+            driver.ensure_pool(other, '/dev/' + other, owner, 'logical',
+                               [device])
+        assert vg_tags(name) == (0, [device])
+        conn = libvirt.open(cf.URI)
+        try:
+            assert other not in [p.name() for p in
+                                 conn.listAllStoragePools()]
+        finally:
+            conn.close()
