@@ -11,6 +11,9 @@ forced). Then it makes or updates each
 part in turn, and removes what the node no longer has last, once the
 domain no longer uses it. A request that fails undoes what it created
 (an update stays: the conductor sends the old state to revert it).
+
+An ``existing`` volume is somebody else's: it is read (it must exist,
+its format is the disk's) and attached, never made, grown or removed.
 """
 
 import contextlib
