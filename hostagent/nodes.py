@@ -182,8 +182,12 @@ def domain(node, found=None):
         pool = v.get('pool', node['pool'])
         fmt = v.get('format') or (found.get((pool, v['name'])) or {}).get(
             'format')
-        disks.append({'pool': pool, 'volume': v['name'], 'format': fmt,
-                      'device': v.get('device', 'disk')})
+        disk = {'pool': pool, 'volume': v['name'], 'format': fmt,
+                'device': v.get('device', 'disk')}
+        source = v.get('source') or {}
+        if source.get('backing'):
+            disk['backing'] = source['path']
+        disks.append(disk)
     return {
         'name': node['name'], 'uuid': node['uuid'],
         'domain_type': node['domain_type'], 'vcpus': node['vcpus'],

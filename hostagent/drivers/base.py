@@ -121,7 +121,8 @@ class VirtDriver(abc.ABC):
 
         ``domain`` keys: name, uuid, vcpus, memory_mb, domain_type
         ('qemu' or 'kvm'), disks ([{pool, volume, format, device
-        ('disk' or 'cdrom', default disk)}]), nics
+        ('disk' or 'cdrom', default disk), backing (the path of its
+        backing file, if any)}]), nics
         ([{mac, tap}]), console_log_enabled (bool). When it is true, the
         serial console is logged to
         ``<console_log_dir>/<name>-console.log`` (tenks.conf).

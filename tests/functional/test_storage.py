@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from xml.etree import ElementTree as ET
 
 import libvirt
@@ -135,6 +136,20 @@ def domain_disks(name):
             for d in root.findall('devices/disk')]
 
 
+def wait_for_state(name, state, timeout=30):
+    conn = libvirt.open(cf.URI)
+    try:
+        dom = conn.lookupByName(name)
+        deadline = time.monotonic() + timeout
+        while dom.state()[0] != state:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+    finally:
+        conn.close()
+
+
 def volume_path(pool, name):
     conn = libvirt.open(cf.URI)
     try:
@@ -194,6 +209,19 @@ def test_volumes_from_images_a_cdrom_and_an_existing_volume(
     [record] = env.nodes()
     assert record['volumes'][3] == {'name': user_vol, 'pool': user_pool,
                                     'existing': True}
+    assert os.listxattr(user_path) == []
+
+    # Powered on and off through its BMC: libvirt gives the qemu user the
+    # files while the VM runs, and gives them back as they were.
+    before = [(os.stat(p).st_uid, os.stat(p).st_mode) for p in (user_path,
+                                                                 base)]
+    port = record['bmc_port']
+    assert cf.ipmitool(port, 'power', 'on').returncode == 0
+    assert wait_for_state(node, libvirt.VIR_DOMAIN_RUNNING)
+    assert cf.ipmitool(port, 'power', 'off').returncode == 0
+    assert wait_for_state(node, libvirt.VIR_DOMAIN_SHUTOFF)
+    assert [(os.stat(p).st_uid, os.stat(p).st_mode) for p in (
+        user_path, base)] == before
     assert os.listxattr(user_path) == []
 
     # A re-run finds every kind as it was asked: nothing to repair.

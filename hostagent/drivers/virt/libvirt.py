@@ -189,6 +189,19 @@ def _differences(current, wanted):
     return changes
 
 
+def _backing_store(disk, path, fmt):
+    """Spell out the backing file of ``disk``, one the qemu user reads
+    as it is: libvirt would otherwise give it to the qemu user when the
+    domain starts, and (a read-only image, maybe shared) never give it
+    back. The image is not Tenks' to change."""
+    store = ET.SubElement(disk, 'backingStore', type='file')
+    ET.SubElement(store, 'format', type=fmt)
+    source = ET.SubElement(store, 'source', file=path)
+    ET.SubElement(source, 'seclabel', model='dac', relabel='no')
+    # The image has no backing file of its own (qemu-img reads it so).
+    ET.SubElement(store, 'backingStore')
+
+
 def _owner_mark(dom):
     """The owner in the domain's metadata, or None."""
     try:
@@ -516,6 +529,13 @@ class LibvirtDriver(base.VirtDriver):
         if backing:
             info = storage.image_info(source['path'])
             storage.check_fits(source['path'], info, name, capacity)
+            if info['backing']:
+                # The domain spells out a chain of one (_backing_store).
+                raise exceptions.DriverError(
+                    driver='libvirt', action='make volume %s on backing '
+                    'file %s' % (name, source['path']),
+                    reason='that image has a backing file of its own (%s): '
+                           'use an image without one' % info['backing'])
             store = ET.SubElement(root, 'backingStore')
             ET.SubElement(store, 'path').text = source['path']
             ET.SubElement(store, 'format', type=info['format'])
@@ -662,7 +682,11 @@ class LibvirtDriver(base.VirtDriver):
         return os.path.join(tenks_conf.console_log_dir(self.conf),
                             '%s-console.log' % name)
 
-    def _domain_xml(self, domain, owner):
+    def _domain_xml(self, domain, owner, backing_formats=None):
+        """The domain's XML; ``backing_formats``: {path: format} of the
+        backing files of its disks, which then get their chain spelled
+        out (see ensure_domain)."""
+        backing_formats = backing_formats or {}
         root = ET.Element('domain', type=domain['domain_type'])
         ET.SubElement(root, 'name').text = domain['name']
         ET.SubElement(root, 'uuid').text = str(uuid.UUID(domain['uuid']))
@@ -687,6 +711,9 @@ class LibvirtDriver(base.VirtDriver):
             ET.SubElement(el, 'driver', name='qemu', type=disk['format'])
             ET.SubElement(el, 'source', pool=disk['pool'],
                           volume=disk['volume'])
+            backing = disk.get('backing')
+            if backing in backing_formats:
+                _backing_store(el, backing, backing_formats[backing])
             # A CD-ROM on SATA, which both the pc and q35 machines have.
             prefix, bus = ('sd', 'sata') if device == 'cdrom' else (
                 'vd', 'virtio')
@@ -791,7 +818,10 @@ class LibvirtDriver(base.VirtDriver):
         another owner's raises ResourceConflict.
         """
         name = domain['name']
-        xml = self._domain_xml(domain, owner)
+        backing = {disk['backing'] for disk in domain['disks']
+                   if disk.get('backing')}
+        xml = self._domain_xml(domain, owner, {
+            path: storage.image_info(path)['format'] for path in backing})
         wanted = _summary(xml)
         with self._libvirt('define domain %s' % name) as conn:
             fileutils.private_dir(tenks_conf.console_log_dir(self.conf),

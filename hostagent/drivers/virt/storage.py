@@ -44,7 +44,8 @@ def _run(action, argv, env=None):
 
 
 def image_info(path):
-    """{'format', 'capacity' (virtual size, bytes)} of image ``path``."""
+    """{'format', 'capacity' (virtual size, bytes), 'backing' (its own
+    backing file, or None)} of image ``path``."""
     if not os.path.isfile(path):
         raise exceptions.DriverError(
             driver='libvirt', action='read image %s' % path,
@@ -52,7 +53,8 @@ def image_info(path):
     # -U: an image a running VM has open can be read all the same.
     info = json.loads(_run('read image %s' % path, [
         'qemu-img', 'info', '-U', '--output=json', path]))
-    return {'format': info['format'], 'capacity': info['virtual-size']}
+    return {'format': info['format'], 'capacity': info['virtual-size'],
+            'backing': info.get('backing-filename')}
 
 
 def check_fits(image, info, volume, capacity):
