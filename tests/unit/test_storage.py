@@ -272,9 +272,18 @@ def test_a_cdrom_is_a_readonly_sata_disk(tmp_path):
         'disks': [{'pool': 'p', 'volume': 'v0', 'format': 'qcow2'},
                   {'pool': 'p', 'volume': 'v1', 'format': 'raw',
                    'device': 'cdrom'},
-                  {'pool': 'q', 'volume': 'v2', 'format': 'raw',
-                   'device': 'disk'}]}, OWNER)
+                  {'pool': 'q', 'volume': 'v2', 'format': 'qcow2',
+                   'device': 'disk', 'backing': '/i/base.img'}]},
+        OWNER, {'/i/base.img': 'raw'})
     disks = ET.fromstring(xml).findall('devices/disk')
+    # The backing image, named with relabel=no: libvirt leaves it alone.
+    store = disks[2].find('backingStore')
+    assert store.find('format').get('type') == 'raw'
+    assert store.find('source').get('file') == '/i/base.img'
+    assert store.find('source/seclabel').attrib == {'model': 'dac',
+                                                    'relabel': 'no'}
+    assert store.find('backingStore') is not None  # the end of the chain
+    assert disks[0].find('backingStore') is None
     assert [(d.get('device'), d.find('target').get('dev'),
              d.find('target').get('bus'), d.find('readonly') is not None)
             for d in disks] == [('disk', 'vda', 'virtio', False),
