@@ -264,17 +264,23 @@ def test_volumes_from_images_a_cdrom_and_an_existing_volume(
     assert os.listdir(os.path.join(env.state_dir, 'images')) == []
 
 
-def test_an_image_larger_than_the_capacity_is_refused(env, images):
+@pytest.mark.parametrize('image,problem', [
+    ('base.qcow2', "the image is %d bytes, more than the %d bytes of the "
+                   "volume's capacity" % (8 * MIB, 4 * MIB)),
+    ('missing.qcow2', 'failed to download image http://127.0.0.1:'),
+])
+def test_an_image_that_does_not_fit_or_is_not_there_is_refused(
+        env, images, http_url, image, problem):
     spec = env.spec(count=1)
     spec['node_types']['small']['volumes'] = [
-        {'capacity': '4MiB', 'image': os.path.join(images, 'base.qcow2')}]
+        {'capacity': '4MiB', 'image': http_url + '/' + image}]
     with pytest.raises(exceptions.OperationFailed) as failed:
         env.deploy(tenks_spec.validate(spec))
     message = str(failed.value)
-    assert ('the image is %d bytes, more than the %d bytes of the '
-            "volume's capacity" % (8 * MIB, 4 * MIB)) in message
+    assert problem in message
     assert 'rolled back' in message
     assert env.nodes() == []
+    assert os.listdir(os.path.join(env.state_dir, 'images')) == []
 
 
 @contextlib.contextmanager
