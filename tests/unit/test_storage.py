@@ -312,3 +312,78 @@ def test_an_image_larger_than_the_capacity_is_an_error():
         storage.check_fits('/a', {'capacity': 1024}, 'v', 512)
     assert ("the image is 1024 bytes, more than the 512 bytes of the "
             "volume's capacity") in str(failed.value)
+
+
+class FakeVol:
+
+    def __init__(self, name, capacity):
+        self._name, self.capacity = name, capacity
+        self.deleted = False
+
+    def name(self):
+        return self._name
+
+    def path(self):
+        return '/dev/vg/' + self._name
+
+    def info(self):
+        return [0, self.capacity, self.capacity]
+
+    def XMLDesc(self, flags=0):
+        # libvirt gives a logical volume no format.
+        return '<volume><name>%s</name><target/></volume>' % self._name
+
+    def delete(self, flags=0):
+        self.deleted = True
+
+
+class FakePool:
+
+    def __init__(self, vols):
+        self.vols = {vol.name(): vol for vol in vols}
+
+    def XMLDesc(self, flags=0):
+        return ("<pool type='logical'><name>p</name><source><name>vg</name>"
+                "</source><target><path>/dev/vg</path></target></pool>")
+
+    def isActive(self):
+        return True
+
+    def listAllVolumes(self):
+        return list(self.vols.values())
+
+    def storageVolLookupByName(self, name):
+        return self.vols[name]
+
+
+class FakeConn:
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def isAlive(self):
+        return 1
+
+    def storagePoolLookupByName(self, name):
+        return self.pool
+
+
+def test_logical_volumes_are_ours_by_their_lvm_tag(monkeypatch, tmp_path):
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', str(tmp_path))
+    driver = libvirt_driver.LibvirtDriver(conf)
+    mine, theirs = FakeVol('v0', 8 * MIB), FakeVol('v1', 8 * MIB)
+    driver._conn = FakeConn(FakePool([mine, theirs]))
+    monkeypatch.setattr(storage, 'lv_tags', lambda vg: {
+        'v0': [OWNER], 'v1': ['tenks:c:other']} if vg == 'vg' else {})
+    assert driver.volume_infos('p', ['v0', 'v1', 'v2'], OWNER) == {
+        'v0': {'capacity': 8 * MIB, 'format': 'raw'}, 'v1': 'foreign',
+        'v2': None}
+    assert driver.ensure_volume('p', 'v0', 8 * MIB, 'raw', OWNER) == {
+        'created': False, 'changed': False}
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        driver.remove_volume('p', 'v1', OWNER)
+    assert 'tags tenks:c:other' in str(refused.value)
+    assert not theirs.deleted
+    assert driver.remove_volume('p', 'v0', OWNER) and mine.deleted
