@@ -22,13 +22,21 @@ PLACEMENT_POLL = 1.0
 PLACEMENT_VERSION = '1.18'  # 'required' traits in queries
 
 
+def _find_flavor(conn, name):
+    """The flavor called ``name``, or None."""
+    try:
+        return conn.compute.find_flavor(name, ignore_missing=False)
+    except cloud.sdk_exceptions().NotFoundException:
+        return None
+
+
 def ensure_flavor(conn, flavor, adopt):
     """Create the flavor, or fix its extra specs; True if it changed.
 
     A flavor this call creates is deleted again if its extra specs
     fail, before the error is raised.
     """
-    current = conn.compute.find_flavor(flavor['name'], ignore_missing=True)
+    current = _find_flavor(conn, flavor['name'])
     if current is not None and not adopt:
         raise exceptions.ResourceConflict(
             kind='Nova flavor', name=flavor['name'], owner='this cluster',
@@ -65,7 +73,7 @@ def ensure_flavor(conn, flavor, adopt):
 
 def remove_flavor(svc, name):
     conn = svc.cloud.connection
-    flavor = conn.compute.find_flavor(name, ignore_missing=True)
+    flavor = _find_flavor(conn, name)
     if flavor is None:
         return {'changed': False}
     conn.compute.delete_flavor(flavor)

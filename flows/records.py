@@ -8,7 +8,8 @@ from tenks import states
 
 # What a deploy may change of a node's record.
 RECORD_FIELDS = ('node_type', 'vcpus', 'memory_mb', 'volumes', 'nics',
-                 'bmc_address', 'bmc_port')
+                 'bmc_address', 'bmc_port', 'boot_mode', 'secure_boot',
+                 'console_log')
 
 
 def settle_new_node(db, node_uuid):

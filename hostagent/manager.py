@@ -40,6 +40,7 @@ from stevedore import driver as stevedore_driver
 from conductor import rpcapi as conductor_rpcapi
 from hostagent import nodes
 from hostagent import rpcapi
+from tenks import conf as tenks_conf
 from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -194,7 +195,8 @@ class HostAgentManager:
                     pool_free_gb=pool_free_bytes(pool_dir) // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
-                    resource_prefix=self.conf.hostagent.resource_prefix)
+                    resource_prefix=self.conf.hostagent.resource_prefix,
+                    console_log_dir=tenks_conf.console_log_dir(self.conf))
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
                  interfaces, owner):

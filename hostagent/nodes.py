@@ -45,6 +45,12 @@ NODE_SCHEMA = {
         'vcpus': {'type': 'integer', 'minimum': 1},
         'memory_mb': {'type': 'integer', 'minimum': 1},
         'console_log_enabled': {'type': 'boolean'},
+        # Since API 1.4, optional: the console log's path (in the
+        # hypervisor's console_log_dir) or null; without it the path
+        # follows console_log_enabled.
+        'console_log': {'type': ['string', 'null'], 'minLength': 1},
+        'boot_mode': {'enum': ['bios', 'uefi'], 'default': 'bios'},
+        'secure_boot': {'type': 'boolean', 'default': False},
         'pool': {'type': 'string', 'minLength': 1},
         'volumes': {'type': 'array', 'items': {
             'type': 'object', 'required': ['name'],
@@ -124,6 +130,9 @@ def check(node, schema=NODE_SCHEMA):
         'is not valid' if 'password' in error.absolute_path
         else error.message)
         for error in sorted(validator.iter_errors(node), key=str)]
+    if not problems and node.get('secure_boot') and (
+            node.get('boot_mode', 'bios') != 'uefi'):
+        problems.append('secure_boot: needs boot_mode uefi')
     if not problems:
         remove = node.get('remove') or {}
         for kind, wanted in (('volumes', [v['name'] for v in node['volumes']]),
@@ -188,14 +197,19 @@ def domain(node, found=None):
         if source.get('backing'):
             disk['backing'] = source['path']
         disks.append(disk)
-    return {
+    described = {
         'name': node['name'], 'uuid': node['uuid'],
         'domain_type': node['domain_type'], 'vcpus': node['vcpus'],
         'memory_mb': node['memory_mb'],
         'console_log_enabled': node['console_log_enabled'],
+        'boot_mode': node.get('boot_mode', 'bios'),
+        'secure_boot': node.get('secure_boot', False),
         'disks': disks,
         'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
     }
+    if 'console_log' in node:
+        described['console_log'] = node['console_log']
+    return described
 
 
 def volume_change(node, vol, info):

@@ -9,7 +9,8 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
 ``ensure_node(node, owner, force)`` converges one node to ``node``::
 
     {'uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
-     'console_log_enabled', 'pool',
+     'console_log_enabled', 'console_log', 'boot_mode', 'secure_boot',
+     'pool',
      'volumes': [{'name', 'capacity' (bytes), 'format', 'device',
                   'source'} or {'name', 'pool', 'existing': True,
                   'device'}],
@@ -47,7 +48,19 @@ API version history:
   whole node (volumes, ports, domain, BMC); see hostagent.nodes.
 * 1.3 - inspect_nodes: what ensure_node would do to each of many nodes,
   read at once, changing nothing (a re-run finds drift cheaply).
-* 1.4 - storage: ensure_pool and remove_pool take ``pool_type`` ('dir',
+* 1.4 - ensure_node, inspect_nodes and remove_node ask for 1.4, whose
+  agents know the node's new fields (an older agent would ignore them
+  and build the wrong node). A node may have ``boot_mode``
+  ('bios', the default, or 'uefi': OVMF and an NVRAM file of its own),
+  ``secure_boot`` (bool, default false; with uefi: the secure boot
+  firmware, SMM, q35) and ``console_log`` (the log file's path in the
+  hypervisor's console_log_dir, or null; without the key it follows
+  ``console_log_enabled``). inspect_nodes reports a missing NVRAM file
+  as the domain's ``differs``; remove_node removes the NVRAM file and
+  the console log (unless [hostagent] keep_console_logs). The facts
+  have ``firmware`` (['bios', 'secure_boot', 'uefi'], what the
+  hypervisor can boot) and ``console_log_dir``.
+  Storage: ensure_pool and remove_pool take ``pool_type`` ('dir',
   the default, or 'logical': an LVM volume group) and ``devices`` (its
   block devices). A volume of ensure_node may have ``device`` ('disk'
   or 'cdrom'), ``source`` ({'path' or 'url', 'backing': bool}: made
@@ -60,7 +73,7 @@ API version history:
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.3'
+RPC_API_VERSION = '1.4'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -84,15 +97,15 @@ METHODS = {
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
 }
-# Keyword arguments a method may also take, sent only when they differ
-# from the default: a logical pool's type and devices (1.4).
+# Keyword arguments a method may also take (since 1.4), sent only when
+# they differ from the default: a logical pool's type and devices.
 OPTIONAL = {'ensure_pool': ('pool_type', 'devices'),
             'remove_pool': ('pool_type', 'devices')}
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
-SINCE = {'ensure_node': '1.2', 'remove_node': '1.2',
-         'inspect_nodes': '1.3'}
+SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
+         'inspect_nodes': '1.4'}
 
 
 def node_request(view, password, gone=None):
@@ -101,7 +114,12 @@ def node_request(view, password, gone=None):
     ``gone`` (an earlier view) it no longer has removed."""
     node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
                                  'memory_mb', 'console_log_enabled',
-                                 'pool', 'volumes')}
+                                 'boot_mode', 'secure_boot', 'pool',
+                                 'volumes')}
+    # None with logging on: a node recorded before Tenks recorded the
+    # path; the hostagent's own default path is the one it has.
+    if view['console_log'] is not None or not view['console_log_enabled']:
+        node['console_log'] = view['console_log']
     node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
                     for nic in view['nics']]
     node['bmc'] = dict(view['bmc'], password=password)
@@ -130,8 +148,11 @@ class HostAgentAPI:
         if not expected <= set(kwargs) <= expected | optional:
             raise TypeError('%s takes %s (and optionally %s), got %s' % (
                 method, sorted(expected), sorted(optional), sorted(kwargs)))
-        cctxt = self.client.prepare(server=host,
-                                    version=SINCE.get(method, '1.0'))
+        version = SINCE.get(method, '1.0')
+        if set(kwargs) & optional:
+            # An older agent would refuse them as unknown arguments.
+            version = '1.4'
+        cctxt = self.client.prepare(server=host, version=version)
         cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
                    **kwargs)
 

@@ -103,6 +103,22 @@ hostagent_opts = [
     cfg.StrOpt('console_log_dir',
                help='Directory for the nodes\' serial console logs. '
                     'Default: logs/console in state_dir.'),
+    cfg.BoolOpt('keep_console_logs',
+                default=False,
+                help='Keep a node\'s console log when the node is '
+                     'removed (teardown, count down), for a look after '
+                     'a CI job; by default it goes with the node.'),
+    cfg.StrOpt('nvram_dir',
+               default='/var/lib/libvirt/qemu/nvram',
+               help='Directory of the UEFI nodes\' NVRAM files '
+                    '(<node>_VARS.fd, one per node); QEMU\'s user must '
+                    'be able to reach it.'),
+    cfg.ListOpt('firmware_dirs',
+                default=['/etc/qemu/firmware', '/usr/share/qemu/firmware'],
+                help='Directories of QEMU firmware descriptors (JSON), '
+                     'where UEFI and secure boot firmware (OVMF) is '
+                     'looked for; a file name in an earlier directory '
+                     'hides the same name in a later one.'),
     cfg.PortOpt('vbmcd_control_port',
                 help='Loopback TCP port of the control channel of the '
                      'virtualbmc daemon Tenks runs. Default: a free port '

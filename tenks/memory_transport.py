@@ -5,7 +5,13 @@ make it fast, so every idle listener spins on an empty queue: the
 embedded conductor and hostagent burned a whole core doing nothing, on
 machines whose cores should run the VMs. Here a consumer sleeps until a
 message is put (or its timeout passes), so messages still go through at
-once and an idle bus costs nothing.
+once and an idle bus costs next to nothing.
+
+A listener's stop only sets a flag that its poll loop checks between
+drains, so a consumer drains for at most WAIT_SLICE seconds at a time:
+stopping the embedded services (at the end of every command) takes that
+long, not the 50 ms oslo.messaging gives the memory transport. The
+price: an idle embedded process uses about 1% of a core more.
 """
 
 import socket
@@ -15,6 +21,8 @@ from queue import Empty
 
 from kombu import transport as kombu_transport
 from kombu.transport import memory
+
+WAIT_SLICE = 0.01
 
 _arrived = threading.Condition()
 _generation = 0
@@ -43,7 +51,8 @@ class Transport(memory.Transport):
     Channel = Channel
 
     def drain_events(self, connection, timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + min(
+            WAIT_SLICE, WAIT_SLICE if timeout is None else timeout)
         while True:
             with _arrived:
                 seen = _generation
@@ -51,9 +60,8 @@ class Transport(memory.Transport):
                 self.cycle.get(self._deliver, timeout=timeout)
                 return
             except Empty:
-                remaining = (None if deadline is None
-                             else deadline - time.monotonic())
-                if remaining is not None and remaining <= 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise socket.timeout() from None
                 with _arrived:
                     if _generation == seen:

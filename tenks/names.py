@@ -51,3 +51,13 @@ def volume(node_name, vol_name_prefix, index):
 
 def node(prefix, index):
     return '%s%d' % (prefix, index)
+
+
+def console_log(host_facts, node_type, node_name):
+    """The path of a node's console log on its hypervisor, or None when
+    its node type logs nothing (or the hostagent, older than API 1.4,
+    does not say where its logs go: it decides alone)."""
+    directory = host_facts.get('console_log_dir')
+    if not node_type['console_log_enabled'] or directory is None:
+        return None
+    return '%s/%s-console.log' % (directory.rstrip('/'), node_name)

@@ -130,7 +130,16 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
         taken_ports.add(port)
     return dict(node, node_type=entry['type'], vcpus=node_type['vcpus'],
                 memory_mb=node_type['memory_mb'], volumes=volumes,
-                nics=nics, bmc_address=address, bmc_port=port)
+                nics=nics, bmc_address=address, bmc_port=port,
+                boot_mode=node_type['boot_mode'],
+                secure_boot=node_type['secure_boot'],
+                console_log=names.console_log(host_facts, node_type, name))
+
+
+def firmware(node):
+    """(boot mode, secure boot) of a node record; records made before
+    boot modes are BIOS nodes."""
+    return node.get('boot_mode') or 'bios', bool(node.get('secure_boot'))
 
 
 def view(spec, deployment, node, host_facts):
@@ -147,6 +156,9 @@ def view(spec, deployment, node, host_facts):
         'vcpus': node['vcpus'],
         'memory_mb': node['memory_mb'],
         'console_log_enabled': node_type['console_log_enabled'],
+        'console_log': node.get('console_log'),
+        'boot_mode': firmware(node)[0],
+        'secure_boot': firmware(node)[1],
         'pool': names.pool(spec['cluster'], host_facts['resource_prefix']),
         'volumes': node['volumes'],
         'nics': node['nics'],
@@ -165,13 +177,17 @@ def ironic_node(spec, node):
     if config is None:
         return None
     node_type = spec['node_types'][node['node_type']]
+    boot_mode, secure_boot = firmware(node)
+    capabilities = 'boot_mode:%s' % boot_mode
+    if secure_boot:
+        capabilities += ',secure_boot:true'
     properties = {
         'cpus': node['vcpus'],
         'memory_mb': node['memory_mb'],
         # GiB, rounded down: a root disk never bigger than the volume.
         'local_gb': root_disk_bytes(node_type) // GIB,
         'cpu_arch': 'x86_64',
-        'capabilities': 'boot_mode:%s' % spec['default_boot_mode'],
+        'capabilities': capabilities,
     }
     properties.update(config['properties'])
     fields = {
@@ -350,9 +366,16 @@ def node_changes(old, new):
                 for what, field, value in lines]
     _check_volumes(old, new)
     changes = []
+    # A boot mode changes in place, as a firmware setting would: the
+    # domain is redefined (powered off, or refused while it runs unless
+    # forced) and its NVRAM made or removed; see the README.
     for field in ('memory_mb', 'vcpus', 'domain_type',
-                  'console_log_enabled'):
-        if old[field] != new[field]:
+                  'console_log_enabled', 'console_log', 'boot_mode',
+                  'secure_boot'):
+        if old.get(field) != new.get(field) and not (
+                # Recorded before Tenks recorded the path: unknown.
+                field == 'console_log' and old.get(field) is None
+                and old['console_log_enabled']):
             changes.append(_line(new, 'domain', UPDATE, field, old[field],
                                  new[field]))
     before = {v['name']: v for v in old['volumes']}

@@ -39,6 +39,8 @@ class HostState:
         self.free_bytes = facts['pool_free_bytes']
         self.initially_free_bytes = self.free_bytes
         self.network_driver = facts['network_driver']
+        # Hostagents older than API 1.4 boot BIOS only.
+        self.firmware = facts.get('firmware', ['bios'])
 
     def free_ports(self):
         return [port for port in self.ports
@@ -54,6 +56,10 @@ class HostState:
                 source for _, source in self.facts['missing_interfaces'])
         if not self.free_ports():
             return 'no free IPMI port'
+        kind = firmware_kind(node_type)
+        if kind not in self.firmware:
+            return ('no %s firmware (OVMF: install the package ovmf there)'
+                    % FIRMWARE_NAMES[kind])
         if self.free_memory_mb < node_type['memory_mb']:
             return 'only %d MiB of memory left' % self.free_memory_mb
         # The pool's directory's file system; an LVM volume group's
@@ -71,6 +77,18 @@ class HostState:
         self.free_memory_mb -= node_type['memory_mb']
         self.free_bytes -= volume_bytes(node_type)
         return port
+
+
+FIRMWARE_NAMES = {'bios': 'BIOS', 'uefi': 'UEFI',
+                  'secure_boot': 'UEFI secure boot'}
+
+
+def firmware_kind(node_type):
+    """The firmware a node of ``node_type`` needs, as hostagents name
+    it in their facts: bios, uefi or secure_boot."""
+    if node_type['boot_mode'] == 'uefi' and node_type['secure_boot']:
+        return 'secure_boot'
+    return node_type['boot_mode']
 
 
 def show_bytes(size):
@@ -191,6 +209,10 @@ def schedule(spec, facts, recorded):
                 'bmc_type': 'ipmi',
                 'bmc_address': host.bmc_address,
                 'bmc_port': port,
+                'boot_mode': node_type['boot_mode'],
+                'secure_boot': node_type['secure_boot'],
+                'console_log': names.console_log(host.facts, node_type,
+                                                 name),
                 'state': states.NODE_SCHEDULED,
             })
     return nodes

@@ -52,8 +52,10 @@ class VirtDriver(abc.ABC):
         """Return facts about the hypervisor as a JSON-able dict.
 
         Keys: ``libvirt_version`` (str), ``cpus`` (int), ``memory_mb``
-        (int). Raises HypervisorUnavailable when libvirt cannot be
-        reached, naming the URI.
+        (int), ``firmware`` (what it can boot: 'bios', 'uefi',
+        'secure_boot'; optional, BIOS only without it). Raises
+        HypervisorUnavailable when libvirt cannot be reached, naming the
+        URI.
         """
 
     @abc.abstractmethod
@@ -125,12 +127,18 @@ class VirtDriver(abc.ABC):
         backing file, if any)}]), nics
         ([{mac, tap}]), console_log_enabled (bool). When it is true, the
         serial console is logged to
-        ``<console_log_dir>/<name>-console.log`` (tenks.conf).
+        ``<console_log_dir>/<name>-console.log`` (tenks.conf), or to
+        ``console_log`` (a path in console_log_dir, or None: no log)
+        when the key is there. Optional: boot_mode ('bios', the default,
+        or 'uefi') and secure_boot (bool); a UEFI domain gets an NVRAM
+        file of its own, marked as ``owner``'s, which remove_domain
+        removes. Firmware missing for them: DriverError.
         """
 
     @abc.abstractmethod
     def remove_domain(self, name, owner):
-        """Stop the domain if it runs, undefine it, delete its log."""
+        """Stop the domain if it runs, undefine it, delete its NVRAM
+        file and (unless [hostagent] keep_console_logs) its log."""
 
     @abc.abstractmethod
     def domain_changes(self, domain, owner):

@@ -22,7 +22,8 @@ NODE_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain', 'vcpus',
                 'state')
 NODE_SHOW_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain',
                      'node_type', 'state', 'vcpus', 'memory_mb', 'volumes',
-                     'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port')
+                     'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
+                     'boot_mode', 'secure_boot', 'console_log')
 CLUSTER_COLUMNS = ('name', 'state', 'created_at', 'updated_at')
 OPERATION_COLUMNS = ('id', 'cluster', 'kind', 'state', 'progress',
                      'conductor', 'created_at', 'finished_at', 'error')

@@ -22,7 +22,7 @@ def embedded(conf):
     # The RPC servers' idle worker threads poll for work every second,
     # and stopping a server (and exiting the process) joins them: that
     # second would be most of a short command's run time.
-    futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.05
+    futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.01
     bus = rpc.Bus(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
     agent = hostagent_server.HostAgent(conf, bus)
     conductor = tenks_conductor.Conductor(conf, bus)

@@ -11,7 +11,6 @@ import time
 import uuid as uuidlib
 
 import sqlalchemy as sa
-from sqlalchemy import orm
 
 from tenks import exceptions
 from tenks import fileutils
@@ -74,67 +73,86 @@ def create_engine(url):
     return engine
 
 
+CLUSTERS = models.Cluster.table
+NODES = models.Node.table
+RESOURCES = models.Resource.table
+OPERATIONS = models.Operation.table
+HYPERVISORS = models.Hypervisor.table
+EVENTS = models.Event.table
+
+
 class StateDB:
 
     def __init__(self, engine):
         self.engine = engine
-        self._session = orm.sessionmaker(engine, expire_on_commit=False)
+
+    def _read(self, record, query):
+        """The records of the rows ``query`` selects."""
+        with self.engine.connect() as conn:
+            return [record.from_row(row) for row in conn.execute(query)]
+
+    def _get(self, record, key):
+        """The record whose primary key is ``key``, or None."""
+        [column] = record.table.primary_key
+        with self.engine.connect() as conn:
+            return record.from_row(conn.execute(
+                sa.select(record.table).where(column == key)).first())
+
+    def _write(self, *statements):
+        """Run ``statements`` ((statement, parameters) or statement) in
+        one transaction."""
+        with self.engine.begin() as conn:
+            for statement in statements:
+                if isinstance(statement, tuple):
+                    conn.execute(*statement)
+                else:
+                    conn.execute(statement)
 
     # Clusters
 
     def get_cluster(self, name):
-        with self._session() as session:
-            return session.get(models.Cluster, name)
+        return self._get(models.Cluster, name)
 
     def list_clusters(self):
-        with self._session() as session:
-            return session.scalars(
-                sa.select(models.Cluster).order_by(models.Cluster.name)
-            ).all()
+        return self._read(models.Cluster,
+                          sa.select(CLUSTERS).order_by(CLUSTERS.c.name))
 
     def save_cluster(self, name, spec, state):
         """Record the cluster; a new record is a new deployment (uuid).
         Returns the record."""
+        now = models.now()
         try:
-            with self._session.begin() as session:
-                cluster = models.Cluster(
-                    name=name, uuid=str(uuidlib.uuid4()), spec=spec,
-                    state=state)
-                session.add(cluster)
-            return cluster
+            values = {'name': name, 'uuid': str(uuidlib.uuid4()),
+                      'spec': spec, 'state': state, 'created_at': now,
+                      'updated_at': now}
+            self._write(sa.insert(CLUSTERS).values(values))
+            return models.Cluster(**values)
         except sa.exc.IntegrityError:
             pass
-        with self._session.begin() as session:
-            cluster = session.get(models.Cluster, name)
-            cluster.spec = spec
-            cluster.state = state
-        return cluster
+        self._write(sa.update(CLUSTERS).where(CLUSTERS.c.name == name)
+                    .values(spec=spec, state=state))
+        return self.get_cluster(name)
 
     def commit_cluster(self, name, spec, state, spec_indexes):
         """Record the spec a deploy applied, and each node's entry in it
         ({node uuid: index in spec['specs']})."""
-        nodes = models.Node.__table__
-        with self._session.begin() as session:
-            session.execute(sa.update(models.Cluster).where(
-                models.Cluster.name == name).values(spec=spec, state=state))
-            if spec_indexes:
-                session.execute(
-                    sa.update(nodes).where(
-                        nodes.c.uuid == sa.bindparam('u')).values(
-                            spec_index=sa.bindparam('i')),
-                    [{'u': uuid, 'i': index}
-                     for uuid, index in spec_indexes.items()])
+        statements = [sa.update(CLUSTERS).where(CLUSTERS.c.name == name)
+                      .values(spec=spec, state=state)]
+        if spec_indexes:
+            statements.append((
+                sa.update(NODES).where(NODES.c.uuid == sa.bindparam('u'))
+                .values(spec_index=sa.bindparam('i')),
+                [{'u': uuid, 'i': index}
+                 for uuid, index in spec_indexes.items()]))
+        self._write(*statements)
 
     def set_cluster_state(self, name, state):
-        with self._session.begin() as session:
-            session.execute(sa.update(models.Cluster).where(
-                models.Cluster.name == name).values(state=state))
+        self._write(sa.update(CLUSTERS).where(CLUSTERS.c.name == name)
+                    .values(state=state))
 
     def delete_cluster(self, name):
         """Delete the cluster's record, its spec and password with it."""
-        with self._session.begin() as session:
-            session.execute(sa.delete(models.Cluster).where(
-                models.Cluster.name == name))
+        self._write(sa.delete(CLUSTERS).where(CLUSTERS.c.name == name))
         if self.engine.url.get_backend_name() == 'sqlite':
             # Copy the WAL, where earlier versions of the record stay,
             # into the database (secure_delete zeroes the freed space),
@@ -160,56 +178,54 @@ class StateDB:
     # Nodes
 
     def list_nodes(self, cluster=None, hypervisor=None):
-        query = sa.select(models.Node).order_by(models.Node.cluster,
-                                                models.Node.name)
+        query = sa.select(NODES).order_by(NODES.c.cluster, NODES.c.name)
         if cluster is not None:
-            query = query.where(models.Node.cluster == cluster)
+            query = query.where(NODES.c.cluster == cluster)
         if hypervisor is not None:
-            query = query.where(models.Node.hypervisor == hypervisor)
-        with self._session() as session:
-            return session.scalars(query).all()
+            query = query.where(NODES.c.hypervisor == hypervisor)
+        return self._read(models.Node, query)
 
     def add_nodes(self, nodes):
-        with self._session.begin() as session:
-            session.add_all(models.Node(**node) for node in nodes)
+        nodes = list(nodes)
+        if nodes:
+            self._write((sa.insert(NODES), nodes))
 
     def set_node_state(self, uuid, state):
         self.update_node(uuid, state=state)
 
     def update_node(self, uuid, **fields):
         """Set ``fields`` of the node's record, in one statement."""
-        with self._session.begin() as session:
-            session.execute(sa.update(models.Node).where(
-                models.Node.uuid == uuid).values(**fields))
+        self._write(sa.update(NODES).where(NODES.c.uuid == uuid)
+                    .values(**fields))
 
     def get_node(self, uuid):
-        with self._session() as session:
-            return session.get(models.Node, uuid)
+        return self._get(models.Node, uuid)
 
     def delete_nodes(self, uuids):
-        with self._session.begin() as session:
-            session.execute(sa.delete(models.Node).where(
-                models.Node.uuid.in_(uuids)))
+        self._write(sa.delete(NODES).where(NODES.c.uuid.in_(uuids)))
 
     def delete_node(self, uuid):
-        with self._session.begin() as session:
-            session.execute(sa.delete(models.Node).where(
-                models.Node.uuid == uuid))
+        self._write(sa.delete(NODES).where(NODES.c.uuid == uuid))
 
     # Resources
 
+    @staticmethod
+    def _resource(hypervisor, kind, name):
+        return sa.and_(RESOURCES.c.hypervisor == hypervisor,
+                       RESOURCES.c.kind == kind, RESOURCES.c.name == name)
+
     def get_resource(self, hypervisor, kind, name):
-        with self._session() as session:
-            return session.scalars(sa.select(models.Resource).filter_by(
-                hypervisor=hypervisor, kind=kind, name=name)).one_or_none()
+        with self.engine.connect() as conn:
+            return models.Resource.from_row(conn.execute(
+                sa.select(RESOURCES).where(
+                    self._resource(hypervisor, kind, name))).one_or_none())
 
     def finish_resource(self, hypervisor, kind, name, data, operation):
         """The agent confirmed the resource; ``operation`` created it
         (None: it was there before)."""
-        with self._session.begin() as session:
-            session.execute(sa.update(models.Resource).filter_by(
-                hypervisor=hypervisor, kind=kind, name=name).values(
-                    state=RESOURCE_PRESENT, data=data, operation=operation))
+        self._write(sa.update(RESOURCES).where(
+            self._resource(hypervisor, kind, name)).values(
+                state=RESOURCE_PRESENT, data=data, operation=operation))
 
     def begin_resources(self, cluster, hypervisor, operation, wanted,
                         node=None, new=False):
@@ -223,20 +239,20 @@ class StateDB:
         """
         if new:
             try:
-                with self._session.begin() as session:
-                    session.execute(sa.insert(models.Resource), [
-                        self._creating(cluster, hypervisor, operation, kind,
-                                       name, args, node)
-                        for kind, name, args in wanted])
+                self._write((sa.insert(RESOURCES), [
+                    self._creating(cluster, hypervisor, operation, kind,
+                                   name, args, node)
+                    for kind, name, args in wanted]))
                 return {}
             except sa.exc.IntegrityError:
                 pass
-        table = models.Resource
-        match = sa.or_(*[sa.and_(table.kind == kind, table.name == name)
+        match = sa.or_(*[sa.and_(RESOURCES.c.kind == kind,
+                                 RESOURCES.c.name == name)
                          for kind, name, _ in wanted])
-        with self._session.begin() as session:
-            rows = session.scalars(sa.select(table).where(
-                table.hypervisor == hypervisor, match)).all()
+        with self.engine.begin() as conn:
+            rows = [models.Resource.from_row(row) for row in conn.execute(
+                sa.select(RESOURCES).where(
+                    RESOURCES.c.hypervisor == hypervisor, match))]
             for row in rows:
                 if row.cluster != cluster:
                     raise exceptions.ResourceConflict(
@@ -250,7 +266,7 @@ class StateDB:
                        for kind, name, args in wanted
                        if (kind, name) not in before]
             if missing:
-                session.execute(sa.insert(table), missing)
+                conn.execute(sa.insert(RESOURCES), missing)
         return before
 
     @staticmethod
@@ -263,59 +279,56 @@ class StateDB:
     def finish_resources(self, hypervisor, credits, removed=()):
         """Mark the things of ``credits`` ({(kind, name): operation that
         created it, or None}) present and forget those ``removed``."""
-        table = models.Resource.__table__
-        with self._session.begin() as session:
-            if credits:
-                session.execute(
-                    sa.update(table).where(
-                        table.c.hypervisor == hypervisor,
-                        table.c.kind == sa.bindparam('k'),
-                        table.c.name == sa.bindparam('n')).values(
-                            state=RESOURCE_PRESENT,
-                            operation=sa.bindparam('o')),
-                    [{'k': kind, 'n': name, 'o': operation}
-                     for (kind, name), operation in credits.items()])
-            if removed:
-                self._delete_resources(session, hypervisor, removed)
+        statements = []
+        if credits:
+            statements.append((
+                sa.update(RESOURCES).where(
+                    RESOURCES.c.hypervisor == hypervisor,
+                    RESOURCES.c.kind == sa.bindparam('k'),
+                    RESOURCES.c.name == sa.bindparam('n')).values(
+                        state=RESOURCE_PRESENT,
+                        operation=sa.bindparam('o')),
+                [{'k': kind, 'n': name, 'o': operation}
+                 for (kind, name), operation in credits.items()]))
+        if removed:
+            statements.append(self._deleting(hypervisor, removed))
+        if statements:
+            self._write(*statements)
 
     def delete_resources(self, hypervisor, keys):
         """Forget the things ``keys`` ([(kind, name)]) on ``hypervisor``."""
-        with self._session.begin() as session:
-            self._delete_resources(session, hypervisor, keys)
+        if keys:
+            self._write(self._deleting(hypervisor, keys))
 
     @staticmethod
-    def _delete_resources(session, hypervisor, keys):
-        if not keys:
-            # An empty or_() matches every row of the hypervisor.
-            return
-        table = models.Resource
-        session.execute(sa.delete(table).where(
-            table.hypervisor == hypervisor,
-            sa.or_(*[sa.and_(table.kind == kind, table.name == name)
-                     for kind, name in keys])))
+    def _deleting(hypervisor, keys):
+        # Never with no keys: an empty or_() matches every row of the
+        # hypervisor.
+        return sa.delete(RESOURCES).where(
+            RESOURCES.c.hypervisor == hypervisor,
+            sa.or_(*[sa.and_(RESOURCES.c.kind == kind,
+                             RESOURCES.c.name == name)
+                     for kind, name in keys]))
 
     def delete_resource(self, hypervisor, kind, name):
-        with self._session.begin() as session:
-            session.execute(sa.delete(models.Resource).filter_by(
-                hypervisor=hypervisor, kind=kind, name=name))
+        self._write(sa.delete(RESOURCES).where(
+            self._resource(hypervisor, kind, name)))
 
     def list_resources(self, cluster=None, **filters):
         """Resources of ``cluster`` (or all), filtered by column values
         (node=, operation=, hypervisor=)."""
-        query = sa.select(models.Resource).filter_by(**filters)
+        query = sa.select(RESOURCES).filter_by(**filters)
         if cluster is not None:
             query = query.filter_by(cluster=cluster)
-        with self._session() as session:
-            return session.scalars(query.order_by(models.Resource.id)).all()
+        return self._read(models.Resource, query.order_by(RESOURCES.c.id))
 
     # Operations
 
     def create_operation(self, operation_id, cluster, kind, conductor,
                          spec=None):
-        with self._session.begin() as session:
-            session.add(models.Operation(
-                id=operation_id, cluster=cluster, kind=kind,
-                state=OPERATION_RUNNING, conductor=conductor, spec=spec))
+        self._write(sa.insert(OPERATIONS).values(
+            id=operation_id, cluster=cluster, kind=kind,
+            state=OPERATION_RUNNING, conductor=conductor, spec=spec))
 
     def set_operation_plan(self, operation_id, plan):
         self._update_operation(operation_id, plan=plan)
@@ -333,77 +346,66 @@ class StateDB:
         values = {'state': state, 'error': error, 'result': result or {},
                   'finished_at': datetime.datetime.now(
                       datetime.timezone.utc)}
-        with self._session.begin() as session:
+        with self.engine.begin() as conn:
             if spec is UNKNOWN:
-                spec = session.scalar(sa.select(models.Operation.spec).where(
-                    models.Operation.id == operation_id))
-                spec = spec and dict(spec, ipmi_password='***')
+                spec = models.mask_password(conn.scalar(
+                    sa.select(OPERATIONS.c.spec).where(
+                        OPERATIONS.c.id == operation_id)))
             if spec:
                 values['spec'] = spec
-            session.execute(sa.update(models.Operation).where(
-                models.Operation.id == operation_id).values(**values))
+            conn.execute(sa.update(OPERATIONS).where(
+                OPERATIONS.c.id == operation_id).values(**values))
 
     def _update_operation(self, operation_id, **values):
-        with self._session.begin() as session:
-            session.execute(sa.update(models.Operation).where(
-                models.Operation.id == operation_id).values(**values))
+        self._write(sa.update(OPERATIONS).where(
+            OPERATIONS.c.id == operation_id).values(**values))
 
     def get_operation(self, operation_id):
-        with self._session() as session:
-            return session.get(models.Operation, operation_id)
+        return self._get(models.Operation, operation_id)
 
     def list_operations(self, cluster=None, state=None, conductor=None):
-        query = sa.select(models.Operation).order_by(
-            models.Operation.created_at)
+        query = sa.select(OPERATIONS).order_by(OPERATIONS.c.created_at)
         for column, value in (('cluster', cluster), ('state', state),
                               ('conductor', conductor)):
             if value is not None:
-                query = query.where(
-                    getattr(models.Operation, column) == value)
-        with self._session() as session:
-            return session.scalars(query).all()
+                query = query.where(OPERATIONS.c[column] == value)
+        return self._read(models.Operation, query)
 
     # Hypervisors
 
     def register_hypervisor(self, host, facts):
         values = {'facts': facts,
                   'last_seen': datetime.datetime.now(datetime.timezone.utc)}
-        update = sa.update(models.Hypervisor).where(
-            models.Hypervisor.host == host).values(**values)
+        update = sa.update(HYPERVISORS).where(
+            HYPERVISORS.c.host == host).values(**values)
         try:
-            with self._session.begin() as session:
-                if not session.execute(update).rowcount:
-                    session.add(models.Hypervisor(host=host, **values))
+            with self.engine.begin() as conn:
+                if not conn.execute(update).rowcount:
+                    conn.execute(sa.insert(HYPERVISORS).values(
+                        host=host, **values))
         except sa.exc.IntegrityError:
             # Another process registered it between the two statements.
-            with self._session.begin() as session:
-                session.execute(update)
+            self._write(update)
 
     def list_hypervisors(self):
-        with self._session() as session:
-            return session.scalars(sa.select(models.Hypervisor).order_by(
-                models.Hypervisor.host)).all()
+        return self._read(models.Hypervisor, sa.select(HYPERVISORS)
+                          .order_by(HYPERVISORS.c.host))
 
     def get_hypervisor(self, host):
-        with self._session() as session:
-            return session.get(models.Hypervisor, host)
+        return self._get(models.Hypervisor, host)
 
     def delete_hypervisor(self, host):
-        with self._session.begin() as session:
-            session.execute(sa.delete(models.Hypervisor).where(
-                models.Hypervisor.host == host))
+        self._write(sa.delete(HYPERVISORS).where(HYPERVISORS.c.host == host))
 
     # Events
 
     def add_event(self, event_type, priority, cluster, payload):
-        with self._session.begin() as session:
-            session.add(models.Event(event_type=event_type,
-                                     priority=priority, cluster=cluster,
-                                     payload=payload))
+        self._write(sa.insert(EVENTS).values(
+            event_type=event_type, priority=priority, cluster=cluster,
+            payload=payload))
 
     def list_events(self, cluster=None, limit=100):
-        query = sa.select(models.Event).order_by(models.Event.id.desc())
+        query = sa.select(EVENTS).order_by(EVENTS.c.id.desc())
         if cluster is not None:
-            query = query.where(models.Event.cluster == cluster)
-        with self._session() as session:
-            return list(reversed(session.scalars(query.limit(limit)).all()))
+            query = query.where(EVENTS.c.cluster == cluster)
+        return list(reversed(self._read(models.Event, query.limit(limit))))

@@ -144,7 +144,16 @@ class ClusterEnv:
                   if self.cluster in d]
         found += ['vbmcd %d' % vbmcd_pid(d) for d in self.state_dirs
                   if vbmcd_pid(d)]
+        found += ['NVRAM file %s' % path for path in self._nvram_files()]
         return found
+
+    def _nvram_files(self):
+        nvram_dir = self.conf.hostagent.nvram_dir
+        if not os.path.isdir(nvram_dir):
+            return []
+        return [os.path.join(nvram_dir, name)
+                for name in sorted(os.listdir(nvram_dir))
+                if name.startswith(self.node_prefix)]
 
     def force_clean(self):
         for state_dir in self.state_dirs:
@@ -159,7 +168,8 @@ class ClusterEnv:
                     with contextlib.suppress(libvirt.libvirtError):
                         dom.destroy()
                     with contextlib.suppress(libvirt.libvirtError):
-                        dom.undefine()
+                        dom.undefineFlags(
+                            libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
             for pool in conn.listAllStoragePools():
                 if self._ours(pool.name()):
                     for vol in pool.listAllVolumes():
@@ -175,6 +185,9 @@ class ClusterEnv:
             for link in self._links(ipr):
                 with contextlib.suppress(Exception):
                     ipr.link('del', index=link['index'])
+        for path in self._nvram_files():
+            with contextlib.suppress(OSError):
+                os.remove(path)
         pool_root = self.conf.hostagent.pool_dir
         for name in os.listdir(pool_root):
             if self.cluster in name:

@@ -4,6 +4,7 @@ import subprocess
 
 import pytest
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from hostagent.drivers.network import linuxbridge
 from tenks import exceptions
@@ -244,7 +245,7 @@ def test_failed_ensure_leaves_nothing_it_made(driver, ipr, left, bridge,
     new_bridge, tap = left.name('brn'), left.name('t0')
 
     def fail(*args, **kwargs):
-        raise linuxbridge.NetlinkError(1, 'injected failure')
+        raise NetlinkError(1, 'injected failure')
 
     monkeypatch.setattr(linuxbridge, '_configure', fail)
     for call, args in [
@@ -299,3 +300,36 @@ def test_link_made_by_another_process_meanwhile_is_left(driver, ipr, left,
         assert found is not None, name
         assert (found['kind'], found['alias'], found['master']) == (
             kind, None, None), name
+
+
+def test_port_changes_reads_what_ensure_port_would_change(driver, ipr, left,
+                                                          bridge):
+    """port_changes reads sysfs: each port's drift as ensure_port sees it
+    through netlink, and it changes nothing."""
+    taps = [left.name('t%d' % index) for index in range(6)]
+    for tap in taps[:5]:
+        driver.ensure_port(bridge, tap, fx.OWNER)
+    index = {tap: ipr.link_lookup(ifname=tap)[0] for tap in taps[:5]}
+    ipr.link('set', index=index[taps[1]], master=0)
+    ipr.link('set', index=index[taps[2]], state='down')
+    ipr.link('set', index=index[taps[3]], ifalias='somebody else')
+    other = left.name('bro')
+    ipr.link('add', ifname=other, kind='bridge')
+    ports = [{'tap': tap, 'bridge': bridge} for tap in taps]
+    ports[4]['bridge'] = other
+    before = [link(ipr, tap) for tap in taps]
+
+    assert driver.port_changes(ports, fx.OWNER) == {
+        taps[0]: [],
+        taps[1]: ['master %d' % ipr.link_lookup(ifname=bridge)[0]],
+        taps[2]: ['state up'],
+        taps[3]: 'foreign',
+        taps[4]: ['bridge %s missing or not ours' % other],
+        taps[5]: None,
+    }
+    assert [link(ipr, tap) for tap in taps] == before
+    # What it reported is what ensure_port repairs.
+    for tap in taps[1:3]:
+        assert driver.ensure_port(bridge, tap, fx.OWNER) == fx.FIXED
+    assert driver.port_changes(ports[:3], fx.OWNER) == dict.fromkeys(
+        taps[:3], [])

@@ -66,8 +66,10 @@ def test_killed_deploy_resumes(env, tmp_path):
                                   stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         # Each node is one agent request (volumes, ports, domain, then
-        # BMC): its domain defined, it waits on the frozen vbmcd.
-        while defined(env.node_name(0), env.node_name(1)) < 2:
+        # BMC): its domain defined, it waits on the frozen vbmcd. (The
+        # first cluster's node holds the first name.)
+        names = (env.node_name(1), env.node_name(2))
+        while defined(*names) < 2:
             assert time.monotonic() < deadline, 'domains never defined'
             assert deploy.poll() is None, deploy.communicate()
             time.sleep(0.05)
@@ -87,6 +89,7 @@ def test_killed_deploy_resumes(env, tmp_path):
                              '--cluster', env.cluster],
                             capture_output=True, text=True, check=True)
     nodes = json.loads(listed.stdout)
+    assert [n['name'] for n in nodes] == list(names)
     assert [n['state'] for n in nodes] == ['deployed', 'deployed']
     for node in nodes:
         status = cf.ipmitool(node['bmc_port'], 'power', 'status')

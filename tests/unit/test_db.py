@@ -66,10 +66,10 @@ def test_upgraded_empty_database_equals_the_models(tmp_path):
             connection, opts={'version_table': migration.VERSION_TABLE,
                               'include_name': env_include_name})
         assert autogenerate.compare_metadata(
-            context, models.Base.metadata) == []
+            context, models.metadata) == []
         # TaskFlow's tables come with the schema, for the flows.
         assert sorted(sa.inspect(connection).get_table_names()) == sorted(
-            [*models.Base.metadata.tables, migration.VERSION_TABLE,
+            [*models.metadata.tables, migration.VERSION_TABLE,
              'atomdetails', 'flowdetails', 'logbooks'])
         # One line of history: a merge is needed when two branches meet.
         head = script.ScriptDirectory(migration.MIGRATIONS).get_heads()
@@ -87,7 +87,7 @@ def test_upgrade_again_changes_nothing(tmp_path):
 def test_database_older_than_the_migrations_is_refused(tmp_path):
     engine = db_api.create_engine(
         'sqlite:///%s' % (tmp_path / 'state.sqlite'))
-    models.Base.metadata.create_all(engine)
+    models.metadata.create_all(engine)
     with pytest.raises(exceptions.ConfigError, match='older than its '
                        'migrations: tear its clusters down'):
         migration.upgrade(engine)

@@ -214,14 +214,15 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
 
 @pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
 def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
-    """An agent of 1.1 refuses ensure_node rather than running it; 1.0
-    methods stay servable by 1.0 agents."""
+    """An agent of 1.3 refuses ensure_node rather than building a node
+    without the fields it does not know; 1.0 methods stay servable by 1.0
+    agents."""
     bus = Bus()
     args = dict.fromkeys(hostagent_rpcapi.METHODS[method])
     hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', method, 'req', 'c1',
                                             **args)
     [(_, _, _, options)] = bus.sent
-    since = {'ensure_node': '1.2', 'remove_node': '1.2',
-             'inspect_nodes': '1.3'}
+    since = {'ensure_node': '1.4', 'remove_node': '1.4',
+             'inspect_nodes': '1.4'}
     assert options['version'] == since.get(method, '1.0')
     assert hostagent_rpcapi.SINCE == since

@@ -62,7 +62,8 @@ def test_defaults_are_filled_in(tmp_path):
         'cluster': 'quickstart',
         'node_types': {'small': {'memory_mb': 256, 'vcpus': 1,
                                  'volumes': [], 'physical_networks': [],
-                                 'console_log_enabled': True}},
+                                 'console_log_enabled': True,
+                                 'boot_mode': 'bios', 'secure_boot': False}},
         'specs': [{'type': 'small', 'count': 2, 'node_name_prefix': 'tk',
                    'vol_name_prefix': 'vol'}],
         'physical_networks': [],
@@ -609,8 +610,6 @@ def test_other_unknown_keys_are_still_errors(tmp_path):
     ('node_types__small__ironic_driver', 'redfish',
      "node_types.small.ironic_driver: 'redfish' is not supported yet "
      '(supported: ipmi)'),
-    ('default_boot_mode', 'uefi',
-     "default_boot_mode: 'uefi' is not supported yet (supported: bios)"),
     ('bmc_emulators', {'ipmi': 'sushy-tools'},
      "bmc_emulators.ipmi: 'sushy-tools' is not one of: virtualbmc"),
     ('bmc_emulators', {'virtualbmc': 'ipmi'},

@@ -226,11 +226,11 @@ def test_an_existing_volume_is_attached_never_made_or_removed(
     assert agent.nodes.inspect([wanted], OWNER)['nodes'] == {
         wanted['uuid']: []}
     # A node that loses it asks for no removal of it.
-    request = rpcapi.node_request(
-        dict(wanted, volumes=node()['volumes'], bmc={'address': 'a',
-                                                     'port': 1,
-                                                     'username': 'u'}),
-        'pw', gone=dict(wanted))
+    view = dict(wanted, boot_mode='bios', secure_boot=False,
+                console_log=None, bmc={'address': 'a', 'port': 1,
+                                       'username': 'u'})
+    request = rpcapi.node_request(dict(view, volumes=node()['volumes']),
+                                  'pw', gone=view)
     assert request['remove']['volumes'] == []
 
 

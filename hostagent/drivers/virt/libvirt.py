@@ -7,6 +7,8 @@ import errno
 import glob
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from xml.etree import ElementTree as ET
@@ -14,6 +16,7 @@ from xml.etree import ElementTree as ET
 import libvirt
 
 from hostagent.drivers import base
+from hostagent.drivers.virt import firmware
 from hostagent.drivers.virt import storage
 from tenks import conf as tenks_conf
 from tenks import exceptions
@@ -40,7 +43,8 @@ STATES = {
     libvirt.VIR_DOMAIN_PMSUSPENDED: 'pmsuspended',
 }
 
-UNDEFINE_FLAGS = (libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+# The NVRAM file is removed by Tenks, which checks its owner mark first.
+UNDEFINE_FLAGS = (libvirt.VIR_DOMAIN_UNDEFINE_KEEP_NVRAM
                   | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
                   | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
                   | libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA)
@@ -115,16 +119,32 @@ def _attr(element, path, name):
     return None if found is None else found.get(name)
 
 
+def _machine(machine):
+    """The family of a machine type: libvirt stores the versioned name
+    (pc-q35-7.2) of the one asked for (q35), or of its default (pc)."""
+    return 'q35' if machine and 'q35' in machine else 'pc'
+
+
 def _summary(xml):
     """The parts of a domain XML that ensure_domain manages.
 
     Not the boot order: the BMC changes it when Ironic sets the boot
-    device, and a re-run must not undo that.
+    device, and a re-run must not undo that. Not <bios useserial>
+    either, which only domains defined since carry: adding it is not
+    worth redefining (and powering off) a running node.
     """
     root = ET.fromstring(xml)
     devices = root.find('devices')
+    loader = root.find('os/loader')
+    nvram = root.find('os/nvram')
     return {
         'type': root.get('type'),
+        'machine': _machine(_attr(root, 'os/type', 'machine')),
+        'loader': None if loader is None else (
+            loader.text, loader.get('type'), loader.get('secure', 'no')),
+        'nvram': None if nvram is None else (nvram.text,
+                                             nvram.get('template')),
+        'smm': _attr(root, 'features/smm', 'state'),
         'uuid': root.findtext('uuid'),
         'memory': (_attr(root, 'memory', 'unit'), root.findtext('memory')),
         'vcpus': root.findtext('vcpu'),
@@ -184,6 +204,9 @@ def _differences(current, wanted):
             changes += _added_removed('NICs', old, new, 1)
         elif key == 'serials':
             changes.append('console log')
+        elif key in ('loader', 'nvram'):
+            changes.append('%s %s -> %s' % (key, old and old[0],
+                                            new and new[0]))
         else:
             changes.append('%s %s -> %s' % (key, old, new))
     return changes
@@ -293,7 +316,11 @@ class LibvirtDriver(base.VirtDriver):
                 version // 1000000, version // 1000 % 1000, version % 1000),
             'cpus': info[2],
             'memory_mb': info[1],
+            'firmware': ['bios'] + sorted(self._firmware()),
         }
+
+    def _firmware(self):
+        return firmware.find(self.conf.hostagent.firmware_dirs)
 
     # Pools and volumes
 
@@ -682,6 +709,49 @@ class LibvirtDriver(base.VirtDriver):
         return os.path.join(tenks_conf.console_log_dir(self.conf),
                             '%s-console.log' % name)
 
+    def _console_log_of(self, domain):
+        """The log file of the domain's serial console, or None.
+
+        ``console_log`` when the request gives it (it must lie in
+        console_log_dir: Tenks removes what is there), else the default
+        path when ``console_log_enabled``.
+        """
+        if 'console_log' not in domain:
+            return (self._console_log(domain['name'])
+                    if domain['console_log_enabled'] else None)
+        path = domain['console_log']
+        top = os.path.realpath(tenks_conf.console_log_dir(self.conf))
+        if path is not None and os.path.dirname(
+                os.path.realpath(path)) != top:
+            raise exceptions.DriverError(
+                driver='libvirt', action='define domain %s' % domain['name'],
+                reason='its console log %s is not a file of this '
+                       "hypervisor's console_log_dir %s" % (path, top))
+        return path
+
+    def _nvram_path(self, name):
+        return os.path.join(self.conf.hostagent.nvram_dir,
+                            '%s_VARS.fd' % name)
+
+    def _loader(self, domain):
+        """{'loader', 'template'} of the domain's UEFI firmware, or None
+        for a BIOS domain; DriverError when this hypervisor has none."""
+        if domain.get('boot_mode', 'bios') == 'bios':
+            return None
+        kind = (firmware.SECURE_BOOT if domain.get('secure_boot')
+                else firmware.UEFI)
+        found = self._firmware().get(kind)
+        if found is None:
+            raise exceptions.DriverError(
+                driver='libvirt', action='define domain %s' % domain['name'],
+                reason='no UEFI firmware%s found in the firmware '
+                       'descriptors of %s: install OVMF (Debian and '
+                       'Ubuntu package ovmf)' % (
+                           ' with secure boot and enrolled keys'
+                           if kind == firmware.SECURE_BOOT else '',
+                           ', '.join(self.conf.hostagent.firmware_dirs)))
+        return found
+
     def _domain_xml(self, domain, owner, backing_formats=None):
         """The domain's XML; ``backing_formats``: {path: format} of the
         backing files of its disks, which then get their chain spelled
@@ -695,13 +765,28 @@ class LibvirtDriver(base.VirtDriver):
         ET.SubElement(root, 'memory', unit='KiB').text = kib
         ET.SubElement(root, 'currentMemory', unit='KiB').text = kib
         ET.SubElement(root, 'vcpu').text = str(domain['vcpus'])
+        loader = self._loader(domain)
+        secure = loader is not None and domain.get('secure_boot', False)
         os_el = ET.SubElement(root, 'os')
-        ET.SubElement(os_el, 'type').text = 'hvm'
+        # Secure boot needs SMM, which libvirt allows on q35 only.
+        ET.SubElement(os_el, 'type', arch='x86_64',
+                      **({'machine': 'q35'} if secure else {})).text = 'hvm'
+        if loader is not None:
+            ET.SubElement(os_el, 'loader', readonly='yes', type='pflash',
+                          secure='yes' if secure else 'no'
+                          ).text = loader['loader']
+            ET.SubElement(os_el, 'nvram', template=loader['template']
+                          ).text = self._nvram_path(domain['name'])
         ET.SubElement(os_el, 'boot', dev='network')
         ET.SubElement(os_el, 'boot', dev='hd')
+        if loader is None:
+            # SeaBIOS prints to the serial console too (OVMF does).
+            ET.SubElement(os_el, 'bios', useserial='yes')
         features = ET.SubElement(root, 'features')
         ET.SubElement(features, 'acpi')
         ET.SubElement(features, 'apic')
+        if secure:
+            ET.SubElement(features, 'smm', state='on')
         ET.SubElement(root, 'on_poweroff').text = 'destroy'
         devices = ET.SubElement(root, 'devices')
         counts = collections.Counter()
@@ -728,10 +813,10 @@ class LibvirtDriver(base.VirtDriver):
             ET.SubElement(el, 'target', dev=nic['tap'], managed='no')
             ET.SubElement(el, 'model', type='virtio')
         serial = ET.SubElement(devices, 'serial', type='pty')
-        if domain['console_log_enabled']:
-            ET.SubElement(serial, 'log',
-                          file=self._console_log(domain['name']),
-                          append='on')
+        log = self._console_log_of(domain)
+        if log is not None:
+            # append: the log survives power cycles (virtlogd rotates it).
+            ET.SubElement(serial, 'log', file=log, append='on')
         ET.SubElement(serial, 'target', port='0')
         console = ET.SubElement(devices, 'console', type='pty')
         ET.SubElement(console, 'target', type='serial', port='0')
@@ -754,9 +839,15 @@ class LibvirtDriver(base.VirtDriver):
         return dom
 
     def domain_changes(self, domain, owner):
-        """See base; the UUID cannot change: DriverError."""
+        """See base; the UUID cannot change: DriverError. An NVRAM file
+        that is not ``owner``'s: ResourceConflict. A missing NVRAM file
+        is no change here: ensure_domain makes it without a power-off.
+        """
         name = domain['name']
         wanted = _summary(self._domain_xml(domain, owner))
+        if wanted['nvram'] and os.path.lexists(wanted['nvram'][0]):
+            _check_mark(wanted['nvram'][0], 'NVRAM file of domain', name,
+                        owner)
         with self._libvirt('read domain %s' % name) as conn:
             dom = self._owned_domain(conn, name, owner)
             if dom is None:
@@ -764,6 +855,17 @@ class LibvirtDriver(base.VirtDriver):
             current = _summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         _check_uuid(name, current, wanted)
         return _differences(current, wanted)
+
+    def _nvram_changes(self, wanted, owner):
+        """What is wrong with the NVRAM file of a wanted summary."""
+        if wanted['nvram'] is None:
+            return []
+        path = wanted['nvram'][0]
+        if not os.path.lexists(path):
+            return ['NVRAM file %s missing' % path]
+        if _mark(path) != owner:
+            return ['NVRAM file %s is not ours' % path]
+        return []
 
     def domains_changes(self, domains, owner):
         """See base; one listing of the domains."""
@@ -788,9 +890,15 @@ class LibvirtDriver(base.VirtDriver):
                 if mark != owner:
                     changes[name] = base.FOREIGN
                     continue
+                try:
+                    wanted = _summary(self._domain_xml(domain, owner))
+                except exceptions.DriverError as e:
+                    # No firmware for it (any more): ensure says why.
+                    changes[name] = [str(e)]
+                    continue
                 # Another UUID shows as a change (ensure refuses it).
-                changes[name] = _differences(
-                    _summary(xml), _summary(self._domain_xml(domain, owner)))
+                changes[name] = _differences(_summary(xml), wanted) + (
+                    self._nvram_changes(wanted, owner))
         return changes
 
     def start_domain(self, name, owner):
@@ -815,7 +923,11 @@ class LibvirtDriver(base.VirtDriver):
 
         A domain of ``owner`` that differs is redefined (if it runs, the
         change applies from its next start); one without the mark or with
-        another owner's raises ResourceConflict.
+        another owner's raises ResourceConflict. A UEFI domain gets its
+        NVRAM file, a copy of the firmware's template marked as
+        ``owner``'s, made again from the new template when the firmware
+        changes (secure boot on or off) and removed when the domain
+        becomes a BIOS one.
         """
         name = domain['name']
         backing = {disk['backing'] for disk in domain['disks']
@@ -827,33 +939,109 @@ class LibvirtDriver(base.VirtDriver):
             fileutils.private_dir(tenks_conf.console_log_dir(self.conf),
                                   fix_existing=False)
             dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
+            current = None
             if dom is not None:
                 self._check_owner(dom, name, owner)
                 current = _summary(
                     dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-                if current == wanted:
-                    return base.ensured(False)
                 _check_uuid(name, current, wanted)
-            # One define: a domain appears with its owner mark or not at all.
-            conn.defineXML(xml)
+            made_nvram = self._ensure_nvram(name, current, wanted, owner)
+            if current == wanted:
+                return base.ensured(False, made_nvram)
+            try:
+                # One define: a domain appears with its owner mark or not
+                # at all.
+                conn.defineXML(xml)
+            except Exception:
+                if made_nvram and dom is None:
+                    self._remove_nvram(wanted['nvram'][0], owner)
+                raise
+            old_nvram = current and current['nvram'] and current['nvram'][0]
+            if old_nvram and old_nvram != (wanted['nvram'] or [None])[0]:
+                self._remove_nvram(old_nvram, owner)
         return base.ensured(dom is None, True)
 
+    def _ensure_nvram(self, name, current, wanted, owner):
+        """Make the NVRAM file of summary ``wanted`` from its template,
+        unless it exists (ours) and the template stays; True if made."""
+        if wanted['nvram'] is None:
+            return False
+        path, template = wanted['nvram']
+        if os.path.lexists(path):
+            _check_mark(path, 'NVRAM file of domain', name, owner)
+            if current is None or current['nvram'] is None or (
+                    current['nvram'][1] == template):
+                return False
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.%s.' % name)
+        try:
+            with open(template, 'rb') as src, os.fdopen(fd, 'wb') as dst:
+                shutil.copyfileobj(src, dst)
+            _set_mark(tmp, owner)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        LOG.info('Made NVRAM file %s of domain %s from %s', path, name,
+                 template)
+        return True
+
+    @staticmethod
+    def _remove_nvram(path, owner):
+        """Remove the NVRAM file at ``path`` if it is ``owner``'s; True
+        if removed."""
+        if not os.path.lexists(path):
+            return False
+        if _mark(path) != owner:
+            LOG.warning('Left NVRAM file %s in place: it is not owned by '
+                        '%s', path, owner)
+            return False
+        os.remove(path)
+        return True
+
     def remove_domain(self, name, owner):
-        """See base; ResourceConflict unless the domain is ``owner``'s."""
+        """See base; ResourceConflict unless the domain is ``owner``'s.
+
+        Its NVRAM file goes too (if ours), and its console log unless
+        [hostagent] keep_console_logs.
+        """
         with self._libvirt('remove domain %s' % name) as conn:
             dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
             if dom is None:
-                return False
+                return self._remove_domain_files(name, None, owner)
             self._check_owner(dom, name, owner)
+            current = _summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
             _destroy(dom)
             if dom.isPersistent():
                 dom.undefineFlags(UNDEFINE_FLAGS)
-            log = self._console_log(name)
+            self._remove_domain_files(name, current, owner)
+        return True
+
+    def _remove_domain_files(self, name, current, owner):
+        """Remove the NVRAM file and console log of domain ``name``
+        (``current``: its summary, None when it is not defined): those
+        its definition names and those at the default paths. True if
+        something was removed."""
+        removed = False
+        nvrams = {self._nvram_path(name)}
+        logs = {self._console_log(name)}
+        if current is not None:
+            if current['nvram']:
+                nvrams.add(current['nvram'][0])
+            logs.update(log for _, log in current['serials'] if log)
+        for path in sorted(nvrams):
+            removed |= self._remove_nvram(path, owner)
+        if self.conf.hostagent.keep_console_logs:
+            return removed
+        for log in sorted(logs):
             # virtlogd rotates the log to <log>.0, <log>.1, ...
             for path in [log] + glob.glob(glob.escape(log) + '.[0-9]*'):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
-        return True
+                    removed = True
+        return removed
 
     def domain_state(self, name):
         with self._libvirt('read the state of domain %s' % name) as conn:

@@ -14,7 +14,7 @@ def include_name(name, type_, parent_names):
 
 context.configure(
     connection=context.config.attributes['connection'],
-    target_metadata=models.Base.metadata,
+    target_metadata=models.metadata,
     version_table=migration.VERSION_TABLE,
     include_name=include_name,
     # SQLite alters tables by copying them; batch mode does that.
