@@ -387,3 +387,15 @@ def test_logical_volumes_are_ours_by_their_lvm_tag(monkeypatch, tmp_path):
     assert 'tags tenks:c:other' in str(refused.value)
     assert not theirs.deleted
     assert driver.remove_volume('p', 'v0', OWNER) and mine.deleted
+
+
+def test_a_logical_pool_asks_for_an_agent_that_knows_it():
+    from tests.unit.test_rpcapi import Bus
+    bus = Bus()
+    api = rpcapi.HostAgentAPI(bus)
+    args = {'name': 'p', 'path': '/p', 'owner': OWNER}
+    api.cast('hv1', 'ensure_pool', 'r1', 'c1', **args)
+    api.cast('hv1', 'ensure_pool', 'r2', 'c1', pool_type='logical',
+             devices=['/dev/sdb'], **args)
+    assert [options['version'] for _, _, _, options in bus.sent] == [
+        '1.0', '1.4']
