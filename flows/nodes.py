@@ -30,9 +30,10 @@ def node_resources(view):
     """[(kind, name, remove args)] of what a node (a plan view) has on
     its hypervisor, as recorded."""
     owner = view['owner']
+    # An existing volume is not ours: never recorded, never removed.
     things = [('volume', vol['name'], {'pool': view['pool'],
                                        'name': vol['name'], 'owner': owner})
-              for vol in view['volumes']]
+              for vol in view['volumes'] if not vol.get('existing')]
     things += [('port', nic['tap'], port_args(nic, owner))
                for nic in view['nics']]
     things.append(('domain', view['name'], {'name': view['name'],

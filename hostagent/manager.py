@@ -246,13 +246,17 @@ class HostAgentManager:
         self._run(request_id, reply_to, [], self._inspect, physnet_mappings,
                   ipmi_address, ipmi_ports, interfaces, owner)
 
-    def ensure_pool(self, context, request_id, reply_to, name, path, owner):
+    def ensure_pool(self, context, request_id, reply_to, name, path, owner,
+                    pool_type='dir', devices=()):
         self._run(request_id, reply_to, [('pool', name)],
-                  self.virt.ensure_pool, name, path, owner)
+                  self.virt.ensure_pool, name, path, owner, pool_type,
+                  devices)
 
-    def remove_pool(self, context, request_id, reply_to, name, path, owner):
+    def remove_pool(self, context, request_id, reply_to, name, path, owner,
+                    pool_type='dir', devices=()):
         self._run(request_id, reply_to, [('pool', name)],
-                  self.virt.remove_pool, name, path, owner)
+                  self.virt.remove_pool, name, path, owner, pool_type,
+                  devices)
 
     def ensure_volume(self, context, request_id, reply_to, pool, name,
                       capacity, fmt, owner):

@@ -11,6 +11,9 @@ forced). Then it makes or updates each
 part in turn, and removes what the node no longer has last, once the
 domain no longer uses it. A request that fails undoes what it created
 (an update stays: the conductor sends the old state to revert it).
+
+An ``existing`` volume is somebody else's: it is read (it must exist,
+its format is the disk's) and attached, never made, grown or removed.
 """
 
 import contextlib
@@ -53,10 +56,36 @@ NODE_SCHEMA = {
         'secure_boot': {'type': 'boolean', 'default': False},
         'pool': {'type': 'string', 'minLength': 1},
         'volumes': {'type': 'array', 'items': {
-            'type': 'object', 'required': ['name', 'capacity', 'format'],
-            'properties': {'name': {'type': 'string', 'minLength': 1},
-                           'capacity': {'type': 'integer', 'minimum': 1},
-                           'format': {'type': 'string'}}}},
+            'type': 'object', 'required': ['name'],
+            'properties': {
+                'name': {'type': 'string', 'minLength': 1},
+                'capacity': {'type': 'integer', 'minimum': 1},
+                'format': {'type': 'string'},
+                'device': {'enum': ['disk', 'cdrom']},
+                # An existing volume: attached, never changed or removed.
+                'existing': {'type': 'boolean'},
+                'pool': {'type': 'string', 'minLength': 1},
+                'source': {
+                    'type': 'object', 'minProperties': 1,
+                    'additionalProperties': False,
+                    'properties': {'path': {'type': 'string',
+                                            'pattern': '^/'},
+                                   'url': {'type': 'string',
+                                           'pattern': '^https?://'},
+                                   'backing': {'type': 'boolean'}},
+                    'oneOf': [{'required': ['path']},
+                              {'required': ['url']}],
+                    # A backing file is a local file.
+                    'if': {'properties': {'backing': {'const': True}},
+                           'required': ['backing']},
+                    'then': {'required': ['path']}},
+            },
+            'if': {'properties': {'existing': {'const': True}},
+                   'required': ['existing']},
+            'then': {'required': ['pool'],
+                     'not': {'anyOf': [{'required': [key]} for key in (
+                         'capacity', 'format', 'source')]}},
+            'else': {'required': ['capacity', 'format']}}},
         'nics': {'type': 'array', 'items': {
             'type': 'object', 'required': ['mac', 'tap', 'bridge'],
             'properties': {'mac': {'type': 'string'},
@@ -138,19 +167,47 @@ def things(node):
     try:
         name = node['name']
         remove = node.get('remove') or {}
-        volumes = [v['name'] for v in node['volumes']]
+        volumes = [(v.get('pool', node['pool']), v['name'])
+                   for v in node['volumes']]
+        volumes += [(node['pool'], v) for v in remove.get('volumes', [])]
         ports = [n['tap'] for n in node['nics']]
         return sorted(
             {('node', name), ('domain', name), ('bmc', name)}
-            | {('volume', node['pool'], v)
-               for v in volumes + list(remove.get('volumes', []))}
+            | {('volume', pool, v) for pool, v in volumes}
             | {('port', p) for p in ports + list(remove.get('ports', []))})
     except (KeyError, TypeError, AttributeError):
         return None
 
 
-def domain(node):
-    """The virt driver's description of the node's domain."""
+def ours(node):
+    """The node's volumes that Tenks makes (not existing ones)."""
+    return [v for v in node['volumes'] if not v.get('existing')]
+
+
+def existing(node):
+    """{(pool, name): volume} of the node's existing volumes."""
+    return {(v['pool'], v['name']): v for v in node['volumes']
+            if v.get('existing')}
+
+
+def domain(node, found=None):
+    """The virt driver's description of the node's domain.
+
+    ``found``: {(pool, name): existing_volumes info} of its existing
+    volumes, whose format is theirs (None for one that is missing).
+    """
+    found = found or {}
+    disks = []
+    for v in node['volumes']:
+        pool = v.get('pool', node['pool'])
+        fmt = v.get('format') or (found.get((pool, v['name'])) or {}).get(
+            'format')
+        disk = {'pool': pool, 'volume': v['name'], 'format': fmt,
+                'device': v.get('device', 'disk')}
+        source = v.get('source') or {}
+        if source.get('backing'):
+            disk['backing'] = source['path']
+        disks.append(disk)
     described = {
         'name': node['name'], 'uuid': node['uuid'],
         'domain_type': node['domain_type'], 'vcpus': node['vcpus'],
@@ -158,8 +215,7 @@ def domain(node):
         'console_log_enabled': node['console_log_enabled'],
         'boot_mode': node.get('boot_mode', 'bios'),
         'secure_boot': node.get('secure_boot', False),
-        'disks': [{'pool': node['pool'], 'volume': v['name'],
-                   'format': v['format']} for v in node['volumes']],
+        'disks': disks,
         'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
     }
     if 'console_log' in node:
@@ -175,6 +231,13 @@ def volume_change(node, vol, info):
     would refuse the node: the volume would shrink or change format.
     """
     wanted = base.whole_sectors(vol['capacity'])
+    source = vol.get('source') or {}
+    backing = source.get('path') if source.get('backing') else None
+    if info.get('backing') != backing:
+        raise exceptions.ResourceConflict(
+            'Volume %s of node %s has backing file %s, not %s: a volume is '
+            'never remade' % (vol['name'], node['name'],
+                              info.get('backing'), backing))
     if info['format'] != vol['format'] or info['capacity'] > wanted:
         raise exceptions.ResourceConflict(
             'Volume %s of node %s has %d bytes in format %s and '
@@ -260,15 +323,43 @@ class Nodes:
 
         Reads only; raises when the request cannot succeed.
         """
+        found = self._existing(node)
         changes, grow = [], []
-        for vol in node['volumes']:
+        for vol in ours(node):
             info = self.virt.volume_info(node['pool'], vol['name'], owner)
             change = info and volume_change(node, vol, info)
             if change:
                 grow.append(vol['name'])
                 changes.append(change)
-        changes += self.virt.domain_changes(domain(node), owner) or []
-        return changes, grow
+        changes += self.virt.domain_changes(domain(node, found),
+                                            owner) or []
+        return changes, grow, found
+
+    def _read_existing(self, nodes):
+        """{(pool, name): info or None} of the existing volumes of
+        ``nodes``, one read per pool."""
+        pools = {}
+        for node in nodes:
+            for pool, name in existing(node):
+                pools.setdefault(pool, []).append(name)
+        return {(pool, name): info
+                for pool, names in pools.items()
+                for name, info in self.virt.existing_volumes(
+                    pool, names).items()}
+
+    def _existing(self, node):
+        """The node's existing volumes read; DriverError if one is
+        missing: Tenks attaches it, it never makes it."""
+        found = self._read_existing([node])
+        for (pool, name), info in sorted(found.items()):
+            if info is None:
+                raise exceptions.DriverError(
+                    driver='libvirt',
+                    action='attach volume %s of storage pool %s to node %s'
+                           % (name, pool, node['name']),
+                    reason='it does not exist (an existing volume is '
+                           'attached as it is, never made)')
+        return found
 
     def inspect(self, nodes, owner):
         """What ensure of each of ``nodes`` would make or change; reads
@@ -282,11 +373,12 @@ class Nodes:
         pools = {}
         for node in nodes:
             pools.setdefault(node['pool'], []).extend(
-                v['name'] for v in node['volumes'])
+                v['name'] for v in ours(node))
         volumes = {pool: self.virt.volume_infos(pool, names, owner)
                    for pool, names in pools.items()}
-        domains = self.virt.domains_changes([domain(n) for n in nodes],
-                                            owner)
+        attached = self._read_existing(nodes)
+        domains = self.virt.domains_changes(
+            [domain(n, attached) for n in nodes], owner)
         nics = {}
         for node in nodes:
             for nic in node['nics']:
@@ -300,12 +392,14 @@ class Nodes:
         bmcs = self.bmc.bmc_changes({n['name']: n['bmc'] for n in nodes})
         drift = {}
         for node in nodes:
-            found = []
-            for vol in node['volumes']:
+            # An existing volume missing: not ours to make.
+            found = [['volume', name, MISSING]
+                     for key, name in sorted(existing(node))
+                     if attached[(key, name)] is None]
+            for vol in ours(node):
                 info = volumes[node['pool']][vol['name']]
                 if info is None or info == base.FOREIGN:
-                    found.append(['volume', vol['name'],
-                                  info or MISSING])
+                    found.append(['volume', vol['name'], info or MISSING])
                     continue
                 try:
                     if volume_change(node, vol, info):
@@ -335,7 +429,7 @@ class Nodes:
         for nic in node['nics']:
             self.network(bridge_type(nic))
         name, pool = node['name'], node['pool']
-        changes, grow = self._plan(node, owner)
+        changes, grow, found = self._plan(node, owner)
         running = self.virt.domain_state(name) not in STOPPED
         if running and changes and not force:
             raise exceptions.NodeRunning(node=name,
@@ -347,7 +441,7 @@ class Nodes:
                 LOG.info('Powering node %s off to change it: %s', name,
                          '; '.join(changes))
                 stopped = self.virt.stop_domain(name, owner)
-            for vol in node['volumes']:
+            for vol in ours(node):
                 vname = vol['name']
                 if vname in grow:
                     self.virt.resize_volume(pool, vname, vol['capacity'],
@@ -356,7 +450,8 @@ class Nodes:
                     continue
                 outcome.ensured(
                     'volume', vname, self.virt.ensure_volume(
-                        pool, vname, vol['capacity'], vol['format'], owner),
+                        pool, vname, vol['capacity'], vol['format'], owner,
+                        source=vol.get('source')),
                     lambda v=vname: self.virt.remove_volume(pool, v, owner))
             for nic in node['nics']:
                 tap, network = nic['tap'], self.network(bridge_type(nic))
@@ -365,7 +460,8 @@ class Nodes:
                                                      owner),
                     lambda t=tap, n=network: n.remove_port(t, owner))
             outcome.ensured(
-                'domain', name, self.virt.ensure_domain(domain(node), owner),
+                'domain', name, self.virt.ensure_domain(domain(node, found),
+                                                        owner),
                 lambda: self.virt.remove_domain(name, owner))
             if stopped:
                 self.virt.start_domain(name, owner)

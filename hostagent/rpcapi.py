@@ -11,7 +11,9 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
     {'uuid', 'name', 'domain_type', 'vcpus', 'memory_mb',
      'console_log_enabled', 'console_log', 'boot_mode', 'secure_boot',
      'pool',
-     'volumes': [{'name', 'capacity' (bytes), 'format'}],
+     'volumes': [{'name', 'capacity' (bytes), 'format', 'device',
+                  'source'} or {'name', 'pool', 'existing': True,
+                  'device'}],
      'nics': [{'mac', 'tap', 'bridge', 'bridge_type'}],
      'bmc': {'address', 'port', 'username', 'password'},
      'remove': {'volumes': [name, ...], 'ports': [tap, ...],
@@ -67,6 +69,15 @@ API version history:
   the ports a node request removes; the agent picks that network
   driver. ``inspect`` reports ``network_drivers`` (the list offered)
   instead of ``network_driver``.
+  Storage: ensure_pool and remove_pool take ``pool_type`` ('dir',
+  the default, or 'logical': an LVM volume group) and ``devices`` (its
+  block devices). A volume of ensure_node may have ``device`` ('disk'
+  or 'cdrom'), ``source`` ({'path' or 'url', 'backing': bool}: made
+  from that image, copied or on it as a backing file) or be
+  ``existing`` (true, with its ``pool``, and no capacity, format or
+  source: somebody else's volume, attached as it is, never resized,
+  marked or removed); inspect_nodes reports a missing existing volume
+  and a volume whose backing file differs.
 """
 
 from tenks import rpc
@@ -95,10 +106,14 @@ METHODS = {
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
 }
-# Keyword arguments a method may take besides those (API 1.4).
-OPTIONAL = {method: ('bridge_type',) for method in (
+# Keyword arguments a method may also take (since 1.4), sent only when
+# they differ from the default: a bridge's type (Open vSwitch), a logical
+# pool's type and devices.
+OPTIONAL = dict({method: ('bridge_type',) for method in (
     'ensure_bridge', 'remove_bridge', 'ensure_uplink', 'remove_uplink',
-    'ensure_port', 'remove_port')}
+    'ensure_port', 'remove_port')},
+    ensure_pool=('pool_type', 'devices'),
+    remove_pool=('pool_type', 'devices'))
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
@@ -130,7 +145,8 @@ def node_request(view, password, gone=None):
         ports = [n for n in gone['nics'] if n['tap'] not in taps]
         node['remove'] = {
             'volumes': [v['name'] for v in gone['volumes']
-                        if v['name'] not in volumes],
+                        if v['name'] not in volumes
+                        and not v.get('existing')],
             'ports': [n['tap'] for n in ports],
             'port_types': {n['tap']: n['bridge_type'] for n in ports
                            if n.get('bridge_type', 'linuxbridge')
@@ -146,12 +162,15 @@ class HostAgentAPI:
     def cast(self, host, method, request_id, reply_to, **kwargs):
         """Ask the agent on ``host`` to run ``method``; it reports back."""
         expected = set(METHODS[method])
-        if not expected <= set(kwargs) <= expected | set(
-                OPTIONAL.get(method, ())):
-            raise TypeError('%s takes %s, got %s' % (
-                method, sorted(expected), sorted(kwargs)))
-        cctxt = self.client.prepare(server=host,
-                                    version=SINCE.get(method, '1.0'))
+        optional = set(OPTIONAL.get(method, ()))
+        if not expected <= set(kwargs) <= expected | optional:
+            raise TypeError('%s takes %s (and optionally %s), got %s' % (
+                method, sorted(expected), sorted(optional), sorted(kwargs)))
+        version = SINCE.get(method, '1.0')
+        if set(kwargs) & optional:
+            # An older agent would refuse them as unknown arguments.
+            version = '1.4'
+        cctxt = self.client.prepare(server=host, version=version)
         cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
                    **kwargs)
 

@@ -98,10 +98,8 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
     name = node['name']
     volumes = []
     for index, vol in enumerate(node_type['volumes']):
-        volume = {'name': names.volume(name, entry['vol_name_prefix'],
-                                       index),
-                  'capacity': vol['capacity'], 'format': vol['format']}
-        volumes.append(volume)
+        volumes.append(scheduler.volume_record(
+            names.volume(name, entry['vol_name_prefix'], index), vol))
     by_physnet = {nic['physnet']: nic for nic in node['nics']}
     wanted = node_type['physical_networks']
     # A new NIC never takes the tap name of one that goes: both are in
@@ -180,7 +178,6 @@ def ironic_node(spec, node):
     if config is None:
         return None
     node_type = spec['node_types'][node['node_type']]
-    volumes = node_type['volumes']
     boot_mode, secure_boot = firmware(node)
     capabilities = 'boot_mode:%s' % boot_mode
     if secure_boot:
@@ -189,7 +186,7 @@ def ironic_node(spec, node):
         'cpus': node['vcpus'],
         'memory_mb': node['memory_mb'],
         # GiB, rounded down: a root disk never bigger than the volume.
-        'local_gb': volumes[0]['capacity'] // GIB if volumes else 0,
+        'local_gb': root_disk_bytes(node_type) // GIB,
         'cpu_arch': 'x86_64',
         'capabilities': capabilities,
     }
@@ -206,6 +203,14 @@ def ironic_node(spec, node):
                    or k in ('conductor_group', 'shard')})
     return {'fields': fields, 'traits': config['traits'],
             'rc': config['resource_class']}
+
+
+def root_disk_bytes(node_type):
+    """The capacity of the node type's first disk (not a CD-ROM); 0
+    when it has none or it is an existing volume (of unknown size)."""
+    disks = [v for v in node_type['volumes']
+             if v.get('device', 'disk') == 'disk']
+    return disks[0].get('capacity', 0) if disks else 0
 
 
 def normalise_resource_class(name):
@@ -230,13 +235,12 @@ def flavor_extra_specs(flavor):
 
 def nova_flavor(spec, flavor):
     node_type = spec['node_types'][flavor['node_type']]
-    volumes = node_type['volumes']
     flavor = dict(flavor, name=flavor.get('name', flavor['resource_class']))
     return {
         'name': flavor['name'],
         'vcpus': node_type['vcpus'],
         'ram': node_type['memory_mb'],
-        'disk': volumes[0]['capacity'] // GIB if volumes else 0,
+        'disk': root_disk_bytes(node_type) // GIB,
         'extra_specs': flavor_extra_specs(flavor),
     }
 
@@ -269,12 +273,16 @@ def host_setup(spec, host_facts):
                       'veth_names': list(names.uplink_veths(bridge))}
         bridges.append({'name': bridge, 'physnet': physnet,
                         'uplink': uplink})
-    return {
-        'pool': {'name': names.pool(spec['cluster'], prefix),
-                 'path': os.path.join(host_facts['pool_dir'],
-                                      prefix + spec['cluster'])},
-        'bridges': bridges,
-    }
+    name = names.pool(spec['cluster'], prefix)
+    if spec.get('libvirt_pool_type', 'dir') == 'logical':
+        # A volume group of that name; libvirt's target is its /dev path.
+        pool = {'name': name, 'path': '/dev/' + name,
+                'pool_type': 'logical',
+                'devices': spec['libvirt_pool_devices']}
+    else:
+        pool = {'name': name, 'path': os.path.join(
+            host_facts['pool_dir'], prefix + spec['cluster'])}
+    return {'pool': pool, 'bridges': bridges}
 
 
 def host_resources(spec, deployment, host, host_facts):
@@ -298,12 +306,31 @@ def host_resources(spec, deployment, host, host_facts):
     return wanted
 
 
+# What a volume is made from or attached as, in words.
+_KINDS = (('existing', 'an existing volume'), ('device', 'its device'),
+          ('source', 'the image it is made from'))
+
+
 def _check_volumes(old, new):
-    """Refuse what cannot change in place: a volume's format, a shrink."""
+    """Refuse what cannot change in place: a volume's format, a shrink,
+    its image, device or being an existing volume."""
     before = {v['name']: v for v in old['volumes']}
     for vol in new['volumes']:
         was = before.get(vol['name'])
         if was is None:
+            continue
+        for key, what in _KINDS:
+            if was.get(key) != vol.get(key):
+                # Its data came from the old image (or is somebody
+                # else's): replacing it would lose what is on it.
+                raise exceptions.ChangeRefused(
+                    name=old['cluster'],
+                    reason='volume %s of node %s: %s changed (%s -> %s); '
+                           'a volume is never remade in place, which would '
+                           'lose its data (change vol_name_prefix to make '
+                           'new volumes)' % (vol['name'], new['name'], what,
+                                             was.get(key), vol.get(key)))
+        if vol.get('existing'):
             continue
         if was['format'] != vol['format']:
             raise exceptions.ChangeRefused(
@@ -327,7 +354,9 @@ def node_changes(old, new):
     if old is None or new is None:
         action, state = (CREATE, new) if old is None else (DELETE, old)
         lines = [('domain', None, _size(state))]
-        lines += [('volume %s' % v['name'], 'capacity', v['capacity'])
+        lines += [('volume %s' % v['name'], 'existing', v['pool'])
+                  if v.get('existing') else
+                  ('volume %s' % v['name'], 'capacity', v['capacity'])
                   for v in state['volumes']]
         lines += [('port %s' % n['tap'], 'bridge', n['bridge'])
                   for n in state['nics']]
@@ -358,12 +387,12 @@ def node_changes(old, new):
     after = {v['name']: v for v in new['volumes']}
     for name in after.keys() - before.keys():
         changes.append(_line(new, 'volume %s' % name, CREATE, 'capacity',
-                             None, after[name]['capacity']))
+                             None, after[name].get('capacity')))
     for name in before.keys() - after.keys():
         changes.append(_line(new, 'volume %s' % name, DELETE, 'capacity',
-                             before[name]['capacity'], None))
+                             before[name].get('capacity'), None))
     for name in before.keys() & after.keys():
-        if before[name]['capacity'] != after[name]['capacity']:
+        if before[name].get('capacity') != after[name].get('capacity'):
             changes.append(_line(new, 'volume %s' % name, UPDATE,
                                  'capacity', before[name]['capacity'],
                                  after[name]['capacity']))
@@ -530,6 +559,15 @@ def _host_entries(spec, deployment, hosts, facts, resources, changes):
             wanted[(host, kind, name)] = args
     for (host, kind, name), args in wanted.items():
         row = recorded.get((host, kind, name))
+        if kind == 'pool' and row is not None and _pool_kind(
+                row['remove_args']) != _pool_kind(args):
+            raise exceptions.ChangeRefused(
+                name=spec['cluster'],
+                reason='storage pool %s on %s: its type or devices changed '
+                       '(%s -> %s); a pool holding the nodes\' volumes is '
+                       'not remade: tear the cluster down first' % (
+                           name, host, _pool_words(row['remove_args']),
+                           _pool_words(args)))
         if row is None or row['state'] != 'present':
             ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
                            'args': args, 'old': None})
@@ -546,6 +584,16 @@ def _host_entries(spec, deployment, hosts, facts, resources, changes):
             changes.append(_host_line(row['hypervisor'], row['kind'],
                                       row['name'], DELETE))
     return ensure, remove
+
+
+def _pool_kind(args):
+    return args.get('pool_type', 'dir'), args.get('devices')
+
+
+def _pool_words(args):
+    if args.get('pool_type', 'dir') == 'dir':
+        return 'dir %s' % args['path']
+    return 'logical on %s' % ', '.join(args['devices'])
 
 
 def _flavor_entries(spec, old_spec, changes):

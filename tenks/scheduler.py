@@ -63,7 +63,10 @@ class HostState:
                     % FIRMWARE_NAMES[kind])
         if self.free_memory_mb < node_type['memory_mb']:
             return 'only %d MiB of memory left' % self.free_memory_mb
-        if self.free_bytes < volume_bytes(node_type):
+        # The pool's directory's file system; an LVM volume group's
+        # space is libvirt's to check.
+        if spec['libvirt_pool_type'] == 'dir' and (
+                self.free_bytes < volume_bytes(node_type)):
             return 'its pool has %s free, a node of this type needs %s' % (
                 show_bytes(self.free_bytes),
                 show_bytes(volume_bytes(node_type)))
@@ -100,8 +103,35 @@ def show_bytes(size):
 
 
 def volume_bytes(node_type):
-    """Bytes a node's volumes may take (qcow2 ones grow to it)."""
-    return sum(vol['capacity'] for vol in node_type['volumes'])
+    """Bytes a node's volumes may take (qcow2 ones grow to it); an
+    existing volume takes none."""
+    return sum(vol.get('capacity', 0) for vol in node_type['volumes'])
+
+
+def volume_record(name, vol):
+    """The record of volume ``name`` of a node, from the spec's ``vol``.
+
+    Keys: name, capacity, format; source ({'path' or 'url', 'backing'})
+    for one made from an image, device when not a disk. An existing
+    volume is {'name', 'pool', 'existing': True} (and device): Tenks
+    only attaches it.
+    """
+    if 'existing' in vol:
+        record = {'name': vol['existing']['volume'],
+                  'pool': vol['existing']['pool'], 'existing': True}
+    else:
+        record = {'name': name, 'capacity': vol['capacity'],
+                  'format': vol['format']}
+    image = vol.get('image')
+    if image is not None:
+        record['source'] = {'url' if image.startswith(('http://',
+                                                       'https://'))
+                            else 'path': image, 'backing': False}
+    if vol.get('backing_image') is not None:
+        record['source'] = {'path': vol['backing_image'], 'backing': True}
+    if vol.get('device', 'disk') != 'disk':
+        record['device'] = vol['device']
+    return record
 
 
 def _free_names(prefix, taken):
@@ -174,8 +204,7 @@ def schedule(spec, facts, recorded):
                 'vcpus': node_type['vcpus'],
                 'memory_mb': node_type['memory_mb'],
                 'volumes': [
-                    {'name': volume, 'capacity': vol['capacity'],
-                     'format': vol['format']}
+                    volume_record(volume, vol)
                     for volume, vol in zip(volumes, node_type['volumes'],
                                            strict=True)],
                 'nics': [

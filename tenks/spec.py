@@ -54,16 +54,34 @@ _PHYSNET_LIST = {
     'uniqueItems': True,
 }
 
+_IMAGE = _pattern('^(/|https?://).+',
+                  'an absolute path or an http(s):// URL')
+
 _VOLUME = {
     'type': 'object',
     'additionalProperties': False,
-    'required': ['capacity'],
+    # capacity: required unless existing (see _check_volumes).
     'properties': {
         'capacity': {'type': ['integer', 'string'], 'format': 'capacity'},
-        'format': {'enum': ['qcow2', 'raw'], 'default': 'qcow2'},
-        'device': {'enum': ['disk'], 'x-not-supported-yet': ['cdrom']},
-        'image': _unsupported('a volume made from an image'),
-        'backing_image': _unsupported('a volume made from an image'),
+        # Default: qcow2, raw in a logical (LVM) pool (see _normalise).
+        'format': {'enum': ['qcow2', 'raw']},
+        # Default: disk.
+        'device': {'enum': ['disk', 'cdrom']},
+        # Copied into the volume.
+        'image': _IMAGE,
+        # The volume's backing file (copy-on-write): a local file.
+        'backing_image': _pattern(
+            '^/.+', 'an absolute path of a file on the hypervisor (a '
+            'backing file must stay readable for the life of the volume, '
+            'so no URL)'),
+        # A libvirt volume that is not Tenks', attached as it is.
+        'existing': {
+            'type': 'object',
+            'additionalProperties': False,
+            'required': ['pool', 'volume'],
+            'properties': {'pool': {'type': 'string', 'minLength': 1},
+                           'volume': {'type': 'string', 'minLength': 1}},
+        },
     },
 }
 
@@ -250,6 +268,13 @@ SCHEMA = {
         'log_directory': _hypervisor_option('console_log_dir'),
         'libvirt_local_uri': _hypervisor_option('libvirt_uri'),
         'libvirt_pool_path': _hypervisor_option('pool_dir'),
+        # The cluster's pool on each hypervisor: a directory (under
+        # [hostagent] pool_dir) or an LVM volume group on devices.
+        'libvirt_pool_type': {'enum': ['dir', 'logical'], 'default': 'dir'},
+        'libvirt_pool_devices': {
+            'type': 'array', 'uniqueItems': True,
+            'items': _pattern('^/dev/.+', 'a block device under /dev'),
+            'default': []},
         'cmd': _ANSIBLE_ONLY,
         'virtualenv_path': _ANSIBLE_ONLY,
         'python_upper_constraints_url': _ANSIBLE_ONLY,
@@ -378,7 +403,9 @@ def validate(data, source='<spec>'):
             source=source, problems=list(dict.fromkeys(problems)))
     for node_type in spec['node_types'].values():
         for volume in node_type['volumes']:
-            volume['capacity'] = units.parse_capacity(volume['capacity'])
+            if 'capacity' in volume:
+                volume['capacity'] = units.parse_capacity(
+                    volume['capacity'])
     return spec
 
 
@@ -502,6 +529,10 @@ def _normalise(data):
     if spec.pop('libvirt_require_vt', None) is True:
         spec.setdefault('libvirt_domain_type', 'kvm')
     _fill_defaults(spec, SCHEMA)
+    fmt = 'raw' if spec['libvirt_pool_type'] == 'logical' else 'qcow2'
+    for volume in _volumes(spec):
+        if 'existing' not in volume:
+            volume.setdefault('format', fmt)
     mappings = spec['physnet_mappings']
     spec.setdefault('physical_networks',
                     list(mappings) if isinstance(mappings, dict) else [])
@@ -527,6 +558,106 @@ def _fill_defaults(instance, schema):
     elif isinstance(instance, list) and 'items' in schema:
         for item in instance:
             _fill_defaults(item, schema['items'])
+
+
+def _volumes(spec, paths=False):
+    """The volumes (mappings) of ``spec``'s node types, with their
+    field paths if ``paths``; what has the wrong type is skipped."""
+    node_types = spec.get('node_types')
+    for type_name, node_type in (node_types.items()
+                                 if isinstance(node_types, dict) else ()):
+        volumes = isinstance(node_type, dict) and node_type.get('volumes')
+        for i, volume in enumerate(volumes
+                                   if isinstance(volumes, list) else ()):
+            if isinstance(volume, dict):
+                yield ((volume, ['node_types', type_name, 'volumes', i])
+                       if paths else volume)
+
+
+# LVM allocates in extents of 4 MiB (vgcreate's default, which libvirt
+# uses): a logical volume of another size would be rounded up.
+LVM_EXTENT = 4 * 1024 ** 2
+
+
+def _check_volumes(spec):
+    """Problems of volume kinds: what goes together, what the pool
+    type allows, an existing volume attached to one node at most."""
+    problems = []
+    logical = spec.get('libvirt_pool_type') == 'logical'
+    devices = spec.get('libvirt_pool_devices')
+    if logical and not devices:
+        problems.append('libvirt_pool_devices: libvirt_pool_type logical '
+                        'needs the block devices of its volume group')
+    if devices and spec.get('libvirt_pool_type') == 'dir':
+        problems.append('libvirt_pool_devices: only for libvirt_pool_type '
+                        'logical (the pool type is dir)')
+    for volume, path in _volumes(spec, paths=True):
+        where = _path(path)
+        if 'existing' in volume:
+            given = [k for k in ('capacity', 'format', 'image',
+                                 'backing_image') if k in volume]
+            if given:
+                problems.append(
+                    '%s: %s cannot go with existing: an existing volume '
+                    'is attached as it is' % (where, ', '.join(given)))
+            continue
+        if 'capacity' not in volume:
+            problems.append("%s: missing required key 'capacity'" % where)
+        if 'image' in volume and 'backing_image' in volume:
+            problems.append('%s: give image (a copy) or backing_image '
+                            '(copy-on-write), not both' % where)
+        if 'backing_image' in volume and volume.get('format') == 'raw' \
+                and not logical:
+            problems.append('%s.format: a volume with a backing_image is '
+                            'qcow2, not raw' % where)
+        if not logical:
+            continue
+        if volume.get('format') == 'qcow2':
+            problems.append('%s.format: a logical (LVM) pool holds raw '
+                            'volumes only' % where)
+        if 'backing_image' in volume:
+            problems.append('%s.backing_image: a logical (LVM) pool has no '
+                            'copy-on-write volumes: use image (a copy)'
+                            % where)
+        try:
+            size = units.parse_capacity(volume.get('capacity'))
+        except ValueError:
+            continue  # reported by the schema
+        if size % LVM_EXTENT:
+            problems.append(
+                '%s.capacity: %d bytes is not a multiple of the 4 MiB '
+                'extents of a logical (LVM) pool, and a volume gets exactly '
+                'its capacity: use e.g. %d bytes' % (
+                    where, size, -(-size // LVM_EXTENT) * LVM_EXTENT))
+    problems += _existing_shared(spec)
+    return problems
+
+
+def _existing_shared(spec):
+    """An existing volume that more than one node would get."""
+    specs = spec.get('specs')
+    counts = {}
+    for entry in specs if isinstance(specs, list) else ():
+        if isinstance(entry, dict) and _is_int(entry.get('count')) and (
+                isinstance(entry.get('type'), str)):
+            counts[entry.get('type')] = counts.get(
+                entry.get('type'), 0) + entry['count']
+    users = {}
+    for volume, path in _volumes(spec, paths=True):
+        existing = volume.get('existing')
+        if isinstance(existing, dict):
+            key = (existing.get('pool'), existing.get('volume'))
+            if all(isinstance(part, str) for part in key):
+                users.setdefault(key, []).append(path)
+    problems = []
+    for (pool, name), paths in users.items():
+        nodes = sum(counts.get(path[1], 0) for path in paths)
+        if nodes > 1:
+            problems.append(
+                '%s.existing: volume %s of pool %s would be attached to %d '
+                'nodes; an existing volume serves one node (count 1)' % (
+                    _path(paths[0]), name, pool, nodes))
+    return problems
 
 
 def _check_semantics(spec, physnets_explicit):
@@ -600,6 +731,7 @@ def _check_semantics(spec, physnets_explicit):
                    ', '.join(sorted(classes)) or 'none'))
 
     problems += _volume_name_clashes(specs, node_types or {})
+    problems += _check_volumes(spec)
 
     start = spec['ipmi_port_range_start']
     end = spec['ipmi_port_range_end']

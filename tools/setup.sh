@@ -44,6 +44,7 @@ DEB_PACKAGES=(
     libvirt-daemon-system   # libvirtd, virtlogd, virsh
     qemu-system-x86         # the VMs (TCG, or KVM where usable)
     qemu-utils              # qemu-img, for volumes
+    lvm2                    # logical (LVM) storage pools
     ovmf                    # UEFI and secure boot firmware for the VMs
     libvirt-dev             # to build libvirt-python
     pkg-config              # to build libvirt-python

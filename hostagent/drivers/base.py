@@ -59,25 +59,36 @@ class VirtDriver(abc.ABC):
         """
 
     @abc.abstractmethod
-    def ensure_pool(self, name, path, owner):
-        """A directory storage pool ``name`` at ``path``, active.
+    def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
+        """A storage pool ``name``, active.
 
-        The pool and its directory carry ``owner``'s mark; a pool of
-        that name or at that path, or a directory there, without it:
-        ResourceConflict.
+        ``pool_type`` 'dir': a directory at ``path``; 'logical': an LVM
+        volume group ``name`` built on the block ``devices``, ``path``
+        its /dev directory. The pool and its directory or group carry
+        ``owner``'s mark; a pool of that name or at that path, or a
+        directory or group there, without it: ResourceConflict.
         """
 
     @abc.abstractmethod
-    def remove_pool(self, name, path, owner):
-        """Destroy and undefine the pool and remove its directory."""
+    def remove_pool(self, name, path, owner, pool_type='dir', devices=()):
+        """Destroy and undefine the pool and remove its directory, or its
+        volume group and the physical volumes on ``devices``."""
 
     @abc.abstractmethod
-    def ensure_volume(self, pool, name, capacity, fmt, owner):
+    def ensure_volume(self, pool, name, capacity, fmt, owner, source=None):
         """A volume of ``capacity`` bytes and format ``fmt`` in ``pool``.
 
-        The volume carries ``owner``'s mark; a file of that name in the
-        pool without it: ResourceConflict.
+        The volume carries ``owner``'s mark; a volume of that name in
+        the pool without it: ResourceConflict. ``source`` ({'path' or
+        'url', 'backing'}): made from that image, copied, or (backing)
+        on it as its copy-on-write backing file; an image larger than
+        ``capacity`` is an error.
         """
+
+    @abc.abstractmethod
+    def existing_volumes(self, pool, names):
+        """{name: {'capacity', 'format'} or None} of volumes that are not
+        Tenks' (attached as they are); None when absent."""
 
     @abc.abstractmethod
     def remove_volume(self, pool, name, owner):
@@ -85,7 +96,9 @@ class VirtDriver(abc.ABC):
 
     @abc.abstractmethod
     def volume_info(self, pool, name, owner):
-        """``{'capacity': bytes, 'format'}`` of the volume, None if absent.
+        """``{'capacity': bytes, 'format'}`` of the volume (and
+        ``backing``, the path of its backing file, if it has one), None
+        if absent.
 
         ResourceConflict when it is not ``owner``'s.
         """
@@ -109,7 +122,9 @@ class VirtDriver(abc.ABC):
         """A defined (not started) domain as described by ``domain``.
 
         ``domain`` keys: name, uuid, vcpus, memory_mb, domain_type
-        ('qemu' or 'kvm'), disks ([{pool, volume, format}]), nics
+        ('qemu' or 'kvm'), disks ([{pool, volume, format, device
+        ('disk' or 'cdrom', default disk), backing (the path of its
+        backing file, if any)}]), nics
         ([{mac, tap}]), console_log_enabled (bool). When it is true, the
         serial console is logged to
         ``<console_log_dir>/<name>-console.log`` (tenks.conf), or to

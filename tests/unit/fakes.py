@@ -60,14 +60,19 @@ class FakeVirt(base.VirtDriver):
     def facts(self):
         return {'libvirt_version': '9.0.0', 'cpus': 2, 'memory_mb': 4096}
 
-    def ensure_pool(self, name, path, owner):
+    def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
         return self.hv.ensure('pool', name)
 
-    def remove_pool(self, name, path, owner):
+    def remove_pool(self, name, path, owner, pool_type='dir', devices=()):
         return self.hv.remove('pool', name)
 
-    def ensure_volume(self, pool, name, capacity, fmt, owner):
+    def ensure_volume(self, pool, name, capacity, fmt, owner, source=None):
         return self.hv.ensure('volume', name, capacity)
+
+    def existing_volumes(self, pool, names):
+        # Somebody else's volumes: {('existing', pool, name): info}.
+        return {name: self.hv.things.get(('existing', pool, name))
+                for name in names}
 
     def remove_volume(self, pool, name, owner):
         return self.hv.remove('volume', name)
@@ -194,10 +199,10 @@ def block(driver, method):
     entered, release = threading.Event(), threading.Event()
     real = getattr(driver, method)
 
-    def blocking(*args):
+    def blocking(*args, **kwargs):
         entered.set()
         release.wait(10)
-        return real(*args)
+        return real(*args, **kwargs)
 
     setattr(driver, method, blocking)
     return entered, release

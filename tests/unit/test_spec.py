@@ -76,6 +76,8 @@ def test_defaults_are_filled_in(tmp_path):
         'ipmi_username': 'admin',
         'ipmi_password': 'password',
         'libvirt_domain_type': 'qemu',
+        'libvirt_pool_type': 'dir',
+        'libvirt_pool_devices': [],
         'default_ironic_driver': 'ipmi',
         'default_boot_mode': 'bios',
         'nova_flavors': [],
@@ -609,14 +611,6 @@ def test_other_unknown_keys_are_still_errors(tmp_path):
     ('node_types__small__ironic_driver', 'redfish',
      "node_types.small.ironic_driver: 'redfish' is not supported yet "
      '(supported: ipmi)'),
-    ('node_types__small__volumes', [{'capacity': '1GiB',
-                                     'image': 'http://x/img.qcow2'}],
-     'node_types.small.volumes[0].image: a volume made from an image is not '
-     'supported yet'),
-    ('node_types__small__volumes', [{'capacity': '1GiB',
-                                     'device': 'cdrom'}],
-     "node_types.small.volumes[0].device: 'cdrom' is not supported yet "
-     '(supported: disk)'),
     ('bmc_emulators', {'ipmi': 'sushy-tools'},
      "bmc_emulators.ipmi: 'sushy-tools' is not one of: virtualbmc"),
     ('bmc_emulators', {'virtualbmc': 'ipmi'},

@@ -1,4 +1,5 @@
-"""Virtualisation driver for libvirt: dir pools, volumes and domains."""
+"""Virtualisation driver for libvirt: dir and logical (LVM) pools,
+volumes and domains."""
 
 import collections
 import contextlib
@@ -16,6 +17,7 @@ import libvirt
 
 from hostagent.drivers import base
 from hostagent.drivers.virt import firmware
+from hostagent.drivers.virt import storage
 from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import fileutils
@@ -95,14 +97,21 @@ def _check_mark(path, kind, name, owner):
                               else 'belongs to %s' % mark))
 
 
-def _disk_dev(index):
+def _disk_dev(index, prefix='vd'):
     """Target name of the disk at ``index``: vda, ..., vdz, vdaa, ..."""
     letters = ''
     index += 1
     while index:
         index, rest = divmod(index - 1, 26)
         letters = chr(ord('a') + rest) + letters
-    return 'vd' + letters
+    return prefix + letters
+
+
+def _volume_words(facts):
+    words = '%d bytes in format %s' % (facts['capacity'], facts['format'])
+    if 'backing' in facts:
+        words += ' on backing file %s' % facts['backing']
+    return words
 
 
 def _attr(element, path, name):
@@ -139,10 +148,14 @@ def _summary(xml):
         'uuid': root.findtext('uuid'),
         'memory': (_attr(root, 'memory', 'unit'), root.findtext('memory')),
         'vcpus': root.findtext('vcpu'),
-        'disks': [(d.get('type'), _attr(d, 'driver', 'type'),
-                   _attr(d, 'source', 'pool'), _attr(d, 'source', 'volume'),
-                   _attr(d, 'target', 'dev'))
-                  for d in devices.findall('disk')],
+        # libvirt lists a domain's disks in its own order (CD-ROMs on
+        # SATA after virtio disks, ...): by target.
+        'disks': sorted(((d.get('type'), _attr(d, 'driver', 'type'),
+                          _attr(d, 'source', 'pool'),
+                          _attr(d, 'source', 'volume'),
+                          _attr(d, 'target', 'dev'), d.get('device'))
+                         for d in devices.findall('disk')),
+                        key=lambda disk: disk[4] or ''),
         'nics': [(n.get('type'), _attr(n, 'mac', 'address'),
                   _attr(n, 'target', 'dev'), _attr(n, 'target', 'managed'),
                   _attr(n, 'model', 'type'))
@@ -197,6 +210,19 @@ def _differences(current, wanted):
         else:
             changes.append('%s %s -> %s' % (key, old, new))
     return changes
+
+
+def _backing_store(disk, path, fmt):
+    """Spell out the backing file of ``disk``, one the qemu user reads
+    as it is: libvirt would otherwise give it to the qemu user when the
+    domain starts, and (a read-only image, maybe shared) never give it
+    back. The image is not Tenks' to change."""
+    store = ET.SubElement(disk, 'backingStore', type='file')
+    ET.SubElement(store, 'format', type=fmt)
+    source = ET.SubElement(store, 'source', file=path)
+    ET.SubElement(source, 'seclabel', model='dac', relabel='no')
+    # The image has no backing file of its own (qemu-img reads it so).
+    ET.SubElement(store, 'backingStore')
 
 
 def _owner_mark(dom):
@@ -298,9 +324,10 @@ class LibvirtDriver(base.VirtDriver):
 
     # Pools and volumes
 
-    def _pool_conflict(self, conn, name, path, owner):
+    def _pool_conflict(self, conn, name, path, owner, logical=False):
         """Raise ResourceConflict unless every pool called ``name`` or at
-        ``path``, and the directory at ``path``, is ``owner``'s.
+        ``path``, and the directory at ``path`` (the volume group
+        ``name`` of a logical pool), is ``owner``'s.
 
         Returns our pool ``name``, or None when it is not defined.
         """
@@ -319,45 +346,63 @@ class LibvirtDriver(base.VirtDriver):
             if pool.name() != name:
                 raise exceptions.ResourceConflict(
                     kind='Storage pool', name=pool.name(), owner=owner,
-                    reason='it uses directory %s, which pool %s needs'
-                           % (path, name))
+                    reason='it uses %s, which pool %s needs' % (path, name))
             if at != path:
                 raise exceptions.ResourceConflict(
                     kind='Storage pool', name=name, owner=owner,
-                    reason='its directory is %s, not %s' % (at, path))
+                    reason='its target is %s, not %s' % (at, path))
             if pool.UUIDString() != _pool_uuid(name, owner):
-                mark = _mark(path) if os.path.isdir(path) else None
+                mark = (_mark(path) if not logical and os.path.isdir(path)
+                        else None)
                 raise exceptions.ResourceConflict(
                     kind='Storage pool', name=name, owner=owner,
                     reason=('it belongs to %s' % mark if mark
                             else 'it was not made by Tenks for this owner'))
             ours = pool
-        if os.path.lexists(path):
+        if logical:
+            tags = storage.vg_tags(name)
+            if tags is not None and owner not in tags:
+                raise exceptions.ResourceConflict(
+                    kind='Volume group', name=name, owner=owner,
+                    reason='it has %s' % (
+                        'tags %s' % ', '.join(tags) if tags
+                        else 'no Tenks owner tag'))
+        elif os.path.lexists(path):
             _check_mark(path, 'Directory of storage pool', name, owner)
         return ours
 
-    def ensure_pool(self, name, path, owner):
-        """A dir pool, active and autostarted; its directory mode 0711.
+    def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
+        """A pool, active and autostarted.
 
-        Mode 0711 lets the qemu user reach the volumes. libvirt pools
-        have no metadata: the UUID of ours is derived from the owner and
-        the name, and the directory carries the owner in its extended
-        attribute user.tenks.owner.
+        libvirt pools have no metadata: the UUID of ours is derived from
+        the owner and the name. A dir pool's directory (mode 0711, which
+        lets the qemu user reach the volumes) carries the owner in its
+        extended attribute user.tenks.owner. A logical pool is an LVM
+        volume group ``name`` that libvirt builds on ``devices`` (it
+        refuses a device that holds data), tagged with the owner.
         """
+        logical = pool_type == 'logical'
         path = os.path.normpath(os.path.abspath(path))
-        root = ET.Element('pool', type='dir')
+        root = ET.Element('pool', type=pool_type)
         ET.SubElement(root, 'name').text = name
         ET.SubElement(root, 'uuid').text = _pool_uuid(name, owner)
+        if logical:
+            source = ET.SubElement(root, 'source')
+            for device in devices:
+                ET.SubElement(source, 'device', path=device)
+            ET.SubElement(source, 'name').text = name
+            ET.SubElement(source, 'format', type='lvm2')
         target = ET.SubElement(root, 'target')
         ET.SubElement(target, 'path').text = path
-        perms = ET.SubElement(target, 'permissions')
-        ET.SubElement(perms, 'mode').text = '0711'
+        if not logical:
+            perms = ET.SubElement(target, 'permissions')
+            ET.SubElement(perms, 'mode').text = '0711'
         with self._pool_lock, \
                 self._libvirt('set up storage pool %s' % name) as conn:
-            pool = self._pool_conflict(conn, name, path, owner)
-            made_dir = defined = changed = False
+            pool = self._pool_conflict(conn, name, path, owner, logical)
+            made_dir = defined = built = changed = False
             try:
-                if not os.path.isdir(path):
+                if not logical and not os.path.isdir(path):
                     os.makedirs(path)
                     made_dir = True
                     os.chmod(path, 0o711)
@@ -367,6 +412,10 @@ class LibvirtDriver(base.VirtDriver):
                         ET.tostring(root, encoding='unicode'))
                     defined = True
                     pool.setAutostart(1)
+                if logical and storage.vg_tags(name) is None:
+                    pool.build(libvirt.VIR_STORAGE_POOL_BUILD_NO_OVERWRITE)
+                    built = True
+                    storage.tag_vg(name, owner)
                 if not pool.isActive():
                     pool.create()
                     changed = True
@@ -376,25 +425,38 @@ class LibvirtDriver(base.VirtDriver):
                     with contextlib.suppress(libvirt.libvirtError):
                         if pool.isActive():
                             pool.destroy()
+                        if built:
+                            pool.delete(0)
                         pool.undefine()
                 if made_dir:
                     with contextlib.suppress(OSError):
                         os.rmdir(path)
                 raise
-        return base.ensured(defined, changed or made_dir)
+        return base.ensured(defined, changed or made_dir or built)
 
-    def remove_pool(self, name, path, owner):
-        """Remove the pool; its directory too, but only when empty."""
+    def remove_pool(self, name, path, owner, pool_type='dir', devices=()):
+        """Remove the pool; a dir pool's directory too, but only when
+        empty; a logical pool's volume group and physical volumes."""
+        logical = pool_type == 'logical'
         path = os.path.normpath(os.path.abspath(path))
         with self._pool_lock, \
                 self._libvirt('remove storage pool %s' % name) as conn:
             changed = False
-            pool = self._pool_conflict(conn, name, path, owner)
+            pool = self._pool_conflict(conn, name, path, owner, logical)
             if pool is not None:
                 if pool.isActive():
                     pool.destroy()
+                if logical and storage.vg_tags(name) is not None:
+                    # vgremove and pvremove of its devices.
+                    pool.delete(0)
                 pool.undefine()
                 changed = True
+            if logical:
+                # A group left by a request that failed half-way.
+                if storage.vg_tags(name) is not None:
+                    storage.remove_vg(name, list(devices))
+                    changed = True
+                return changed
             try:
                 os.rmdir(path)
                 changed = True
@@ -415,30 +477,72 @@ class LibvirtDriver(base.VirtDriver):
     def _owned_volume(lvpool, pool, name, owner):
         """Our volume ``name`` in ``lvpool``, or None when there is none.
 
-        A file of that name in the pool's directory that libvirt has not
-        listed yet counts too. Raises ResourceConflict when it is not
+        A file of that name in a dir pool's directory that libvirt has
+        not listed yet counts too, and so does such a logical volume of
+        a logical pool's group. Raises ResourceConflict when it is not
         ``owner``'s.
         """
-        directory = ET.fromstring(lvpool.XMLDesc()).findtext('target/path')
-        path = os.path.join(directory, name)
+        root = ET.fromstring(lvpool.XMLDesc())
         vol = _lookup(lvpool.storageVolLookupByName, name,
                       libvirt.VIR_ERR_NO_STORAGE_VOL)
-        if vol is None and not os.path.lexists(path):
-            return None
         kind = 'Volume %s in storage pool' % name
-        _check_mark(vol.path() if vol else path, kind, pool, owner)
+        if root.get('type') == 'logical':
+            vg = root.findtext('source/name')
+            tags = storage.lv_tags(vg).get(name)
+            if tags is None:
+                return None
+            if owner not in tags:
+                raise exceptions.ResourceConflict(
+                    kind=kind, name=pool, owner=owner,
+                    reason='logical volume %s/%s has %s' % (
+                        vg, name, 'tags %s' % ', '.join(tags) if tags
+                        else 'no Tenks owner tag'))
+        else:
+            path = os.path.join(root.findtext('target/path'), name)
+            if vol is None and not os.path.lexists(path):
+                return None
+            _check_mark(vol.path() if vol else path, kind, pool, owner)
         if vol is None:
             # Ours, made since the pool's last scan.
             lvpool.refresh(0)
             vol = lvpool.storageVolLookupByName(name)
         return vol
 
-    def ensure_volume(self, pool, name, capacity, fmt, owner):
+    @staticmethod
+    def _set_volume_mark(lvpool, vol, owner):
+        root = ET.fromstring(lvpool.XMLDesc())
+        if root.get('type') == 'logical':
+            storage.tag_lv(root.findtext('source/name'), vol.name(), owner)
+        else:
+            _set_mark(vol.path(), owner)
+
+    @staticmethod
+    def _volume_facts(vol):
+        """{'capacity', 'format'}, and 'backing' (the path of its
+        backing file) when it has one."""
+        root = ET.fromstring(vol.XMLDesc())
+        # A logical volume is raw; libvirt gives it no format.
+        facts = {'capacity': vol.info()[1],
+                 'format': _attr(root, 'target/format', 'type') or 'raw'}
+        backing = root.findtext('backingStore/path')
+        if backing:
+            facts['backing'] = backing
+        return facts
+
+    def _image_dir(self):
+        """Where images fetched over http(s) wait to be copied."""
+        return os.path.join(self.conf.state_dir, 'images')
+
+    def ensure_volume(self, pool, name, capacity, fmt, owner, source=None):
         """See base; ``capacity`` is rounded up to whole 512-byte sectors.
 
-        The volume file carries the owner in its extended attribute
-        user.tenks.owner. An existing volume of another size or format:
-        ResourceConflict.
+        The volume carries the owner: in a dir pool its file's extended
+        attribute user.tenks.owner, in a logical pool an LVM tag of the
+        logical volume. An existing volume of another size, format or
+        backing file: ResourceConflict. ``source``: the image the volume
+        is made from, {'path' or 'url', 'backing'}: a copy of it, or
+        (``backing``, a local path) a qcow2 volume whose backing file it
+        is; an image larger than ``capacity``: DriverError.
         """
         # qemu-img rounds sizes up to whole sectors; so do we, for raw too,
         # so that a second call finds the size it asked for.
@@ -448,31 +552,57 @@ class LibvirtDriver(base.VirtDriver):
         ET.SubElement(root, 'capacity', unit='bytes').text = str(capacity)
         ET.SubElement(root, 'allocation').text = '0'
         target = ET.SubElement(root, 'target')
-        ET.SubElement(target, 'format', type=fmt)
-        ET.SubElement(ET.SubElement(target, 'permissions'),
-                      'mode').text = '0600'
+        backing = source is not None and source.get('backing')
+        if backing:
+            info = storage.image_info(source['path'])
+            storage.check_fits(source['path'], info, name, capacity)
+            if info['backing']:
+                # The domain spells out a chain of one (_backing_store).
+                raise exceptions.DriverError(
+                    driver='libvirt', action='make volume %s on backing '
+                    'file %s' % (name, source['path']),
+                    reason='that image has a backing file of its own (%s): '
+                           'use an image without one' % info['backing'])
+            store = ET.SubElement(root, 'backingStore')
+            ET.SubElement(store, 'path').text = source['path']
+            ET.SubElement(store, 'format', type=info['format'])
         action = 'create volume %s in storage pool %s' % (name, pool)
         with self._volume_lock(pool, name), self._libvirt(action) as conn:
             lvpool = conn.storagePoolLookupByName(pool)
+            if ET.fromstring(lvpool.XMLDesc()).get('type') != 'logical':
+                ET.SubElement(target, 'format', type=fmt)
+                ET.SubElement(ET.SubElement(target, 'permissions'),
+                              'mode').text = '0600'
             vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
-                vol = lvpool.createXML(ET.tostring(root, encoding='unicode'))
-                try:
-                    _set_mark(vol.path(), owner)
-                except Exception:
-                    with contextlib.suppress(libvirt.libvirtError):
-                        vol.delete()
-                    raise
+                with contextlib.ExitStack() as stack:
+                    image = None
+                    if source is not None and not backing:
+                        image = stack.enter_context(storage.local_image(
+                            source, self._image_dir()))
+                        info = storage.image_info(image)
+                        storage.check_fits(image, info, name, capacity)
+                    vol = lvpool.createXML(
+                        ET.tostring(root, encoding='unicode'))
+                    try:
+                        if image is not None:
+                            storage.copy_image(image, info['format'],
+                                               vol.path(), fmt)
+                        self._set_volume_mark(lvpool, vol, owner)
+                    except Exception:
+                        with contextlib.suppress(libvirt.libvirtError):
+                            vol.delete()
+                        raise
                 return base.ensured(True)
-            current_capacity = vol.info()[1]
-            current_fmt = _attr(ET.fromstring(vol.XMLDesc()),
-                                'target/format', 'type')
-        if (current_capacity, current_fmt) != (capacity, fmt):
+            current = self._volume_facts(vol)
+        wanted = {'capacity': capacity, 'format': fmt}
+        if backing:
+            wanted['backing'] = source['path']
+        if current != wanted:
             raise exceptions.ResourceConflict(
-                'Volume %s in storage pool %s already exists with %d bytes '
-                'in format %s, not %d bytes in format %s' % (
-                    name, pool, current_capacity, current_fmt, capacity,
-                    fmt))
+                'Volume %s in storage pool %s already exists with %s, not '
+                '%s' % (name, pool, _volume_words(current),
+                        _volume_words(wanted)))
         return base.ensured(False)
 
     def volume_info(self, pool, name, owner):
@@ -482,9 +612,7 @@ class LibvirtDriver(base.VirtDriver):
             vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
                 return None
-            return {'capacity': vol.info()[1],
-                    'format': _attr(ET.fromstring(vol.XMLDesc()),
-                                    'target/format', 'type')}
+            return self._volume_facts(vol)
 
     def volume_infos(self, pool, names, owner):
         """See base; one listing of the pool, each volume read under its
@@ -495,28 +623,48 @@ class LibvirtDriver(base.VirtDriver):
                              libvirt.VIR_ERR_NO_STORAGE_POOL)
             if lvpool is None or not lvpool.isActive():
                 return dict.fromkeys(names)
-            directory = ET.fromstring(lvpool.XMLDesc()).findtext(
-                'target/path')
+            root = ET.fromstring(lvpool.XMLDesc())
+            if root.get('type') == 'logical':
+                tags = storage.lv_tags(root.findtext('source/name'))
+                marks = {name: None if name not in tags
+                         else owner in tags[name] for name in names}
+            else:
+                directory = root.findtext('target/path')
+                paths = {name: os.path.join(directory, name)
+                         for name in names}
+                marks = {name: None if not os.path.lexists(path)
+                         else _mark(path) == owner
+                         for name, path in paths.items()}
             listed = {vol.name(): vol for vol in lvpool.listAllVolumes()}
             infos, unlisted = {}, []
             for name in names:
-                path = os.path.join(directory, name)
                 with self._volume_lock(pool, name):
                     vol = listed.get(name)
-                    if not os.path.lexists(path):
+                    if marks[name] is None:
                         infos[name] = None
-                    elif _mark(path) != owner:
+                    elif not marks[name]:
                         infos[name] = base.FOREIGN
                     elif vol is None:
                         unlisted.append(name)
                     else:
-                        infos[name] = {
-                            'capacity': vol.info()[1],
-                            'format': _attr(ET.fromstring(vol.XMLDesc()),
-                                            'target/format', 'type')}
+                        infos[name] = self._volume_facts(vol)
         # Ours, made since the listing: read alone.
         for name in unlisted:
             infos[name] = self.volume_info(pool, name, owner)
+        return infos
+
+    def existing_volumes(self, pool, names):
+        """See base; no owner: these are not Tenks'."""
+        with self._libvirt('read volumes of storage pool %s' % pool) as conn:
+            lvpool = _lookup(conn.storagePoolLookupByName, pool,
+                             libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if lvpool is None or not lvpool.isActive():
+                return dict.fromkeys(names)
+            infos = {}
+            for name in names:
+                vol = _lookup(lvpool.storageVolLookupByName, name,
+                              libvirt.VIR_ERR_NO_STORAGE_VOL)
+                infos[name] = vol and self._volume_facts(vol)
         return infos
 
     def resize_volume(self, pool, name, capacity, owner):
@@ -604,7 +752,11 @@ class LibvirtDriver(base.VirtDriver):
                            ', '.join(self.conf.hostagent.firmware_dirs)))
         return found
 
-    def _domain_xml(self, domain, owner):
+    def _domain_xml(self, domain, owner, backing_formats=None):
+        """The domain's XML; ``backing_formats``: {path: format} of the
+        backing files of its disks, which then get their chain spelled
+        out (see ensure_domain)."""
+        backing_formats = backing_formats or {}
         root = ET.Element('domain', type=domain['domain_type'])
         ET.SubElement(root, 'name').text = domain['name']
         ET.SubElement(root, 'uuid').text = str(uuid.UUID(domain['uuid']))
@@ -637,12 +789,24 @@ class LibvirtDriver(base.VirtDriver):
             ET.SubElement(features, 'smm', state='on')
         ET.SubElement(root, 'on_poweroff').text = 'destroy'
         devices = ET.SubElement(root, 'devices')
-        for index, disk in enumerate(domain['disks']):
-            el = ET.SubElement(devices, 'disk', type='volume', device='disk')
+        counts = collections.Counter()
+        for disk in domain['disks']:
+            device = disk.get('device', 'disk')
+            el = ET.SubElement(devices, 'disk', type='volume', device=device)
             ET.SubElement(el, 'driver', name='qemu', type=disk['format'])
             ET.SubElement(el, 'source', pool=disk['pool'],
                           volume=disk['volume'])
-            ET.SubElement(el, 'target', dev=_disk_dev(index), bus='virtio')
+            backing = disk.get('backing')
+            if backing in backing_formats:
+                _backing_store(el, backing, backing_formats[backing])
+            # A CD-ROM on SATA, which both the pc and q35 machines have.
+            prefix, bus = ('sd', 'sata') if device == 'cdrom' else (
+                'vd', 'virtio')
+            ET.SubElement(el, 'target', dev=_disk_dev(counts[device], prefix),
+                          bus=bus)
+            counts[device] += 1
+            if device == 'cdrom':
+                ET.SubElement(el, 'readonly')
         for nic in domain['nics']:
             el = ET.SubElement(devices, 'interface', type='ethernet')
             ET.SubElement(el, 'mac', address=nic['mac'].lower())
@@ -766,7 +930,10 @@ class LibvirtDriver(base.VirtDriver):
         becomes a BIOS one.
         """
         name = domain['name']
-        xml = self._domain_xml(domain, owner)
+        backing = {disk['backing'] for disk in domain['disks']
+                   if disk.get('backing')}
+        xml = self._domain_xml(domain, owner, {
+            path: storage.image_info(path)['format'] for path in backing})
         wanted = _summary(xml)
         with self._libvirt('define domain %s' % name) as conn:
             fileutils.private_dir(tenks_conf.console_log_dir(self.conf),

@@ -1,0 +1,166 @@
+"""Helpers of the libvirt driver's storage: images and LVM owner tags.
+
+libvirt makes and removes volumes; what it cannot do is here: read an
+image (``qemu-img info``), copy one into a volume (``qemu-img
+convert``), fetch one over http(s), and read or set the LVM tags that
+mark a volume group or a logical volume with its owner (LVM has no
+extended attributes).
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+
+from tenks import exceptions
+from tenks import fileutils
+
+# Seconds an image download may stall before it fails.
+DOWNLOAD_TIMEOUT = 60
+# Without it every LVM command complains about the agent's open files.
+_LVM_ENV = dict(os.environ, LVM_SUPPRESS_FD_WARNINGS='1')
+# The exit status of vgs/lvs for a group or volume that does not exist.
+_LVM_NOT_FOUND = 5
+
+
+def _run(action, argv, env=None):
+    """Run ``argv``; its stdout, or DriverError with its stderr."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              env=env, check=False)
+    except OSError as e:
+        raise exceptions.DriverError(driver='libvirt', action=action,
+                                     reason=str(e)) from e
+    if done.returncode:
+        raise exceptions.DriverError(
+            driver='libvirt', action=action,
+            reason='%s: %s' % (' '.join(argv[:2]),
+                               done.stderr.strip() or done.returncode))
+    return done.stdout
+
+
+def image_info(path):
+    """{'format', 'capacity' (virtual size, bytes), 'backing' (its own
+    backing file, or None)} of image ``path``."""
+    if not os.path.isfile(path):
+        raise exceptions.DriverError(
+            driver='libvirt', action='read image %s' % path,
+            reason='no such file')
+    # -U: an image a running VM has open can be read all the same.
+    info = json.loads(_run('read image %s' % path, [
+        'qemu-img', 'info', '-U', '--output=json', path]))
+    return {'format': info['format'], 'capacity': info['virtual-size'],
+            'backing': info.get('backing-filename')}
+
+
+def check_fits(image, info, volume, capacity):
+    """DriverError when ``image`` (``info``) is larger than ``capacity``:
+    a volume gets exactly the capacity asked, never the image's."""
+    if info['capacity'] > capacity:
+        raise exceptions.DriverError(
+            driver='libvirt', action='make volume %s from image %s' % (
+                volume, image),
+            reason='the image is %d bytes, more than the %d bytes of the '
+                   'volume\'s capacity' % (info['capacity'], capacity))
+
+
+def copy_image(path, fmt, target, target_fmt):
+    """Write the image at ``path`` into the existing volume ``target``.
+
+    The volume keeps its own size (``-n``: qemu-img does not create it).
+    """
+    _run('copy image %s into %s' % (path, target), [
+        'qemu-img', 'convert', '-n', '-f', fmt, '-O', target_fmt, path,
+        target])
+
+
+@contextlib.contextmanager
+def local_image(source, directory):
+    """Yield a local path of the image ``source`` ({'path'} or {'url'}).
+
+    A URL is downloaded into a private file in ``directory``, removed
+    when the block ends: a copy of it is all the volume keeps.
+    """
+    if 'path' in source:
+        yield source['path']
+        return
+    url = source['url']
+    fileutils.private_dir(directory)
+    fd, path = tempfile.mkstemp(dir=directory, suffix='.image')
+    try:
+        with os.fdopen(fd, 'wb') as out, urllib.request.urlopen(
+                url, timeout=DOWNLOAD_TIMEOUT) as response:
+            shutil.copyfileobj(response, out, 1024 * 1024)
+        yield path
+    except (urllib.error.URLError, OSError) as e:
+        raise exceptions.DriverError(
+            driver='libvirt', action='download image %s' % url,
+            reason=str(getattr(e, 'reason', e))) from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def _tags(action, argv):
+    """The tags LVM prints for one group or volume, None if absent."""
+    done = subprocess.run(argv, capture_output=True, text=True,
+                          env=_LVM_ENV, check=False)
+    if done.returncode == _LVM_NOT_FOUND:
+        return None
+    if done.returncode:
+        raise exceptions.DriverError(
+            driver='libvirt', action=action,
+            reason='%s: %s' % (argv[0], done.stderr.strip()))
+    return [tag for tag in done.stdout.strip().split(',') if tag]
+
+
+def vg_tags(vg):
+    """The tags of volume group ``vg``, or None when there is none."""
+    return _tags('read volume group %s' % vg, [
+        'vgs', '--noheadings', '-o', 'vg_tags', vg])
+
+
+def lv_tags(vg):
+    """{logical volume: tags} of volume group ``vg`` ({} if absent)."""
+    done = subprocess.run(
+        ['lvs', '--noheadings', '--separator', '|', '-o', 'lv_name,lv_tags',
+         vg], capture_output=True, text=True, env=_LVM_ENV, check=False)
+    if done.returncode == _LVM_NOT_FOUND:
+        return {}
+    if done.returncode:
+        raise exceptions.DriverError(
+            driver='libvirt', action='read volumes of group %s' % vg,
+            reason='lvs: %s' % done.stderr.strip())
+    tags = {}
+    for line in done.stdout.splitlines():
+        if line.strip():
+            name, _, found = line.strip().partition('|')
+            tags[name] = [tag for tag in found.split(',') if tag]
+    return tags
+
+
+# A Tenks owner mark (tenks:<cluster>:<uuid>) is a valid LVM tag as it is:
+# LVM takes letters, digits and _+.-/=!:#&.
+def tag_vg(vg, tag):
+    _run('mark volume group %s' % vg,
+         ['vgchange', '--addtag', tag, vg], env=_LVM_ENV)
+
+
+def tag_lv(vg, lv, tag):
+    _run('mark volume %s/%s' % (vg, lv),
+         ['lvchange', '--addtag', tag, '%s/%s' % (vg, lv)], env=_LVM_ENV)
+
+
+def remove_vg(vg, devices):
+    """Remove volume group ``vg`` and the physical volumes on
+    ``devices`` (what libvirt's pool delete does, for a group whose
+    pool is gone)."""
+    _run('remove volume group %s' % vg, ['vgremove', '-f', vg],
+         env=_LVM_ENV)
+    if devices:
+        _run('remove physical volumes %s' % ', '.join(devices),
+             ['pvremove', '-f', *devices], env=_LVM_ENV)
