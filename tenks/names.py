@@ -3,6 +3,8 @@
 import hashlib
 
 IFNAMSIZ = 15
+# How every owner mark starts.
+OWNER_PREFIX = 'tenks:'
 
 
 def owner(cluster, deployment):
@@ -11,7 +13,7 @@ def owner(cluster, deployment):
     ``deployment`` is the uuid of the cluster's record: a same-named
     cluster of another state database or conductor owns nothing here.
     """
-    return 'tenks:%s:%s' % (cluster, deployment)
+    return '%s%s:%s' % (OWNER_PREFIX, cluster, deployment)
 
 
 def ifname(*parts):

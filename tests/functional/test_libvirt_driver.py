@@ -3,8 +3,10 @@
 import errno
 import os
 import re
+import signal
 import stat
 import subprocess
+import sys
 import uuid
 from concurrent import futures
 from xml.etree import ElementTree as ET
@@ -387,6 +389,61 @@ def test_hand_made_volume_is_never_adopted(driver, conn, left, pool,
         assert f.read() == data
     assert mark(path) is None
     os.remove(path)
+
+
+def killed_while_making(conf, pool, name):
+    """Make volume ``name`` in a process killed (SIGKILL) just before the
+    volume gets its mark, as an agent killed mid-request is."""
+    code = (
+        'import os, signal, sys\n'
+        'from hostagent.drivers.virt import libvirt as lv\n'
+        'from tests.functional import drivers_fixtures as fx\n'
+        'lv.LibvirtDriver._set_volume_mark = staticmethod(\n'
+        '    lambda *args: os.kill(os.getpid(), signal.SIGKILL))\n'
+        'driver = lv.LibvirtDriver(fx.make_conf(sys.argv[1]))\n'
+        'driver.ensure_volume(sys.argv[2], sys.argv[3], 1024 ** 2,\n'
+        '                     "qcow2", fx.OWNER)\n')
+    done = subprocess.run(
+        [sys.executable, '-c', code, conf.state_dir, pool, name],
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == -signal.SIGKILL
+
+
+def test_volume_made_by_a_killed_agent_is_made_again(driver, conn, conf,
+                                                     pool):
+    """Killed between making a volume and marking it, an agent leaves an
+    unmarked volume: its owner's next request makes it again (it may be
+    half made), everybody else's still refuses it, reads change nothing,
+    and a removal removes it."""
+    lvpool = conn.storagePoolLookupByName(pool)
+    directory = ET.fromstring(lvpool.XMLDesc()).findtext('target/path')
+    path = os.path.join(directory, 'hx-v')
+    killed_while_making(conf, pool, 'hx-v')
+    assert os.path.exists(path) and mark(path) is None
+    # As an image copy cut short would leave it.
+    with open(path, 'r+b') as f:
+        f.write(b'half made')
+
+    other = 'tenks:other:%s' % uuid.uuid4()
+    with pytest.raises(exceptions.ResourceConflict,
+                       match='no Tenks owner mark'):
+        driver.ensure_volume(pool, 'hx-v', 1024 ** 2, 'qcow2', other)
+    assert driver.volume_infos(pool, ['hx-v'], fx.OWNER) == {'hx-v': None}
+    assert driver.volume_info(pool, 'hx-v', fx.OWNER) is None
+    assert mark(path) is None
+    with open(path, 'rb') as f:
+        assert f.read(9) == b'half made'
+
+    assert driver.ensure_volume(pool, 'hx-v', 1024 ** 2, 'qcow2',
+                                fx.OWNER) == fx.CREATED
+    assert mark(path) == fx.OWNER
+    with open(path, 'rb') as f:
+        assert f.read(4) == b'QFI\xfb'
+    assert os.listdir(os.path.join(conf.state_dir, 'making', pool)) == []
+
+    killed_while_making(conf, pool, 'hx-w')
+    assert driver.remove_volume(pool, 'hx-w', fx.OWNER) is True
+    assert not os.path.exists(os.path.join(directory, 'hx-w'))
 
 
 def test_hand_defined_pool_is_never_adopted(driver, conn, left):

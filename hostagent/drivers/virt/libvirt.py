@@ -21,6 +21,7 @@ from hostagent.drivers.virt import storage
 from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import fileutils
+from tenks import names as tenks_names
 
 LOG = logging.getLogger(__name__)
 
@@ -533,6 +534,66 @@ class LibvirtDriver(base.VirtDriver):
         """Where images fetched over http(s) wait to be copied."""
         return os.path.join(self.conf.state_dir, 'images')
 
+    def _intent(self, pool, name):
+        """The file naming the owner volume ``name`` of ``pool`` is being
+        made for: written before the volume exists, removed once it
+        carries its mark.
+
+        Making a volume takes long (qemu-img, an image copy) and its mark
+        comes last, so that a volume with a mark is whole: an agent killed
+        in between leaves an unmarked volume, which no request would
+        touch without this file (see _settle).
+        """
+        return os.path.join(self.conf.state_dir, 'making', pool, name)
+
+    def _unmarked_volume(self, lvpool, name):
+        """Whether volume ``name`` of ``lvpool`` exists with no owner mark
+        at all."""
+        root = ET.fromstring(lvpool.XMLDesc())
+        if root.get('type') == 'logical':
+            tags = storage.lv_tags(root.findtext('source/name')).get(name)
+            return tags is not None and not any(
+                tag.startswith(tenks_names.OWNER_PREFIX) for tag in tags)
+        path = os.path.join(root.findtext('target/path'), name)
+        return os.path.lexists(path) and _mark(path) is None
+
+    def _making_for(self, pool, name):
+        """The owner volume ``name`` of ``pool`` was being made for, or
+        None."""
+        try:
+            with open(self._intent(pool, name)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _interrupted(self, lvpool, pool, name, owner):
+        """Whether volume ``name`` is one this agent began to make for
+        ``owner`` and never finished."""
+        return (self._making_for(pool, name) == owner
+                and self._unmarked_volume(lvpool, name))
+
+    def _settle(self, lvpool, pool, name, owner):
+        """Delete a volume whose making for ``owner`` was interrupted (it
+        is half made: it is made again), and forget that making. Another
+        owner's making is left to that owner."""
+        if self._making_for(pool, name) != owner:
+            return
+        if self._unmarked_volume(lvpool, name):
+            lvpool.refresh(0)
+            vol = _lookup(lvpool.storageVolLookupByName, name,
+                          libvirt.VIR_ERR_NO_STORAGE_VOL)
+            if vol is not None:
+                vol.delete()
+            LOG.warning('Deleted volume %s of storage pool %s: its making '
+                        'was interrupted before it got its mark', name, pool)
+        os.unlink(self._intent(pool, name))
+
+    def _begin_making(self, pool, name, owner):
+        path = self._intent(pool, name)
+        fileutils.private_dir(os.path.dirname(path))
+        with open(path, 'w') as f:
+            f.write(owner)
+
     def ensure_volume(self, pool, name, capacity, fmt, owner, source=None):
         """See base; ``capacity`` is rounded up to whole 512-byte sectors.
 
@@ -573,8 +634,10 @@ class LibvirtDriver(base.VirtDriver):
                 ET.SubElement(target, 'format', type=fmt)
                 ET.SubElement(ET.SubElement(target, 'permissions'),
                               'mode').text = '0600'
+            self._settle(lvpool, pool, name, owner)
             vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
+                self._begin_making(pool, name, owner)
                 with contextlib.ExitStack() as stack:
                     image = None
                     if source is not None and not backing:
@@ -593,6 +656,8 @@ class LibvirtDriver(base.VirtDriver):
                         with contextlib.suppress(libvirt.libvirtError):
                             vol.delete()
                         raise
+                    finally:
+                        os.unlink(self._intent(pool, name))
                 return base.ensured(True)
             current = self._volume_facts(vol)
         wanted = {'capacity': capacity, 'format': fmt}
@@ -609,6 +674,8 @@ class LibvirtDriver(base.VirtDriver):
         action = 'read volume %s in storage pool %s' % (name, pool)
         with self._volume_lock(pool, name), self._libvirt(action) as conn:
             lvpool = conn.storagePoolLookupByName(pool)
+            if self._interrupted(lvpool, pool, name, owner):
+                return None
             vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
                 return None
@@ -640,7 +707,10 @@ class LibvirtDriver(base.VirtDriver):
             for name in names:
                 with self._volume_lock(pool, name):
                     vol = listed.get(name)
-                    if marks[name] is None:
+                    if marks[name] is None or (
+                            not marks[name] and self._interrupted(
+                                lvpool, pool, name, owner)):
+                        # Missing, or half made (made again by ensure).
                         infos[name] = None
                     elif not marks[name]:
                         infos[name] = base.FOREIGN
@@ -697,9 +767,11 @@ class LibvirtDriver(base.VirtDriver):
                              libvirt.VIR_ERR_NO_STORAGE_POOL)
             if lvpool is None:
                 return False
+            interrupted = self._interrupted(lvpool, pool, name, owner)
+            self._settle(lvpool, pool, name, owner)
             vol = self._owned_volume(lvpool, pool, name, owner)
             if vol is None:
-                return False
+                return interrupted
             vol.delete()
         return True
 
