@@ -41,6 +41,7 @@ from conductor import rpcapi as conductor_rpcapi
 from hostagent import nodes
 from hostagent import rpcapi
 from tenks import exceptions
+from tenks import resources
 
 LOG = logging.getLogger(__name__)
 
@@ -75,6 +76,14 @@ def pool_free_bytes(pool_dir):
     return shutil.disk_usage(existing).free
 
 
+def pool_total_bytes(pool_dir):
+    """Size of the file system ``pool_dir`` is (or will be) on."""
+    existing = pool_dir
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    return shutil.disk_usage(existing).total
+
+
 def interface_mark(name):
     """The alias of interface ``name`` ('' if none), None if absent."""
     try:
@@ -99,6 +108,8 @@ class HostAgentManager:
         self.bmc = load_driver('tenks.bmc_drivers',
                                conf.hostagent.bmc_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.network, self.bmc)
+        # Checked at start: a typo must not register a wrong inventory.
+        self.provider_facts = resources.hostagent_facts(conf.hostagent)
         self._recent = collections.OrderedDict()
         # request id -> the reply_to of every copy waiting for it to end
         self._running = {}
@@ -194,7 +205,9 @@ class HostAgentManager:
                     pool_free_gb=pool_free_bytes(pool_dir) // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
-                    resource_prefix=self.conf.hostagent.resource_prefix)
+                    resource_prefix=self.conf.hostagent.resource_prefix,
+                    disk_gb=pool_total_bytes(pool_dir) // GIB,
+                    **self.provider_facts)
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
                  interfaces, owner):
