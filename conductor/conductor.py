@@ -173,8 +173,8 @@ class Conductor:
     def create_aggregate(self, name, availability_zone=None):
         return self.aggregates.create(name, availability_zone)
 
-    def update_aggregate(self, aggregate, **values):
-        """``values``: name, availability_zone (None: no zone)."""
+    def update_aggregate(self, aggregate, values):
+        """``values``: {name, availability_zone (None: no zone)}."""
         return self.aggregates.update(aggregate, **values)
 
     def set_aggregate_metadata(self, aggregate, metadata):

@@ -121,7 +121,7 @@ class ConductorManager:
             raise exceptions.AggregateInvalid(
                 aggregate=aggregate, reason='cannot change %s' % ', '.join(
                     sorted(unknown)))
-        return self.conductor.update_aggregate(aggregate, **values)
+        return self.conductor.update_aggregate(aggregate, values)
 
     @messaging.expected_exceptions(*AGGREGATE_ERRORS)
     def set_aggregate_metadata(self, context, aggregate, metadata):
