@@ -214,12 +214,12 @@ DYNAMIC = ('capacity', 'pool_space', 'bmc_port')
 
 
 def refusal(host, request, options, names_=None):
-    """(what, why) of the first of the filters ``names_`` (default: the
-    enabled ones) that removes ``host``, or None."""
+    """(what, why, filter) of the first of the filters ``names_``
+    (default: the enabled ones) that removes ``host``, or None."""
     for name in names_ or options.enabled_filters:
         found = FILTER_FUNCTIONS[name](host, request, options)
         if found is not None:
-            return found
+            return found + (name,)
     return None
 
 
@@ -388,8 +388,11 @@ def _no_valid_host(spec, request, hosts, options, recorded):
             host=only.name, pool_dir=only.facts['pool_dir'],
             needed=show_bytes(_new_volume_bytes(spec, recorded)),
             free=show_bytes(only.initially_free_bytes))
+    # In the order of the filters, then of what they removed hosts for.
+    order = {name: i for i, name in enumerate(options.enabled_filters)}
     removed = {}
-    for name, found in sorted(refusals.items()):
+    for name, found in sorted(refusals.items(), key=lambda item: (
+            order[item[1][2]], item[1][0], item[0])):
         removed.setdefault(found[0], []).append('%s: %s' % (name, found[1]))
     raise exceptions.NoValidHost(what=request.what, reason='%d %s; %s (%s)' % (
         len(hosts), 'hypervisor' if len(hosts) == 1 else 'hypervisors',

@@ -66,9 +66,9 @@ def test_memory_and_interfaces_are_respected_across_hosts():
         scheduler.schedule(make_spec(count=4), hosts, [])
     assert str(raised.value) == (
         'No valid host for node type small (specs[0]): 3 hypervisors; '
-        'MEMORY_MB removed 2, physnet physnet1 removed 1 (hv1: MEMORY_MB: '
-        '128 asked, 72 of 200 left; hv2: MEMORY_MB: 128 asked, 44 of 300 '
-        'left; hv3: interface eth9 of physnet physnet1 missing)')
+        'physnet physnet1 removed 1, MEMORY_MB removed 2 (hv3: interface '
+        'eth9 of physnet physnet1 missing; hv1: MEMORY_MB: 128 asked, 72 of '
+        '200 left; hv2: MEMORY_MB: 128 asked, 44 of 300 left)')
 
 
 def test_hosts_sharing_an_address_share_its_ports():
