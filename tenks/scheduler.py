@@ -86,7 +86,8 @@ class HostState:
         self.taken = taken_ports.setdefault(self.bmc_address, set())
         self.taken.update(n['bmc_port'] for n in recorded
                           if n['bmc_address'] == self.bmc_address)
-        self.initially_free_ports = len(self.free_ports())
+        self.initially_free_ports = len(self.ports) - sum(
+            1 for port in self.busy | self.taken if port in self.ports)
         # Ports are only taken while placing: the first free one never
         # moves back.
         self._port_cursor = 0
@@ -111,12 +112,20 @@ class HostState:
         return resources.capacity(self.inventories[rc]) - self.used[rc]
 
     def weight(self, multipliers, scales):
-        """Higher is better: free resources, each divided by the largest
-        capacity of its class among the hosts (a fixed scale, so a
-        host's weight changes only when it takes a node)."""
-        return sum(multiplier * self.free(rc) / scales[rc]
-                   for rc, multiplier in multipliers.items()
-                   if multiplier and rc in self.inventories)
+        """The host's rank (lower first): by the weighed sum of the
+        share of each class's capacity it has free (so spreading evens
+        out the hosts' use), then of what it has free, divided by the
+        largest capacity of the class among the hosts (the bigger of two
+        equally used hosts first), then by name. Both are fixed scales:
+        a host's weight changes only when it takes a node."""
+        share = free = 0.0
+        for rc, multiplier in multipliers.items():
+            if multiplier and rc in self.inventories:
+                left = self.free(rc)
+                share += multiplier * left / max(
+                    resources.capacity(self.inventories[rc]), 1)
+                free += multiplier * left / scales[rc]
+        return (-share, -free, self.name)
 
     def take(self, request):
         port = self.next_port()
@@ -254,8 +263,8 @@ def new_mac(taken):
 
 class Placer:
     """Filters, then weighs: a heap of the hosts that pass the filters
-    that do not change while placing, best weight first (ties: the
-    host name), so that placing N nodes on H hosts costs N log H."""
+    that do not change while placing, best weight first, so that placing
+    N nodes on H hosts costs N log H."""
 
     def __init__(self, hosts, options):
         self.hosts = hosts
@@ -270,8 +279,8 @@ class Placer:
         self.dynamic = [f for f in options.enabled_filters if f in DYNAMIC]
 
     def candidates(self, request):
-        heap = [(-h.weight(self.options.weight_multipliers, self.scales),
-                 h.name, h) for h in self.hosts
+        heap = [(h.weight(self.options.weight_multipliers, self.scales), h)
+                for h in self.hosts
                 if refusal(h, request, self.options, self.static) is None]
         heapq.heapify(heap)
         return heap
@@ -281,15 +290,15 @@ class Placer:
         fits (a host that does not fit now never will for this entry:
         placing only takes)."""
         while heap:
-            _, _, host = heap[0]
+            _, host = heap[0]
             if self.dynamic and refusal(host, request, self.options,
                                         self.dynamic) is not None:
                 heapq.heappop(heap)
                 continue
             port = host.take(request)
             heapq.heapreplace(heap, (
-                -host.weight(self.options.weight_multipliers, self.scales),
-                host.name, host))
+                host.weight(self.options.weight_multipliers, self.scales),
+                host))
             return host, port
         return None
 
@@ -398,7 +407,14 @@ def _no_valid_host(spec, request, hosts, options, recorded):
         len(hosts), 'hypervisor' if len(hosts) == 1 else 'hypervisors',
         ', '.join('%s removed %d' % (key, len(why))
                   for key, why in removed.items()),
-        '; '.join(r for why in removed.values() for r in why)))
+        '; '.join(_examples(why) for why in removed.values())))
+
+
+def _examples(reasons, shown=3):
+    """The first ``shown`` of ``reasons``, and how many more."""
+    more = len(reasons) - shown
+    return '; '.join(reasons[:shown]) + (
+        '; and %d more' % more if more > 0 else '')
 
 
 def _new_volume_bytes(spec, recorded):

@@ -217,14 +217,14 @@ def test_the_report_names_every_filter_that_removed_hosts():
 
 # Weighers
 
-def test_spread_goes_to_the_host_with_most_free():
+def test_spread_evens_out_the_share_used():
     all_facts = {'hv1': facts('hv1', memory_mb=4096),
                  'hv2': facts('hv2', memory_mb=8192)}
     nodes = scheduler.schedule(spec(count=6, memory_mb=1024, capacity=None),
                                all_facts, [])
-    # 8 GiB and 4 GiB free: hv2 takes nodes until both have as much.
-    assert hosts_of(nodes)[:4] == ['hv2'] * 4
-    assert sorted(hosts_of(nodes)).count('hv1') == 1
+    # Both free: the bigger first; then the one with the larger share
+    # free (VCPU counts too), until both use half of their memory.
+    assert hosts_of(nodes) == ['hv2', 'hv1', 'hv2', 'hv1', 'hv2', 'hv2']
 
 
 def test_pack_fills_one_host_first():
