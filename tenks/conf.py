@@ -17,8 +17,8 @@ HOST_REGEX = r'^[A-Za-z0-9._-]+$'
 # tenks.scheduler.FILTERS, which this module does not import (the CLI
 # reads it at start-up); a unit test keeps them equal.
 SCHEDULER_FILTERS = ('enabled', 'network_driver', 'physnets', 'traits',
-                     'availability_zone', 'aggregate_metadata', 'capacity',
-                     'pool_space', 'bmc_port')
+                     'availability_zone', 'aggregate_metadata', 'pool_space',
+                     'capacity', 'bmc_port')
 
 
 def default_state_dir():

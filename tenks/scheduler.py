@@ -19,8 +19,8 @@ DEFAULT_ZONE = 'nova'
 # In the order they run; the report of a failed placement counts, per
 # filter, the hosts it removed.
 FILTERS = ('enabled', 'network_driver', 'physnets', 'traits',
-           'availability_zone', 'aggregate_metadata', 'capacity',
-           'pool_space', 'bmc_port')
+           'availability_zone', 'aggregate_metadata', 'pool_space',
+           'capacity', 'bmc_port')
 DEFAULT_OPTIONS = types.SimpleNamespace(
     enabled_filters=FILTERS,
     weight_multipliers={resources.VCPU: 1.0, resources.MEMORY_MB: 1.0,
