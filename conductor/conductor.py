@@ -34,6 +34,7 @@ from tenks import exceptions
 from tenks import fileutils
 from tenks import notifier
 from tenks import reconcile
+from tenks import resources
 from tenks import rpc
 from tenks import scheduler
 from tenks import states
@@ -142,7 +143,6 @@ class Conductor:
     def get_hypervisor(self, host):
         """The hypervisor with its resource provider view: inventories,
         usages, traits, each node's allocations, aggregates and zone."""
-        from tenks import resources
         hypervisor = self.registry.get_hypervisor(host)
         nodes = [n.as_dict() for n in self.db.list_nodes(hypervisor=host)]
         where = self.aggregates.placement().get(host, {})

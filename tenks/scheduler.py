@@ -58,13 +58,15 @@ class Request:
 class HostState:
     """What is left on one hypervisor while nodes are being placed.
 
-    ``taken_ports`` ({address: ports}) is shared by all hosts: a port is
-    unique per address, as Ironic dials address and port, whichever host
-    serves it. ``placement``: the conductor's view of the host (enabled,
-    maintenance, availability_zone, aggregates [{name, metadata}]).
+    ``mine``: the node records on this host. ``taken_ports`` ({address:
+    ports}, those of the recorded nodes to begin with) is shared by all
+    hosts: a port is unique per address, as Ironic dials address and
+    port, whichever host serves it. ``placement``: the conductor's view
+    of the host (enabled, maintenance, availability_zone, aggregates
+    [{name, metadata}]).
     """
 
-    def __init__(self, facts, recorded, spec, taken_ports, placement=None):
+    def __init__(self, facts, mine, spec, taken_ports, placement=None):
         placement = placement or {}
         self.name = facts['host']
         self.facts = facts
@@ -76,16 +78,11 @@ class HostState:
         self.aggregates = placement.get('aggregates', ())
         self.traits = set(resources.traits(facts))
         self.inventories = resources.inventories(facts)
-        mine = [n for n in recorded if n['hypervisor'] == self.name]
         self.used = resources.usages(mine)
-        self.free_memory_mb = facts['memory_mb'] - self.used[
-            resources.MEMORY_MB]
         self.ports = range(spec['ipmi_port_range_start'],
                            spec['ipmi_port_range_end'] + 1)
         self.busy = set(facts['busy_ports']) | {n['bmc_port'] for n in mine}
         self.taken = taken_ports.setdefault(self.bmc_address, set())
-        self.taken.update(n['bmc_port'] for n in recorded
-                          if n['bmc_address'] == self.bmc_address)
         self.initially_free_ports = len(self.ports) - sum(
             1 for port in self.busy | self.taken if port in self.ports)
         # Ports are only taken while placing: the first free one never
@@ -94,10 +91,6 @@ class HostState:
         self.free_bytes = facts['pool_free_bytes']
         self.initially_free_bytes = self.free_bytes
         self.network_driver = facts['network_driver']
-
-    def free_ports(self):
-        return [port for port in self.ports
-                if port not in self.busy and port not in self.taken]
 
     def next_port(self):
         """The first free BMC port, or None."""
@@ -132,7 +125,6 @@ class HostState:
         self.taken.add(port)
         for rc, amount in request.amounts.items():
             self.used[rc] += amount
-        self.free_memory_mb -= request.node_type['memory_mb']
         self.free_bytes -= request.bytes
         return port
 
@@ -313,8 +305,14 @@ def schedule(spec, facts, recorded, placement=None, options=None):
     """
     options = options or DEFAULT_OPTIONS
     placement = placement or {}
+    by_host = {}
     taken_ports = {}
-    hosts = [HostState(f, recorded, spec, taken_ports, placement.get(name))
+    for node in recorded:
+        by_host.setdefault(node['hypervisor'], []).append(node)
+        taken_ports.setdefault(node['bmc_address'], set()).add(
+            node['bmc_port'])
+    hosts = [HostState(f, by_host.get(name, []), spec, taken_ports,
+                       placement.get(name))
              for name, f in sorted(facts.items())]
     placer = Placer(hosts, options)
     taken_names = {n['name'] for n in recorded}

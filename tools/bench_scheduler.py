@@ -157,6 +157,13 @@ def main():
                 mode, min(times), args.runs, 1e6 * min(times) / args.nodes))
             print('\n'.join(evenness(spec, facts, placement, nodes,
                                      options)))
+    # A re-run that adds a tenth more nodes to what is recorded.
+    more = cluster_spec(args.nodes + args.nodes // 10)
+    start = time.perf_counter()
+    added = scheduler.schedule(more, facts, nodes, placement,
+                               scheduler.DEFAULT_OPTIONS)
+    print('%d more nodes with %d recorded: %.3f s' % (
+        len(added), len(nodes), time.perf_counter() - start))
 
 
 if __name__ == '__main__':
