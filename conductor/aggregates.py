@@ -179,6 +179,10 @@ class Aggregates:
 
     def set_metadata(self, ident, metadata):
         """Set the keys of ``metadata``; a None value unsets its key."""
+        if not isinstance(metadata, dict):
+            raise exceptions.AggregateInvalid(
+                aggregate=ident, reason='metadata must be a mapping, not '
+                                        '%r' % (metadata,))
         with self.lock():
             aggregate = self.get(ident)
             check_metadata({k: v for k, v in metadata.items()

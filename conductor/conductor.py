@@ -156,6 +156,10 @@ class Conductor:
         """Enable or disable ``host`` (a disabled one takes no new
         node); returns it."""
         self.registry.get_hypervisor(host)
+        if not isinstance(enabled, bool):
+            raise exceptions.HypervisorInvalid(
+                host=host, reason='enabled must be true or false, not %r'
+                                  % (enabled,))
         if enabled and reason:
             raise exceptions.HypervisorInvalid(
                 host=host, reason='a reason is for disabling it')

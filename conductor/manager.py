@@ -116,6 +116,9 @@ class ConductorManager:
     @messaging.expected_exceptions(*AGGREGATE_ERRORS)
     def update_aggregate(self, context, aggregate, values):
         self.policy.authorize('tenks:aggregate:update', context)
+        if not isinstance(values, dict):
+            raise exceptions.AggregateInvalid(
+                aggregate=aggregate, reason='values must be a mapping')
         unknown = set(values) - {'name', 'availability_zone'}
         if unknown:
             raise exceptions.AggregateInvalid(

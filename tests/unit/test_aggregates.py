@@ -78,6 +78,8 @@ def test_metadata_set_and_unset(hosts):
         hosts.set_aggregate_metadata('a1', {'availability_zone': 'az'})
     with pytest.raises(exceptions.AggregateInvalid, match='a value'):
         hosts.set_aggregate_metadata('a1', {'n': 5})
+    with pytest.raises(exceptions.AggregateInvalid, match='a mapping'):
+        hosts.set_aggregate_metadata('a1', ['ssd'])
 
 
 def test_delete_is_refused_while_it_has_hosts(hosts):
@@ -186,6 +188,8 @@ def test_a_disabled_host_takes_no_new_node(conductor):
         conductor.deploy(make_spec(count=1))
     with pytest.raises(exceptions.HypervisorInvalid):
         conductor.update_hypervisor('hv1', True, 'why')
+    with pytest.raises(exceptions.HypervisorInvalid, match='true or false'):
+        conductor.update_hypervisor('hv1', 'yes')
     with pytest.raises(exceptions.HypervisorNotFound):
         conductor.update_hypervisor('nope', False)
     enabled = conductor.update_hypervisor('hv1', True)
@@ -279,6 +283,8 @@ def test_admin_calls_over_the_bus(hosts):
         api.remove_aggregate_host(ADMIN, 'b1', 'hv1')
     with pytest.raises(exceptions.AggregateInvalid, match='cannot change'):
         api.update_aggregate(ADMIN, 'b1', {'hosts': []})
+    with pytest.raises(exceptions.AggregateInvalid, match='a mapping'):
+        api.update_aggregate(ADMIN, 'b1', 'b2')
     assert api.update_hypervisor(ADMIN, 'hv1', False, 'x')['enabled'] is (
         False)
     assert api.remove_aggregate_host(ADMIN, 'b1', 'hv1')['hosts'] == []
