@@ -18,6 +18,7 @@ import fasteners
 from oslo_log import log as logging
 
 from conductor import agents
+from conductor import aggregates
 from conductor import hypervisors
 from conductor import inspection
 from conductor import locks
@@ -33,6 +34,7 @@ from tenks import exceptions
 from tenks import fileutils
 from tenks import notifier
 from tenks import reconcile
+from tenks import resources
 from tenks import rpc
 from tenks import scheduler
 from tenks import states
@@ -78,6 +80,10 @@ class Conductor:
         self.locks = locks.ClusterLocks(self.lock_dir)
         self.registry = hypervisors.HypervisorRegistry(conf, bus, self.db)
         self._allocation_mutex = threading.Lock()
+        self.aggregates = aggregates.Aggregates(
+            self.db, self._allocating,
+            conf.scheduler.default_availability_zone)
+        self.scheduler_options = scheduler.options_from_conf(conf)
         self.operations = operations.Operations(conf, self.db,
                                                 self.notifier, self.locks)
         self.server = bus.get_server(
@@ -135,7 +141,57 @@ class Conductor:
         return self.registry.list_hypervisors()
 
     def get_hypervisor(self, host):
-        return self.registry.get_hypervisor(host)
+        """The hypervisor with its resource provider view: inventories,
+        usages, traits, each node's allocations, aggregates and zone."""
+        hypervisor = self.registry.get_hypervisor(host)
+        nodes = [n.as_dict() for n in self.db.list_nodes(hypervisor=host)]
+        where = self.aggregates.placement().get(host, {})
+        return dict(hypervisor, **resources.provider(hypervisor['facts'],
+                                                     nodes),
+                    aggregates=[a['name'] for a in where.get('aggregates',
+                                                             ())],
+                    availability_zone=where.get('availability_zone'))
+
+    def update_hypervisor(self, host, enabled, reason=None):
+        """Enable or disable ``host`` (a disabled one takes no new
+        node); returns it."""
+        self.registry.get_hypervisor(host)
+        if not isinstance(enabled, bool):
+            raise exceptions.HypervisorInvalid(
+                host=host, reason='enabled must be true or false, not %r'
+                                  % (enabled,))
+        if enabled and reason:
+            raise exceptions.HypervisorInvalid(
+                host=host, reason='a reason is for disabling it')
+        self.db.set_hypervisor_enabled(host, enabled, reason)
+        return self.get_hypervisor(host)
+
+    # Aggregates (see conductor.aggregates)
+
+    def list_aggregates(self):
+        return self.aggregates.list()
+
+    def get_aggregate(self, aggregate):
+        return self.aggregates.get(aggregate)
+
+    def create_aggregate(self, name, availability_zone=None):
+        return self.aggregates.create(name, availability_zone)
+
+    def update_aggregate(self, aggregate, values):
+        """``values``: {name, availability_zone (None: no zone)}."""
+        return self.aggregates.update(aggregate, **values)
+
+    def set_aggregate_metadata(self, aggregate, metadata):
+        return self.aggregates.set_metadata(aggregate, metadata)
+
+    def delete_aggregate(self, aggregate):
+        self.aggregates.delete(aggregate)
+
+    def add_aggregate_host(self, aggregate, host):
+        return self.aggregates.add_host(aggregate, host)
+
+    def remove_aggregate_host(self, aggregate, host):
+        return self.aggregates.remove_host(aggregate, host)
 
     def hypervisors(self):
         """The hosts new nodes may go to."""
@@ -206,7 +262,7 @@ class Conductor:
         plan, _ = planner.plan_deploy(
             spec, cluster, facts, [n.as_dict() for n in self.db.list_nodes()],
             [r.as_dict() for r in self.db.list_resources(spec['cluster'])],
-            force)
+            force, self.aggregates.placement(), self.scheduler_options)
         planner.add_drift(plan, self._drift(plan, spec),
                           self._host_resources(spec, cluster.uuid, facts))
         return summary(plan)
@@ -301,7 +357,8 @@ class Conductor:
                 resources = [r.as_dict() for r in self.db.list_resources()]
                 plan, missing = planner.plan_deploy(
                     spec, cluster, facts, recorded,
-                    [r for r in resources if r['cluster'] == name], force)
+                    [r for r in resources if r['cluster'] == name], force,
+                    self.aggregates.placement(), self.scheduler_options)
                 planner.add_drift(
                     plan, self._drift(plan, spec),
                     self._host_resources(spec, cluster.uuid, facts))

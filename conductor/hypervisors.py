@@ -38,14 +38,16 @@ class HypervisorRegistry:
         raise exceptions.HypervisorNotFound(host=host)
 
     def hypervisors(self):
-        """The hosts new nodes may go to."""
+        """The hosts a deploy inspects: those whose hostagent is up,
+        enabled or not (the scheduler gives new nodes to enabled ones,
+        and the nodes of a disabled one are still checked)."""
         if self.bus.embedded:
             return [self.conf.hostagent.host]
         hosts = [h['host'] for h in self.list_hypervisors()
-                 if h['state'] == 'up']
+                 if h['state'] != 'down']
         if not hosts:
             raise exceptions.NoValidHost(
-                what='any node', reason='no hostagent is up and enabled')
+                what='any node', reason='no hostagent is up')
         return hosts
 
     def delete_hypervisor(self, host):

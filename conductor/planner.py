@@ -7,13 +7,15 @@ from tenks import scheduler
 from tenks import states
 
 
-def plan_deploy(spec, cluster, facts, nodes, resources, force):
+def plan_deploy(spec, cluster, facts, nodes, resources, force,
+                placement=None, options=None):
     """The plan of a deploy of ``spec``, and the nodes it schedules.
 
     ``cluster``: the cluster's record (its spec is the old one, unless
     it is new: state 'scheduled'); ``facts``: {host: inspect result};
     ``nodes``: node records (dicts) of every cluster; ``resources``: this
-    cluster's recorded resources (dicts). Returns (plan, new nodes).
+    cluster's recorded resources (dicts); ``placement`` and ``options``:
+    see tenks.scheduler.schedule. Returns (plan, new nodes).
     """
     name = spec['cluster']
     away = sorted({n['hypervisor'] for n in nodes
@@ -47,7 +49,8 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force):
                        and n['uuid'] != node['uuid']}
         kept.append(reconcile.reshaped(spec, node, host_facts, taken_macs,
                                        taken_ports))
-    new_nodes = scheduler.schedule(spec, facts, others + kept + gone)
+    new_nodes = scheduler.schedule(spec, facts, others + kept + gone,
+                                   placement, options)
     plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,
                           old_views, new_nodes, facts, resources)
     plan['force'] = force

@@ -17,7 +17,12 @@ from tenks.exceptions, and they are all a caller can get:
 * teardown_cluster: ClusterNotFound, ClusterBusy, ConductorBusy;
 * get_operation: OperationNotFound; get_cluster: ClusterNotFound;
   get_hypervisor: HypervisorNotFound;
-* delete_hypervisor: HypervisorNotFound, HypervisorInUse.
+* delete_hypervisor: HypervisorNotFound, HypervisorInUse;
+* the admin calls of 1.3 (aggregates, update_hypervisor):
+  PolicyNotAuthorized (the context's roles are not allowed),
+  AggregateNotFound, AggregateInvalid (a bad value), AggregateConflict
+  (a rule of aggregates refuses the change), HypervisorNotFound,
+  HypervisorInvalid.
 
 API version history:
 
@@ -33,11 +38,21 @@ API version history:
   nothing. deploy_cluster applies a changed spec (it used to raise
   SpecChanged) and takes ``force``: resize running nodes, remove or
   resize nodes Ironic has deployed.
+* 1.3 - Host aggregates and availability zones: list_aggregates,
+  get_aggregate, create_aggregate, update_aggregate,
+  set_aggregate_metadata, delete_aggregate, add_aggregate_host,
+  remove_aggregate_host; and update_hypervisor (enable or disable a
+  hypervisor). These are admin calls: each carries the caller's
+  oslo.context request context, checked against the oslo.policy rules
+  of tenks.policy (default: the admin role). get_hypervisor also returns
+  the hypervisor's inventories, usages, traits, allocations, aggregates
+  and availability zone.
 """
 
+from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.2'
+RPC_API_VERSION = '1.3'
 
 
 class ConductorAPI:
@@ -116,3 +131,50 @@ class ConductorAPI:
 
     def list_events(self, cluster=None, limit=100):
         return self._call('list_events', cluster=cluster, limit=limit)
+
+    # Admin calls (1.3): ``context`` is the caller's oslo.context
+    # RequestContext (or its dict), checked against tenks.policy.
+
+    def _admin_call(self, context, method, **kwargs):
+        return self.client.prepare(version='1.3').call(
+            policy.to_dict(context), method, **kwargs)
+
+    def update_hypervisor(self, context, host, enabled, reason=None):
+        """Enable or disable ``host``; a disabled one takes no new node."""
+        return self._admin_call(context, 'update_hypervisor', host=host,
+                                enabled=enabled, reason=reason)
+
+    def list_aggregates(self, context):
+        return self._admin_call(context, 'list_aggregates')
+
+    def get_aggregate(self, context, aggregate):
+        """The aggregate with this id, UUID or name: {id, uuid, name,
+        availability_zone, hosts, metadata, created_at, updated_at}."""
+        return self._admin_call(context, 'get_aggregate',
+                                aggregate=aggregate)
+
+    def create_aggregate(self, context, name, availability_zone=None):
+        return self._admin_call(context, 'create_aggregate', name=name,
+                                availability_zone=availability_zone)
+
+    def update_aggregate(self, context, aggregate, values):
+        """``values``: {'name': ..., 'availability_zone': ... or None}."""
+        return self._admin_call(context, 'update_aggregate',
+                                aggregate=aggregate, values=values)
+
+    def set_aggregate_metadata(self, context, aggregate, metadata):
+        """Set the keys of ``metadata``; a None value unsets its key."""
+        return self._admin_call(context, 'set_aggregate_metadata',
+                                aggregate=aggregate, metadata=metadata)
+
+    def delete_aggregate(self, context, aggregate):
+        return self._admin_call(context, 'delete_aggregate',
+                                aggregate=aggregate)
+
+    def add_aggregate_host(self, context, aggregate, host):
+        return self._admin_call(context, 'add_aggregate_host',
+                                aggregate=aggregate, host=host)
+
+    def remove_aggregate_host(self, context, aggregate, host):
+        return self._admin_call(context, 'remove_aggregate_host',
+                                aggregate=aggregate, host=host)

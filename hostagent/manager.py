@@ -42,6 +42,7 @@ from hostagent import nodes
 from hostagent import rpcapi
 from tenks import conf as tenks_conf
 from tenks import exceptions
+from tenks import resources
 
 LOG = logging.getLogger(__name__)
 
@@ -76,6 +77,14 @@ def pool_free_bytes(pool_dir):
     return shutil.disk_usage(existing).free
 
 
+def pool_total_bytes(pool_dir):
+    """Size of the file system ``pool_dir`` is (or will be) on."""
+    existing = pool_dir
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    return shutil.disk_usage(existing).total
+
+
 def interface_mark(name):
     """The alias of interface ``name`` ('' if none), None if absent."""
     try:
@@ -103,6 +112,8 @@ class HostAgentManager:
                                conf.hostagent.bmc_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
                                  self.host)
+        # Checked at start: a typo must not register a wrong inventory.
+        self.provider_facts = resources.hostagent_facts(conf.hostagent)
         self._recent = collections.OrderedDict()
         # request id -> the reply_to of every copy waiting for it to end
         self._running = {}
@@ -200,7 +211,9 @@ class HostAgentManager:
                     ipmi_address=self.conf.hostagent.ipmi_address,
                     resource_prefix=self.conf.hostagent.resource_prefix,
                     console_log_dir=tenks_conf.console_log_dir(self.conf),
-                    network_drivers=list(self.networks))
+                    network_drivers=list(self.networks),
+                    disk_gb=pool_total_bytes(pool_dir) // GIB,
+                    **self.provider_facts)
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
                  interfaces, owner):

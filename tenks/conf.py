@@ -14,6 +14,12 @@ STATE_DIR_ENV = 'TENKS_STATE_DIR'
 # What a service name may be on the bus (an AMQP routing key part); a
 # name with spaces is most often an inline comment oslo.config kept.
 HOST_REGEX = r'^[A-Za-z0-9._-]+$'
+# tenks.scheduler.FILTERS, which this module does not import (the CLI
+# reads it at start-up); a unit test keeps them equal.
+# In the order they run (tenks.scheduler has them).
+SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
+                     'traits', 'availability_zone', 'aggregate_metadata',
+                     'pool_space', 'capacity', 'bmc_port')
 
 
 def default_state_dir():
@@ -158,6 +164,46 @@ hostagent_opts = [
                help='Prefix of the bridges and storage pools made on this '
                     'hypervisor, so several hostagents can share a '
                     'machine as distinct hypervisors.'),
+    cfg.BoolOpt('enable_on_register',
+                default=True,
+                help='Whether this hypervisor takes new nodes from its '
+                     'first registration on. False: it registers disabled, '
+                     'so an operator can add it to its aggregates first '
+                     '("tenks hypervisor set --enable").'),
+    cfg.ListOpt('traits',
+                default=[],
+                help='CUSTOM_* traits of this hypervisor, which cluster '
+                     'specs may require or forbid (specs[].required_traits, '
+                     'forbidden_traits).'),
+] + [
+    cfg.DictOpt('%s_inventory' % rc.lower(),
+                default={},
+                help='Inventory of %s of this hypervisor, as in Placement: '
+                     'allocation_ratio, reserved, min_unit, max_unit, '
+                     'step_size (e.g. "allocation_ratio:%s,reserved:0"). '
+                     'The total comes from the hypervisor.' % (rc, ratio))
+    for rc, ratio in (('VCPU', '16.0'), ('MEMORY_MB', '1.0'),
+                      ('DISK_GB', '1.0'))
+]
+
+scheduler_opts = [
+    cfg.ListOpt('enabled_filters',
+                default=list(SCHEDULER_FILTERS),
+                item_type=cfg.types.String(choices=SCHEDULER_FILTERS),
+                help='Filters a hypervisor must pass to take a node, in '
+                     'this order.'),
+    cfg.FloatOpt('ram_weight_multiplier', default=1.0,
+                 help='Weight of free MEMORY_MB: positive spreads nodes '
+                      'over the hypervisors, negative packs them.'),
+    cfg.FloatOpt('cpu_weight_multiplier', default=1.0,
+                 help='Weight of free VCPU: positive spreads, negative '
+                      'packs.'),
+    cfg.FloatOpt('disk_weight_multiplier', default=1.0,
+                 help='Weight of free DISK_GB: positive spreads, negative '
+                      'packs.'),
+    cfg.StrOpt('default_availability_zone', default='nova',
+               help='Availability zone of the hypervisors that are in no '
+                    'aggregate with a zone.'),
 ]
 
 
@@ -189,11 +235,13 @@ openstack_opts = [
 SERVICE_GROUPS = ('conductor', 'hostagent')
 
 
+
 def register(conf):
     conf.register_opts(default_opts)
     conf.register_opts(conductor_opts, group='conductor')
     conf.register_opts(hostagent_opts, group='hostagent')
     conf.register_opts(openstack_opts, group='openstack')
+    conf.register_opts(scheduler_opts, group='scheduler')
     return conf
 
 
@@ -232,6 +280,7 @@ def list_opts():
         ('conductor', conductor_opts),
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
+        ('scheduler', scheduler_opts),
     ] + rpc.UNLISTED_OPTS
 
 

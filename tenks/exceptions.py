@@ -73,6 +73,30 @@ class HypervisorInUse(TenksError):
     msg_fmt = 'Hypervisor %(host)s cannot be deleted: %(reason)s'
 
 
+class HypervisorInvalid(TenksError):
+    msg_fmt = 'Hypervisor %(host)s cannot be changed so: %(reason)s'
+
+
+class AggregateNotFound(TenksError):
+    msg_fmt = 'No aggregate with name or id %(aggregate)s'
+
+
+class AggregateInvalid(TenksError):
+    """A request about an aggregate has a bad value."""
+
+    msg_fmt = 'Aggregate %(aggregate)s: %(reason)s'
+
+
+class AggregateConflict(TenksError):
+    """A change to an aggregate breaks one of its rules."""
+
+    msg_fmt = 'Aggregate %(aggregate)s: %(reason)s'
+
+
+class PolicyNotAuthorized(TenksError):
+    msg_fmt = 'Policy does not allow %(action)s to be performed'
+
+
 class NothingToResume(TenksError):
     msg_fmt = ('Operation %(id)s cannot resume: no flow was saved for it '
                '(its conductor stopped before the flow began), so it '
@@ -101,7 +125,7 @@ class NodesDeployed(TenksError):
 
 
 class NoValidHost(TenksError):
-    msg_fmt = 'No hypervisor can host %(what)s: %(reason)s'
+    msg_fmt = 'No valid host for %(what)s: %(reason)s'
 
 
 class PortRangeExhausted(NoValidHost):

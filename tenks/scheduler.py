@@ -5,78 +5,132 @@ Allocation is a pure function of the spec, what each hypervisor reported
 to grow (aggregates, traits, weighers) without touching the flows.
 """
 
+import heapq
 import random
+import types
 import uuid as uuidlib
 
+from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import names
+from tenks import resources
 from tenks import states
+
+DEFAULT_ZONE = 'nova'
+# In the order they run; the report of a failed placement counts, per
+# filter, the hosts it removed.
+FILTERS = tenks_conf.SCHEDULER_FILTERS
+DEFAULT_OPTIONS = types.SimpleNamespace(
+    enabled_filters=FILTERS,
+    weight_multipliers={resources.VCPU: 1.0, resources.MEMORY_MB: 1.0,
+                        resources.DISK_GB: 1.0},
+    default_availability_zone=DEFAULT_ZONE)
+
+
+def options_from_conf(conf):
+    """The scheduler's options from ``[scheduler]``."""
+    group = conf.scheduler
+    return types.SimpleNamespace(
+        enabled_filters=tuple(group.enabled_filters),
+        weight_multipliers={
+            resources.VCPU: group.cpu_weight_multiplier,
+            resources.MEMORY_MB: group.ram_weight_multiplier,
+            resources.DISK_GB: group.disk_weight_multiplier},
+        default_availability_zone=group.default_availability_zone)
+
+
+class Request:
+    """What a node of one spec entry needs of a host."""
+
+    def __init__(self, spec, index, entry):
+        self.node_type = spec['node_types'][entry['type']]
+        self.what = 'node type %s (specs[%d])' % (entry['type'], index)
+        self.amounts = resources.allocations(self.node_type)
+        # The pool's directory's file system; an LVM volume group's
+        # space is libvirt's to check.
+        self.bytes = (volume_bytes(self.node_type)
+                      if spec['libvirt_pool_type'] == 'dir' else 0)
+        self.required = set(entry.get('required_traits', ()))
+        self.forbidden = set(entry.get('forbidden_traits', ()))
+        self.zone = entry.get('availability_zone')
+        self.metadata = entry.get('aggregate_metadata') or {}
+        self.bridge_type = spec['bridge_type']
+        self.firmware = firmware_kind(self.node_type)
 
 
 class HostState:
     """What is left on one hypervisor while nodes are being placed.
 
-    ``taken_ports`` ({address: ports}) is shared by all hosts: a port is
-    unique per address, as Ironic dials address and port, whichever host
-    serves it.
+    ``mine``: the node records on this host. ``taken_ports`` ({address:
+    ports}, those of the recorded nodes to begin with) is shared by all
+    hosts: a port is unique per address, as Ironic dials address and
+    port, whichever host serves it. ``placement``: the conductor's view
+    of the host (enabled, maintenance, availability_zone, aggregates
+    [{name, metadata}]).
     """
 
-    def __init__(self, facts, recorded, spec, taken_ports):
+    def __init__(self, facts, mine, spec, taken_ports, placement=None):
+        placement = placement or {}
         self.name = facts['host']
         self.facts = facts
         self.bmc_address = facts['ipmi_address']
         self.prefix = facts['resource_prefix']
-        mine = [n for n in recorded if n['hypervisor'] == self.name]
-        self.free_memory_mb = facts['memory_mb'] - sum(
-            n['memory_mb'] for n in mine)
+        self.enabled = placement.get('enabled', True)
+        self.maintenance = placement.get('maintenance', False)
+        self.zone = placement.get('availability_zone')
+        self.aggregates = placement.get('aggregates', ())
+        self.traits = set(resources.traits(facts))
+        self.inventories = resources.inventories(facts)
+        self.used = resources.usages(mine)
         self.ports = range(spec['ipmi_port_range_start'],
                            spec['ipmi_port_range_end'] + 1)
         self.busy = set(facts['busy_ports']) | {n['bmc_port'] for n in mine}
         self.taken = taken_ports.setdefault(self.bmc_address, set())
-        self.taken.update(n['bmc_port'] for n in recorded
-                          if n['bmc_address'] == self.bmc_address)
-        self.initially_free_ports = len(self.free_ports())
+        self.initially_free_ports = len(self.ports) - sum(
+            1 for port in self.busy | self.taken if port in self.ports)
+        # Ports are only taken while placing: the first free one never
+        # moves back.
+        self._port_cursor = 0
         self.free_bytes = facts['pool_free_bytes']
         self.initially_free_bytes = self.free_bytes
         self.network_drivers = network_drivers(facts)
         # Hostagents older than API 1.4 boot BIOS only.
         self.firmware = facts.get('firmware', ['bios'])
 
-    def free_ports(self):
-        return [port for port in self.ports
-                if port not in self.busy and port not in self.taken]
-
-    def refusal(self, spec, node_type):
-        """Why this host cannot take a node of ``node_type``, or None."""
-        if spec['bridge_type'] not in self.network_drivers:
-            return ('its network drivers are %s, not the spec\'s '
-                    'bridge_type %s' % (', '.join(self.network_drivers),
-                                        spec['bridge_type']))
-        if self.facts['missing_interfaces']:
-            return 'interface(s) %s missing' % ', '.join(
-                source for _, source in self.facts['missing_interfaces'])
-        if not self.free_ports():
-            return 'no free IPMI port'
-        kind = firmware_kind(node_type)
-        if kind not in self.firmware:
-            return ('no %s firmware (OVMF: install the package ovmf there)'
-                    % FIRMWARE_NAMES[kind])
-        if self.free_memory_mb < node_type['memory_mb']:
-            return 'only %d MiB of memory left' % self.free_memory_mb
-        # The pool's directory's file system; an LVM volume group's
-        # space is libvirt's to check.
-        if spec['libvirt_pool_type'] == 'dir' and (
-                self.free_bytes < volume_bytes(node_type)):
-            return 'its pool has %s free, a node of this type needs %s' % (
-                show_bytes(self.free_bytes),
-                show_bytes(volume_bytes(node_type)))
+    def next_port(self):
+        """The first free BMC port, or None."""
+        while self._port_cursor < len(self.ports):
+            port = self.ports[self._port_cursor]
+            if port not in self.busy and port not in self.taken:
+                return port
+            self._port_cursor += 1
         return None
 
-    def take(self, node_type):
-        port = self.free_ports()[0]
+    def free(self, rc):
+        return resources.capacity(self.inventories[rc]) - self.used[rc]
+
+    def weight(self, multipliers, scales):
+        """The host's rank (lower first): by the weighed sum of the
+        share of each class's capacity it has free (so spreading evens
+        out the hosts' use), then of what it has free, divided by the
+        largest capacity of the class among the hosts (the bigger of two
+        equally used hosts first), then by name. Both are fixed scales:
+        a host's weight changes only when it takes a node."""
+        share = free = 0.0
+        for rc, multiplier in multipliers.items():
+            if multiplier and rc in self.inventories:
+                left = self.free(rc)
+                share += multiplier * left / max(
+                    resources.capacity(self.inventories[rc]), 1)
+                free += multiplier * left / scales[rc]
+        return (-share, -free, self.name)
+
+    def take(self, request):
+        port = self.next_port()
         self.taken.add(port)
-        self.free_memory_mb -= node_type['memory_mb']
-        self.free_bytes -= volume_bytes(node_type)
+        for rc, amount in request.amounts.items():
+            self.used[rc] += amount
+        self.free_bytes -= request.bytes
         return port
 
 
@@ -96,6 +150,110 @@ def network_drivers(facts):
     """The network drivers a host's inspect result says it offers (an
     agent before API 1.4 names one)."""
     return facts.get('network_drivers') or [facts['network_driver']]
+
+
+# Filters: each returns None when the host passes, else (what removed
+# it, why), "what" being the key the report counts hosts under.
+
+def _enabled(host, request, options):
+    if host.maintenance:
+        return 'in maintenance', 'in maintenance'
+    if not host.enabled:
+        return 'disabled', 'disabled'
+    return None
+
+
+def _network_driver(host, request, options):
+    if request.bridge_type not in host.network_drivers:
+        return 'network driver', (
+            'its network drivers are %s, not the spec\'s bridge_type %s'
+            % (', '.join(host.network_drivers), request.bridge_type))
+    return None
+
+
+def _firmware(host, request, options):
+    if request.firmware not in host.firmware:
+        name = FIRMWARE_NAMES[request.firmware]
+        return 'firmware %s' % name, (
+            'no %s firmware (OVMF: install the package ovmf there)' % name)
+    return None
+
+
+def _physnets(host, request, options):
+    for physnet, source in host.facts['missing_interfaces']:
+        return 'physnet %s' % physnet, 'interface %s of physnet %s ' \
+            'missing' % (source, physnet)
+    return None
+
+
+def _traits(host, request, options):
+    for trait in sorted(request.required - host.traits):
+        return 'trait %s' % trait, 'lacks required trait %s' % trait
+    for trait in sorted(request.forbidden & host.traits):
+        return 'trait !%s' % trait, 'has forbidden trait %s' % trait
+    return None
+
+
+def _availability_zone(host, request, options):
+    zone = host.zone or options.default_availability_zone
+    if request.zone is not None and zone != request.zone:
+        return 'availability zone %s' % request.zone, (
+            'in availability zone %s' % zone)
+    return None
+
+
+def _aggregate_metadata(host, request, options):
+    for key, value in sorted(request.metadata.items()):
+        if not any(str(a['metadata'].get(key)) == str(value)
+                   for a in host.aggregates if key in a['metadata']):
+            return 'aggregate metadata %s=%s' % (key, value), (
+                'in no aggregate with %s=%s' % (key, value))
+    return None
+
+
+def _capacity(host, request, options):
+    for rc, amount in request.amounts.items():
+        if rc not in host.inventories:
+            continue
+        why = resources.refusal(host.inventories[rc], host.used[rc], amount)
+        if why is not None:
+            return rc, '%s: %d asked, %s' % (rc, amount, why)
+    return None
+
+
+def _pool_space(host, request, options):
+    if host.free_bytes < request.bytes:
+        return 'pool space', (
+            'its pool has %s free, a node of this type needs %s' % (
+                show_bytes(host.free_bytes), show_bytes(request.bytes)))
+    return None
+
+
+def _bmc_port(host, request, options):
+    if host.next_port() is None:
+        return 'BMC port', 'no free IPMI port'
+    return None
+
+
+FILTER_FUNCTIONS = {
+    'enabled': _enabled, 'network_driver': _network_driver,
+    'firmware': _firmware,
+    'physnets': _physnets, 'traits': _traits,
+    'availability_zone': _availability_zone,
+    'aggregate_metadata': _aggregate_metadata, 'capacity': _capacity,
+    'pool_space': _pool_space, 'bmc_port': _bmc_port}
+# Filters whose answer changes as nodes are placed.
+DYNAMIC = ('capacity', 'pool_space', 'bmc_port')
+
+
+def refusal(host, request, options, names_=None):
+    """(what, why, filter) of the first of the filters ``names_``
+    (default: the enabled ones) that removes ``host``, or None."""
+    for name in names_ or options.enabled_filters:
+        found = FILTER_FUNCTIONS[name](host, request, options)
+        if found is not None:
+            return found + (name,)
+    return None
 
 
 def show_bytes(size):
@@ -154,15 +312,68 @@ def new_mac(taken):
             return mac
 
 
-def schedule(spec, facts, recorded):
+class Placer:
+    """Filters, then weighs: a heap of the hosts that pass the filters
+    that do not change while placing, best weight first, so that placing
+    N nodes on H hosts costs N log H."""
+
+    def __init__(self, hosts, options):
+        self.hosts = hosts
+        self.options = options
+        self.scales = {}
+        for rc in resources.RESOURCE_CLASSES:
+            caps = [resources.capacity(h.inventories[rc]) for h in hosts
+                    if rc in h.inventories]
+            self.scales[rc] = max(max(caps, default=1), 1)
+        self.static = [f for f in options.enabled_filters
+                       if f not in DYNAMIC]
+        self.dynamic = [f for f in options.enabled_filters if f in DYNAMIC]
+
+    def candidates(self, request):
+        heap = [(h.weight(self.options.weight_multipliers, self.scales), h)
+                for h in self.hosts
+                if refusal(h, request, self.options, self.static) is None]
+        heapq.heapify(heap)
+        return heap
+
+    def place(self, heap, request):
+        """The best host of ``heap`` for one node, taken; None when none
+        fits (a host that does not fit now never will for this entry:
+        placing only takes)."""
+        while heap:
+            _, host = heap[0]
+            if self.dynamic and refusal(host, request, self.options,
+                                        self.dynamic) is not None:
+                heapq.heappop(heap)
+                continue
+            port = host.take(request)
+            heapq.heapreplace(heap, (
+                host.weight(self.options.weight_multipliers, self.scales),
+                host))
+            return host, port
+        return None
+
+
+def schedule(spec, facts, recorded, placement=None, options=None):
     """Allocate the nodes of ``spec`` not recorded yet; return them.
 
     ``facts``: {host: inspect result}; ``recorded``: node records (dicts)
-    of every cluster, which keep their names, MACs and ports.
+    of every cluster, which keep their names, MACs and ports;
+    ``placement``: {host: the conductor's view of it} (see HostState);
+    ``options``: see DEFAULT_OPTIONS and options_from_conf.
     """
+    options = options or DEFAULT_OPTIONS
+    placement = placement or {}
+    by_host = {}
     taken_ports = {}
-    hosts = [HostState(f, recorded, spec, taken_ports)
-             for _, f in sorted(facts.items())]
+    for node in recorded:
+        by_host.setdefault(node['hypervisor'], []).append(node)
+        taken_ports.setdefault(node['bmc_address'], set()).add(
+            node['bmc_port'])
+    hosts = [HostState(f, by_host.get(name, []), spec, taken_ports,
+                       placement.get(name))
+             for name, f in sorted(facts.items())]
+    placer = Placer(hosts, options)
     taken_names = {n['name'] for n in recorded}
     taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
     # Volume names are unique per cluster (its pool). spec.validate
@@ -176,17 +387,19 @@ def schedule(spec, facts, recorded):
     nodes = []
     for index, entry in enumerate(spec['specs']):
         node_type = spec['node_types'][entry['type']]
+        request = Request(spec, index, entry)
         prefix = entry['node_name_prefix']
         pool = name_pools.setdefault(prefix, _free_names(prefix, taken_names))
         have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
                    and n['spec_index'] == index)
+        heap = None
         for _ in range(entry['count'] - have):
-            refusals = {h.name: h.refusal(spec, node_type) for h in hosts}
-            usable = [h for h in hosts if refusals[h.name] is None]
-            if not usable:
-                _no_valid_host(spec, entry, hosts, refusals, recorded)
-            host = max(usable, key=lambda h: h.free_memory_mb)
-            port = host.take(node_type)
+            if heap is None:
+                heap = placer.candidates(request)
+            placed = placer.place(heap, request)
+            if placed is None:
+                _no_valid_host(spec, request, hosts, options, recorded)
+            host, port = placed
             while True:
                 name = next(pool)
                 volumes = [names.volume(name, entry['vol_name_prefix'], i)
@@ -226,29 +439,43 @@ def schedule(spec, facts, recorded):
     return nodes
 
 
-def _no_valid_host(spec, entry, hosts, refusals, recorded):
-    what = 'a node of type %s (specs[%d])' % (
-        entry['type'], spec['specs'].index(entry))
-    if len(hosts) == 1 and refusals[hosts[0].name].startswith(
-            'its network driver'):
+def _no_valid_host(spec, request, hosts, options, recorded):
+    refusals = {h.name: refusal(h, request, options) for h in hosts}
+    only = hosts[0] if len(hosts) == 1 else None
+    what = only and refusals[only.name][0]
+    if what == 'network driver':
         raise exceptions.NetworkDriverMismatch(
-            host=hosts[0].name, driver=', '.join(hosts[0].network_drivers),
+            host=only.name, driver=', '.join(only.network_drivers),
             bridge_type=spec['bridge_type'])
-    if len(hosts) == 1 and not hosts[0].free_ports():
-        host = hosts[0]
+    if what == 'BMC port':
         needed = sum(e['count'] for e in spec['specs'])
         raise exceptions.PortRangeExhausted(
             start=spec['ipmi_port_range_start'],
-            end=spec['ipmi_port_range_end'], host=host.name,
-            needed=needed, free=host.initially_free_ports)
-    if len(hosts) == 1 and refusals[hosts[0].name].startswith('its pool'):
-        host = hosts[0]
+            end=spec['ipmi_port_range_end'], host=only.name,
+            needed=needed, free=only.initially_free_ports)
+    if what == 'pool space':
         raise exceptions.PoolSpaceExhausted(
-            host=host.name, pool_dir=host.facts['pool_dir'],
+            host=only.name, pool_dir=only.facts['pool_dir'],
             needed=show_bytes(_new_volume_bytes(spec, recorded)),
-            free=show_bytes(host.initially_free_bytes))
-    raise exceptions.NoValidHost(what=what, reason='; '.join(
-        '%s: %s' % item for item in sorted(refusals.items())))
+            free=show_bytes(only.initially_free_bytes))
+    # In the order of the filters, then of what they removed hosts for.
+    order = {name: i for i, name in enumerate(options.enabled_filters)}
+    removed = {}
+    for name, found in sorted(refusals.items(), key=lambda item: (
+            order[item[1][2]], item[1][0], item[0])):
+        removed.setdefault(found[0], []).append('%s: %s' % (name, found[1]))
+    raise exceptions.NoValidHost(what=request.what, reason='%d %s; %s (%s)' % (
+        len(hosts), 'hypervisor' if len(hosts) == 1 else 'hypervisors',
+        ', '.join('%s removed %d' % (key, len(why))
+                  for key, why in removed.items()),
+        '; '.join(_examples(why) for why in removed.values())))
+
+
+def _examples(reasons, shown=3):
+    """The first ``shown`` of ``reasons``, and how many more."""
+    more = len(reasons) - shown
+    return '; '.join(reasons[:shown]) + (
+        '; and %d more' % more if more > 0 else '')
 
 
 def _new_volume_bytes(spec, recorded):

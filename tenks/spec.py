@@ -160,6 +160,8 @@ _FLAVOR = {
     },
 }
 
+_HOST_TRAITS = {k: v for k, v in _TRAITS.items() if k != 'default'}
+
 _SPEC = {
     'type': 'object',
     'additionalProperties': False,
@@ -177,6 +179,18 @@ _SPEC = {
             "'_' or '-'", default='vol'),
         # Without it the nodes are not enrolled in Ironic.
         'ironic_config': _IRONIC_CONFIG,
+        # Where the scheduler may put the nodes (see the README): traits
+        # the hypervisor must have or lack, its availability zone, and
+        # metadata one of its aggregates must have.
+        # (No defaults: a spec without them stays as it was written.)
+        'required_traits': _HOST_TRAITS,
+        'forbidden_traits': _HOST_TRAITS,
+        'availability_zone': {'type': 'string', 'minLength': 1,
+                              'pattern': '^[^:]+$'},
+        'aggregate_metadata': {
+            'type': 'object',
+            'additionalProperties': {'type': 'string'},
+        },
     },
 }
 

@@ -30,6 +30,15 @@ OPERATION_COLUMNS = ('id', 'cluster', 'kind', 'state', 'progress',
 HYPERVISOR_COLUMNS = ('host', 'state', 'nodes', 'last_seen', 'cpus',
                       'memory_mb', 'libvirt_version', 'ipmi_address',
                       'physnet_mappings')
+HYPERVISOR_SHOW_COLUMNS = HYPERVISOR_COLUMNS + (
+    'enabled', 'disabled_reason', 'availability_zone', 'aggregates',
+    'traits', 'inventory', 'usage', 'allocations')
+INVENTORY_FIELDS = ('total', 'reserved', 'allocation_ratio', 'min_unit',
+                    'max_unit', 'step_size', 'used')
+AGGREGATE_COLUMNS = ('id', 'name', 'availability_zone')
+AGGREGATE_LONG_COLUMNS = AGGREGATE_COLUMNS + ('properties', 'hosts')
+AGGREGATE_SHOW_COLUMNS = ('availability_zone', 'created_at', 'hosts', 'id',
+                          'name', 'properties', 'updated_at', 'uuid')
 EVENT_COLUMNS = ('timestamp', 'event_type', 'priority', 'payload')
 PLAN_COLUMNS = ('node', 'hypervisor', 'resource', 'action', 'field', 'old',
                 'new')
@@ -403,7 +412,8 @@ class HypervisorList(Lister):
 
 
 class HypervisorShow(ShowOne):
-    """Show a hypervisor: state, facts and how many nodes it hosts."""
+    """Show a hypervisor: state, facts, nodes, and its resource provider
+    (inventory, usage, each node's allocations, traits, aggregates)."""
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -413,7 +423,67 @@ class HypervisorShow(ShowOne):
     def take_action(self, args):
         with client.connect(self.app.conf) as tenks:
             hypervisor = tenks.get_hypervisor(args.host)
-        return HYPERVISOR_COLUMNS, hypervisor_row(hypervisor)
+        return HYPERVISOR_SHOW_COLUMNS, hypervisor_show_row(hypervisor)
+
+
+class HypervisorInventory(columns.ListColumn):
+    """Inventories as ``openstack resource provider inventory list``
+    shows them: a line per resource class, with what is used of it."""
+
+    def human_readable(self):
+        return '\n'.join('%s: %s' % (row['resource_class'], ', '.join(
+            '%s=%s' % (field, row[field]) for field in INVENTORY_FIELDS))
+            for row in self._value)
+
+
+def hypervisor_show_row(hypervisor):
+    inventory = [dict(fields, resource_class=rc) for rc, fields in
+                 hypervisor['inventories'].items()]
+    allocations = [dict(allocation, consumer=uuid) for uuid, allocation
+                   in sorted(hypervisor['allocations'].items(),
+                             key=lambda item: item[1]['name'])]
+    return hypervisor_row(hypervisor) + (
+        hypervisor['enabled'], hypervisor.get('disabled_reason'),
+        hypervisor['availability_zone'],
+        columns.ListColumn(hypervisor['aggregates']),
+        columns.ListColumn(hypervisor['traits']),
+        HypervisorInventory(inventory),
+        columns.DictColumn(hypervisor['usages']),
+        AllocationsColumn(allocations))
+
+
+class AllocationsColumn(columns.ListColumn):
+    """Each consumer (node) and what it is allocated."""
+
+    def human_readable(self):
+        return '\n'.join('%s (%s, cluster %s): %s' % (
+            row['name'], row['consumer'], row['cluster'],
+            columns.DictColumn(row['resources']).human_readable())
+            for row in self._value)
+
+
+class HypervisorSet(Command):
+    """Enable or disable a hypervisor: a disabled one takes no new node."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        group = parser.add_mutually_exclusive_group(required=True)
+        group.add_argument('--enable', dest='enabled', action='store_true',
+                           default=None, help='Let it take new nodes.')
+        group.add_argument('--disable', dest='enabled',
+                           action='store_false',
+                           help='Give it no new node (its nodes stay).')
+        parser.add_argument('--reason', help='Why it is disabled.')
+        parser.add_argument('host', help='Host name of the hypervisor.')
+        return parser
+
+    def take_action(self, args):
+        if args.enabled and args.reason:
+            raise exceptions.ConfigError(
+                reason='--reason goes with --disable')
+        with client.connect(self.app.conf) as tenks:
+            tenks.admin('update_hypervisor', args.host, args.enabled,
+                        args.reason)
 
 
 class HypervisorDelete(Command):
@@ -428,6 +498,167 @@ class HypervisorDelete(Command):
         with client.connect(self.app.conf) as tenks:
             tenks.delete_hypervisor(args.host)
         self.app.stdout.write('Hypervisor %s deleted.\n' % args.host)
+
+
+def aggregate_row(aggregate, fields=AGGREGATE_SHOW_COLUMNS):
+    row = dict(aggregate, hosts=columns.ListColumn(aggregate['hosts']),
+               properties=columns.DictColumn(aggregate['metadata']))
+    return tuple(row[c] for c in fields)
+
+
+def properties(pairs):
+    """{key: value} of --property key=value arguments."""
+    result = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition('=')
+        if not sep:
+            raise exceptions.ConfigError(
+                reason='--property %s: expected key=value' % pair)
+        result[key] = value
+    return result
+
+
+class AggregateShowCommand(ShowOne):
+    """Aggregates are admin calls: this CLI acts as admin."""
+
+    def admin(self, method, *args):
+        with client.connect(self.app.conf) as tenks:
+            return tenks.admin(method, *args)
+
+
+class AggregateList(Lister):
+    """List host aggregates."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--long', action='store_true',
+                            help='With properties and hosts.')
+        return parser
+
+    def take_action(self, args):
+        fields = AGGREGATE_LONG_COLUMNS if args.long else AGGREGATE_COLUMNS
+        with client.connect(self.app.conf) as tenks:
+            aggregates = tenks.admin('list_aggregates')
+        return fields, [aggregate_row(a, fields) for a in aggregates]
+
+
+class AggregateCreate(AggregateShowCommand):
+    """Create a host aggregate, in an availability zone if given."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--zone', help='Its availability zone.')
+        parser.add_argument('--property', action='append',
+                            metavar='<key=value>',
+                            help='Metadata to set (repeat for more).')
+        parser.add_argument('name', help='Its name (unique).')
+        return parser
+
+    def take_action(self, args):
+        metadata = properties(args.property)
+        with client.connect(self.app.conf) as tenks:
+            aggregate = tenks.admin('create_aggregate', args.name, args.zone)
+            if metadata:
+                aggregate = tenks.admin('set_aggregate_metadata',
+                                        aggregate['id'], metadata)
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(aggregate)
+
+
+class AggregateShow(AggregateShowCommand):
+    """Show a host aggregate (by name or id)."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('aggregate', help='Its name or id.')
+        return parser
+
+    def take_action(self, args):
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(
+            self.admin('get_aggregate', args.aggregate))
+
+
+class AggregateSet(Command):
+    """Rename a host aggregate, change its zone or set its metadata."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--name', help='Its new name.')
+        parser.add_argument('--zone', help='Its new availability zone.')
+        parser.add_argument('--property', action='append',
+                            metavar='<key=value>',
+                            help='Metadata to set (repeat for more).')
+        parser.add_argument('aggregate', help='Its name or id.')
+        return parser
+
+    def take_action(self, args):
+        values = {key: value for key, value in (
+            ('name', args.name), ('availability_zone', args.zone))
+            if value is not None}
+        metadata = properties(args.property)
+        with client.connect(self.app.conf) as tenks:
+            if values:
+                tenks.admin('update_aggregate', args.aggregate, values)
+            if metadata:
+                tenks.admin('set_aggregate_metadata',
+                            values.get('name', args.aggregate), metadata)
+
+
+class AggregateUnset(Command):
+    """Unset metadata of a host aggregate, or its zone."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--property', action='append', metavar='<key>',
+                            help='Metadata key to unset (repeat for more).')
+        parser.add_argument('--zone', action='store_true',
+                            help='Take it out of its availability zone.')
+        parser.add_argument('aggregate', help='Its name or id.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf) as tenks:
+            if args.zone:
+                tenks.admin('update_aggregate', args.aggregate,
+                            {'availability_zone': None})
+            if args.property:
+                tenks.admin('set_aggregate_metadata', args.aggregate,
+                            dict.fromkeys(args.property))
+
+
+class AggregateDelete(Command):
+    """Delete host aggregates, which must have no host."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('aggregate', nargs='+', help='Name or id.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf) as tenks:
+            for aggregate in args.aggregate:
+                tenks.admin('delete_aggregate', aggregate)
+
+
+class AggregateAddHost(AggregateShowCommand):
+    """Add a hypervisor to a host aggregate."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('aggregate', help='Its name or id.')
+        parser.add_argument('host', help='Host name of the hypervisor.')
+        return parser
+
+    def take_action(self, args):
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(self.admin(
+            'add_aggregate_host', args.aggregate, args.host))
+
+
+class AggregateRemoveHost(AggregateAddHost):
+    """Remove a hypervisor, which must be disabled, from an aggregate."""
+
+    def take_action(self, args):
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(self.admin(
+            'remove_aggregate_host', args.aggregate, args.host))
 
 
 class Events(Lister):

@@ -79,6 +79,8 @@ RESOURCES = models.Resource.table
 OPERATIONS = models.Operation.table
 HYPERVISORS = models.Hypervisor.table
 EVENTS = models.Event.table
+AGGREGATES = models.Aggregate.table
+AGGREGATE_HOSTS = models.AggregateHost.table
 
 
 class StateDB:
@@ -374,6 +376,8 @@ class StateDB:
     # Hypervisors
 
     def register_hypervisor(self, host, facts):
+        """Record the facts of ``host``; a new one is enabled unless its
+        facts say ``enable_on_register: false``."""
         values = {'facts': facts,
                   'last_seen': datetime.datetime.now(datetime.timezone.utc)}
         update = sa.update(HYPERVISORS).where(
@@ -381,8 +385,12 @@ class StateDB:
         try:
             with self.engine.begin() as conn:
                 if not conn.execute(update).rowcount:
+                    enabled = facts.get('enable_on_register', True)
                     conn.execute(sa.insert(HYPERVISORS).values(
-                        host=host, **values))
+                        host=host, enabled=enabled,
+                        disabled_reason=None if enabled else
+                        'registered disabled (enable_on_register)',
+                        **values))
         except sa.exc.IntegrityError:
             # Another process registered it between the two statements.
             self._write(update)
@@ -395,7 +403,56 @@ class StateDB:
         return self._get(models.Hypervisor, host)
 
     def delete_hypervisor(self, host):
-        self._write(sa.delete(HYPERVISORS).where(HYPERVISORS.c.host == host))
+        """Forget ``host`` and its aggregate memberships."""
+        self._write(
+            sa.delete(AGGREGATE_HOSTS).where(AGGREGATE_HOSTS.c.host == host),
+            sa.delete(HYPERVISORS).where(HYPERVISORS.c.host == host))
+
+    def set_hypervisor_enabled(self, host, enabled, reason=None):
+        self._write(sa.update(HYPERVISORS).where(
+            HYPERVISORS.c.host == host).values(
+                enabled=enabled, disabled_reason=None if enabled else reason))
+
+    # Aggregates
+
+    def list_aggregates(self):
+        """Aggregates as dicts, each with its sorted ``hosts``."""
+        with self.engine.connect() as conn:
+            rows = [models.Aggregate.from_row(r) for r in conn.execute(
+                sa.select(AGGREGATES).order_by(AGGREGATES.c.id))]
+            members = conn.execute(sa.select(AGGREGATE_HOSTS).order_by(
+                AGGREGATE_HOSTS.c.host)).all()
+        hosts = {}
+        for member in members:
+            hosts.setdefault(member.aggregate_id, []).append(member.host)
+        return [dict(row.as_dict(), hosts=hosts.get(row.id, []))
+                for row in rows]
+
+    def create_aggregate(self, name, availability_zone=None):
+        """Record a new aggregate; IntegrityError if the name is taken."""
+        now = models.now()
+        with self.engine.begin() as conn:
+            conn.execute(sa.insert(AGGREGATES).values(
+                uuid=str(uuidlib.uuid4()), name=name,
+                availability_zone=availability_zone, metadata={},
+                created_at=now, updated_at=now))
+
+    def update_aggregate(self, aggregate_id, **values):
+        self._write(sa.update(AGGREGATES).where(
+            AGGREGATES.c.id == aggregate_id).values(**values))
+
+    def delete_aggregate(self, aggregate_id):
+        self._write(sa.delete(AGGREGATES).where(
+            AGGREGATES.c.id == aggregate_id))
+
+    def add_aggregate_host(self, aggregate_id, host):
+        self._write(sa.insert(AGGREGATE_HOSTS).values(
+            aggregate_id=aggregate_id, host=host, created_at=models.now()))
+
+    def remove_aggregate_host(self, aggregate_id, host):
+        self._write(sa.delete(AGGREGATE_HOSTS).where(
+            AGGREGATE_HOSTS.c.aggregate_id == aggregate_id,
+            AGGREGATE_HOSTS.c.host == host))
 
     # Events
 

@@ -163,7 +163,37 @@ class Hypervisor(Record):
         _column('host', sa.String(255), primary_key=True),
         _column('facts', sa.JSON()),
         _column('enabled', sa.Boolean(), default=True),
-        _column('last_seen', sa.DateTime()))
+        _column('last_seen', sa.DateTime()),
+        # Why an operator disabled it ("tenks hypervisor set --disable
+        # --reason").
+        _column('disabled_reason', sa.Text(), nullable=True))
+
+
+class Aggregate(Record):
+    """A host aggregate: a named group of hypervisors with metadata,
+    in at most one availability zone."""
+
+    table = sa.Table(
+        'tenks_aggregates', metadata,
+        _column('id', sa.Integer(), primary_key=True),
+        _column('uuid', sa.String(36), unique=True),
+        _column('name', sa.String(255), unique=True),
+        _column('availability_zone', sa.String(255), nullable=True),
+        _column('metadata', sa.JSON(), default=dict),
+        _created(),
+        _column('updated_at', sa.DateTime(), default=now, onupdate=now))
+
+
+class AggregateHost(Record):
+    """A hypervisor's membership of an aggregate."""
+
+    table = sa.Table(
+        'tenks_aggregate_hosts', metadata,
+        sa.Column('aggregate_id', sa.Integer(),
+                  sa.ForeignKey('tenks_aggregates.id'), nullable=False,
+                  primary_key=True),
+        _column('host', sa.String(255), primary_key=True),
+        _created())
 
 
 class Event(Record):

@@ -62,6 +62,9 @@ class Deployment:
         self.hosts = ['hva-%s' % self.token, 'hvb-%s' % self.token]
         self.state_dirs = {h: str(tmp_path / h) for h in self.hosts}
         self.services = {}
+        # What the hypervisors' state is once they registered (a host
+        # with enable_on_register = false is 'disabled').
+        self.ready_states = {'up'}
         self.conductor = self._service('conductor', self.conductor_host, '''
 [conductor]
 host = %s
@@ -112,7 +115,7 @@ vbmcd_control_port = %d
         while True:
             try:
                 up = {h['host'] for h in poll.list_hypervisors()
-                      if h['state'] == 'up'}
+                      if h['state'] in self.ready_states}
             except Exception:
                 up = set()
             if set(hosts) <= up:

@@ -262,3 +262,43 @@ def test_transport_url_from_config_files_or_environment(tmp_path,
     assert client.transport_url(app.conf) is None
     assert isinstance(client.connect(app.conf, read_only=True),
                       client.StateReader)
+
+
+def test_aggregate_and_hypervisor_commands_act_as_admin(deployed):
+    # The embedded hostagent registers as it starts.
+    for _ in range(50):
+        hypervisors = deployed('hypervisor', 'list', '-f', 'json').json()
+        if hypervisors:
+            break
+    [host] = [h['host'] for h in hypervisors]
+    created = deployed('aggregate', 'create', '--zone', 'az1', '--property',
+                       'ssd=true', 'a1', '-f', 'json').json()
+    assert (created['name'], created['availability_zone'],
+            created['properties'], created['hosts']) == (
+        'a1', 'az1', {'ssd': 'true'}, [])
+    assert deployed('aggregate', 'add', 'host', 'a1', host, '-f',
+                    'json').json()['hosts'] == [host]
+    refused = deployed('aggregate', 'remove', 'host', 'a1', host)
+    assert refused.code == 1
+    assert 'host %s is enabled: disable it first' % host in refused.err
+    assert deployed('hypervisor', 'set', '--disable', '--reason', 'fan',
+                    host).code == 0
+    shown = deployed('hypervisor', 'show', host, '-f', 'json').json()
+    assert (shown['state'], shown['disabled_reason'], shown['aggregates'],
+            shown['availability_zone']) == ('disabled', 'fan', ['a1'], 'az1')
+    assert shown['usage']['MEMORY_MB'] == 256
+    assert sorted(a['name'] for a in shown['allocations']) == ['tk0', 'tk1']
+    table = deployed('hypervisor', 'show', host).out
+    assert 'MEMORY_MB: total=' in table and 'used=256' in table
+    assert deployed('aggregate', 'set', '--name', 'b1', '--property',
+                    'rack=2', 'a1').code == 0
+    assert deployed('aggregate', 'unset', '--property', 'ssd',
+                    'b1').code == 0
+    listed = deployed('aggregate', 'list', '--long', '-f', 'json').json()
+    assert [(a['name'], a['properties']) for a in listed] == [
+        ('b1', {'rack': '2'})]
+    assert deployed('aggregate', 'remove', 'host', 'b1', host, '-f',
+                    'json').json()['hosts'] == []
+    assert deployed('aggregate', 'delete', 'b1').code == 0
+    assert deployed('aggregate', 'list', '-f', 'json').json() == []
+    assert deployed('hypervisor', 'set', '--enable', host).code == 0

@@ -50,7 +50,9 @@ def public_methods(cls):
 def fill(function, skip=0):
     """Distinct values for every parameter of ``function``."""
     params = list(inspect.signature(function).parameters)[1 + skip:]
-    return {name: 'value-of-%s' % name for name in params}
+    # A request context crosses the bus as a dict.
+    return {name: {'roles': ['admin']} if name == 'context'
+            else 'value-of-%s' % name for name in params}
 
 
 def undecorated(handler):

@@ -65,9 +65,10 @@ def test_memory_and_interfaces_are_respected_across_hosts():
     with pytest.raises(exceptions.NoValidHost) as raised:
         scheduler.schedule(make_spec(count=4), hosts, [])
     assert str(raised.value) == (
-        'No hypervisor can host a node of type small (specs[0]): hv1: only '
-        '72 MiB of memory left; hv2: only 44 MiB of memory left; hv3: '
-        'interface(s) eth9 missing')
+        'No valid host for node type small (specs[0]): 3 hypervisors; '
+        'physnet physnet1 removed 1, MEMORY_MB removed 2 (hv3: interface '
+        'eth9 of physnet physnet1 missing; hv1: MEMORY_MB: 128 asked, 72 of '
+        '200 left; hv2: MEMORY_MB: 128 asked, 44 of 300 left)')
 
 
 def test_hosts_sharing_an_address_share_its_ports():

@@ -1,0 +1,255 @@
+"""Host aggregates and availability zones, with the rules of Nova's
+host-aggregates blueprint.
+
+An aggregate groups hypervisors and carries metadata; it belongs to at
+most one availability zone, and a hypervisor to at most one zone: the
+zone of its aggregates that have one, else the default zone. Every
+change is checked and made under the lock scheduling holds, so a
+deploy never sees half a change.
+"""
+
+import sqlalchemy as sa
+
+from tenks import exceptions
+
+NAME_MAX = 255
+# An argument not given (None clears the zone).
+UNSET = object()
+
+
+def check_name(name, aggregate):
+    if not isinstance(name, str) or not name.strip() or len(
+            name) > NAME_MAX:
+        raise exceptions.AggregateInvalid(
+            aggregate=aggregate,
+            reason='a name must be 1 to %d characters, not only blanks, '
+                   'not %r' % (NAME_MAX, name))
+
+
+def check_zone(zone, aggregate):
+    if zone is None:
+        return
+    if not isinstance(zone, str) or not zone.strip() or len(
+            zone) > NAME_MAX or ':' in zone:
+        raise exceptions.AggregateInvalid(
+            aggregate=aggregate,
+            reason='an availability zone name must be 1 to %d characters, '
+                   'not only blanks, without ":", not %r' % (NAME_MAX, zone))
+
+
+def check_metadata(metadata, aggregate):
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key or len(key) > NAME_MAX:
+            raise exceptions.AggregateInvalid(
+                aggregate=aggregate,
+                reason='a metadata key must be 1 to %d characters, not %r'
+                       % (NAME_MAX, key))
+        if key == 'availability_zone':
+            raise exceptions.AggregateInvalid(
+                aggregate=aggregate,
+                reason='the availability zone is set with the zone, not as '
+                       'metadata')
+        if not isinstance(value, str) or len(value) > NAME_MAX:
+            raise exceptions.AggregateInvalid(
+                aggregate=aggregate,
+                reason='metadata %s: a value must be a string of at most '
+                       '%d characters, not %r' % (key, NAME_MAX, value))
+
+
+def find(aggregates, ident):
+    """The aggregate of ``aggregates`` with this id, UUID or name."""
+    ident = str(ident)
+    for key in ('id', 'uuid', 'name'):
+        for aggregate in aggregates:
+            if str(aggregate[key]) == ident:
+                return aggregate
+    raise exceptions.AggregateNotFound(aggregate=ident)
+
+
+def host_zones(aggregates, host, skip=None):
+    """{zone: aggregate name} of the aggregates of ``host`` that have a
+    zone, but ``skip`` (an aggregate id)."""
+    return {a['availability_zone']: a['name'] for a in aggregates
+            if host in a['hosts'] and a['availability_zone'] is not None
+            and a['id'] != skip}
+
+
+def placement(aggregates, hypervisors, default_zone):
+    """{host: {'enabled', 'availability_zone', 'aggregates': [{name,
+    metadata}]}}: what the scheduler needs to know of each host."""
+    result = {}
+    for hypervisor in hypervisors:
+        host = hypervisor['host']
+        mine = [a for a in aggregates if host in a['hosts']]
+        zones = sorted(host_zones(mine, host))
+        result[host] = {
+            'enabled': hypervisor['enabled'],
+            'availability_zone': zones[0] if zones else default_zone,
+            'aggregates': [{'name': a['name'], 'metadata': a['metadata']}
+                           for a in mine],
+        }
+    return result
+
+
+class Aggregates:
+    """The aggregate API of the conductor, on its state database.
+
+    ``lock``: a context manager factory held around every change (the
+    conductor's scheduling lock).
+    """
+
+    def __init__(self, db, lock, default_zone):
+        self.db = db
+        self.lock = lock
+        self.default_zone = default_zone
+
+    def list(self):
+        return self.db.list_aggregates()
+
+    def get(self, ident):
+        return find(self.db.list_aggregates(), ident)
+
+    def create(self, name, availability_zone=None):
+        check_name(name, name)
+        check_zone(availability_zone, name)
+        with self.lock():
+            if any(a['name'] == name for a in self.db.list_aggregates()):
+                raise exceptions.AggregateConflict(
+                    aggregate=name, reason='the name is taken')
+            try:
+                self.db.create_aggregate(name, availability_zone)
+            except sa.exc.IntegrityError:
+                # Another conductor created it between the two steps.
+                raise exceptions.AggregateConflict(
+                    aggregate=name, reason='the name is taken') from None
+            return self.get(name)
+
+    def update(self, ident, name=UNSET, availability_zone=UNSET):
+        """Rename the aggregate and/or change its zone (None: none)."""
+        with self.lock():
+            aggregates = self.db.list_aggregates()
+            aggregate = find(aggregates, ident)
+            values = {}
+            if name is not UNSET and name != aggregate['name']:
+                check_name(name, aggregate['name'])
+                if any(a['name'] == name for a in aggregates):
+                    raise exceptions.AggregateConflict(
+                        aggregate=aggregate['name'],
+                        reason='the name %s is taken' % name)
+                values['name'] = name
+            if (availability_zone is not UNSET
+                    and availability_zone != aggregate['availability_zone']):
+                check_zone(availability_zone, aggregate['name'])
+                self._check_zone_change(aggregates, aggregate,
+                                        availability_zone)
+                values['availability_zone'] = availability_zone
+            if values:
+                try:
+                    self.db.update_aggregate(aggregate['id'], **values)
+                except sa.exc.IntegrityError:
+                    raise exceptions.AggregateConflict(
+                        aggregate=aggregate['name'],
+                        reason='the name %s is taken' % name) from None
+            return self.get(aggregate['id'])
+
+    def _check_zone_change(self, aggregates, aggregate, zone):
+        busy = sorted(h for h in aggregate['hosts']
+                      if self.db.list_nodes(hypervisor=h))
+        if busy:
+            raise exceptions.AggregateConflict(
+                aggregate=aggregate['name'],
+                reason='its zone cannot change while its hosts hold nodes '
+                       '(%s)' % ', '.join(busy))
+        if zone is None:
+            return
+        for host in aggregate['hosts']:
+            self._check_host_zone(aggregates, aggregate, host, zone)
+
+    @staticmethod
+    def _check_host_zone(aggregates, aggregate, host, zone):
+        """A host is in at most one availability zone."""
+        others = host_zones(aggregates, host, skip=aggregate['id'])
+        other = sorted(z for z in others if z != zone)
+        if other:
+            raise exceptions.AggregateConflict(
+                aggregate=aggregate['name'],
+                reason='host %s is in availability zone %s (aggregate %s), '
+                       'and a host is in at most one zone' % (
+                           host, other[0], others[other[0]]))
+
+    def set_metadata(self, ident, metadata):
+        """Set the keys of ``metadata``; a None value unsets its key."""
+        if not isinstance(metadata, dict):
+            raise exceptions.AggregateInvalid(
+                aggregate=ident, reason='metadata must be a mapping, not '
+                                        '%r' % (metadata,))
+        with self.lock():
+            aggregate = self.get(ident)
+            check_metadata({k: v for k, v in metadata.items()
+                            if v is not None}, aggregate['name'])
+            merged = dict(aggregate['metadata'])
+            for key, value in metadata.items():
+                if value is None:
+                    if key not in merged:
+                        raise exceptions.AggregateInvalid(
+                            aggregate=aggregate['name'],
+                            reason='it has no metadata %s' % key)
+                    del merged[key]
+                else:
+                    merged[key] = value
+            self.db.update_aggregate(aggregate['id'], metadata=merged)
+            return self.get(aggregate['id'])
+
+    def delete(self, ident):
+        with self.lock():
+            aggregate = self.get(ident)
+            if aggregate['hosts']:
+                raise exceptions.AggregateConflict(
+                    aggregate=aggregate['name'],
+                    reason='it still has hosts (%s): remove them first'
+                           % ', '.join(aggregate['hosts']))
+            self.db.delete_aggregate(aggregate['id'])
+
+    def add_host(self, ident, host):
+        with self.lock():
+            aggregates = self.db.list_aggregates()
+            aggregate = find(aggregates, ident)
+            if self.db.get_hypervisor(host) is None:
+                raise exceptions.HypervisorNotFound(host=host)
+            if host in aggregate['hosts']:
+                raise exceptions.AggregateConflict(
+                    aggregate=aggregate['name'],
+                    reason='host %s is in it already' % host)
+            if aggregate['availability_zone'] is not None:
+                self._check_host_zone(aggregates, aggregate, host,
+                                      aggregate['availability_zone'])
+            try:
+                self.db.add_aggregate_host(aggregate['id'], host)
+            except sa.exc.IntegrityError:
+                raise exceptions.AggregateConflict(
+                    aggregate=aggregate['name'],
+                    reason='host %s is in it already' % host) from None
+            return self.get(aggregate['id'])
+
+    def remove_host(self, ident, host):
+        with self.lock():
+            aggregate = self.get(ident)
+            if host not in aggregate['hosts']:
+                raise exceptions.AggregateInvalid(
+                    aggregate=aggregate['name'],
+                    reason='host %s is not in it' % host)
+            hypervisor = self.db.get_hypervisor(host)
+            if hypervisor is not None and hypervisor.enabled:
+                raise exceptions.AggregateConflict(
+                    aggregate=aggregate['name'],
+                    reason='host %s is enabled: disable it first ("tenks '
+                           'hypervisor set --disable %s")' % (host, host))
+            self.db.remove_aggregate_host(aggregate['id'], host)
+            return self.get(aggregate['id'])
+
+    def placement(self):
+        """The scheduler's view of every registered hypervisor."""
+        return placement(
+            self.db.list_aggregates(),
+            [{'host': h.host, 'enabled': h.enabled}
+             for h in self.db.list_hypervisors()], self.default_zone)

@@ -1,0 +1,304 @@
+"""Host aggregates and availability zones: every rule and refusal, the
+admin policy on the RPC API, and hypervisors that register disabled."""
+
+import pytest
+
+from conductor import aggregates
+from conductor import rpcapi as conductor_rpcapi
+from tenks import exceptions
+from tenks import policy
+from tests.unit.conftest import make_spec
+
+ADMIN = {'roles': ['admin'], 'project_id': 'p1'}
+MEMBER = {'roles': ['member', 'reader'], 'project_id': 'p1'}
+
+
+@pytest.fixture
+def hosts(conductor):
+    for host in ('hv1', 'hv2', 'hv3'):
+        conductor.register_agent(host, {'host': host, 'cpus': 4,
+                                        'memory_mb': 4096})
+    return conductor
+
+
+def test_create_show_list(hosts):
+    created = hosts.create_aggregate('a1', 'az1')
+    assert {k: created[k] for k in ('id', 'name', 'availability_zone',
+                                    'hosts', 'metadata')} == {
+        'id': 1, 'name': 'a1', 'availability_zone': 'az1', 'hosts': [],
+        'metadata': {}}
+    assert len(created['uuid']) == 36
+    for ident in (1, '1', 'a1', created['uuid']):
+        assert hosts.get_aggregate(ident)['name'] == 'a1'
+    hosts.create_aggregate('a2')
+    assert [(a['name'], a['availability_zone'])
+            for a in hosts.list_aggregates()] == [('a1', 'az1'),
+                                                  ('a2', None)]
+    with pytest.raises(exceptions.AggregateNotFound):
+        hosts.get_aggregate('nope')
+
+
+def test_names_are_unique(hosts):
+    hosts.create_aggregate('a1')
+    hosts.create_aggregate('a2')
+    with pytest.raises(exceptions.AggregateConflict, match='name is taken'):
+        hosts.create_aggregate('a1')
+    with pytest.raises(exceptions.AggregateConflict,
+                       match='the name a2 is taken'):
+        hosts.update_aggregate('a1', {'name': 'a2'})
+    assert hosts.update_aggregate('a1', {'name': 'b1'})['name'] == 'b1'
+
+
+@pytest.mark.parametrize('zone', ['', '  ', 'az:1', 'x' * 256, 5])
+def test_zone_names_are_checked(hosts, zone):
+    with pytest.raises(exceptions.AggregateInvalid,
+                       match='availability zone name'):
+        hosts.create_aggregate('a1', zone)
+    hosts.create_aggregate('a2')
+    with pytest.raises(exceptions.AggregateInvalid):
+        hosts.update_aggregate('a2', {'availability_zone': zone})
+
+
+@pytest.mark.parametrize('name', ['', ' ', 'x' * 256, None])
+def test_aggregate_names_are_checked(hosts, name):
+    with pytest.raises(exceptions.AggregateInvalid, match='a name must'):
+        hosts.create_aggregate(name)
+
+
+def test_metadata_set_and_unset(hosts):
+    hosts.create_aggregate('a1')
+    assert hosts.set_aggregate_metadata('a1', {'ssd': 'true', 'rack': '1'})[
+        'metadata'] == {'ssd': 'true', 'rack': '1'}
+    assert hosts.set_aggregate_metadata('a1', {'ssd': None})[
+        'metadata'] == {'rack': '1'}
+    with pytest.raises(exceptions.AggregateInvalid,
+                       match='it has no metadata ssd'):
+        hosts.set_aggregate_metadata('a1', {'ssd': None})
+    with pytest.raises(exceptions.AggregateInvalid, match='with the zone'):
+        hosts.set_aggregate_metadata('a1', {'availability_zone': 'az'})
+    with pytest.raises(exceptions.AggregateInvalid, match='a value'):
+        hosts.set_aggregate_metadata('a1', {'n': 5})
+    with pytest.raises(exceptions.AggregateInvalid, match='a mapping'):
+        hosts.set_aggregate_metadata('a1', ['ssd'])
+
+
+def test_delete_is_refused_while_it_has_hosts(hosts):
+    hosts.create_aggregate('a1')
+    hosts.add_aggregate_host('a1', 'hv1')
+    with pytest.raises(exceptions.AggregateConflict,
+                       match=r'still has hosts \(hv1\)'):
+        hosts.delete_aggregate('a1')
+    hosts.update_hypervisor('hv1', False, 'moving')
+    hosts.remove_aggregate_host('a1', 'hv1')
+    hosts.delete_aggregate('a1')
+    assert hosts.list_aggregates() == []
+
+
+def test_add_host_rules(hosts):
+    hosts.create_aggregate('a1', 'az1')
+    hosts.create_aggregate('a2', 'az2')
+    hosts.create_aggregate('a3', 'az1')
+    hosts.create_aggregate('a4')
+    with pytest.raises(exceptions.HypervisorNotFound):
+        hosts.add_aggregate_host('a1', 'nope')
+    assert hosts.add_aggregate_host('a1', 'hv1')['hosts'] == ['hv1']
+    with pytest.raises(exceptions.AggregateConflict,
+                       match='host hv1 is in it already'):
+        hosts.add_aggregate_host('a1', 'hv1')
+    # At most one zone per host: a2 is in another zone.
+    with pytest.raises(exceptions.AggregateConflict,
+                       match='host hv1 is in availability zone az1 '
+                             r'\(aggregate a1\)'):
+        hosts.add_aggregate_host('a2', 'hv1')
+    # The same zone, or no zone, is fine.
+    hosts.add_aggregate_host('a3', 'hv1')
+    hosts.add_aggregate_host('a4', 'hv1')
+    where = hosts.aggregates.placement()
+    assert where['hv1']['availability_zone'] == 'az1'
+    assert [a['name'] for a in where['hv1']['aggregates']] == [
+        'a1', 'a3', 'a4']
+    # Giving a4 another zone would put hv1 in two.
+    with pytest.raises(exceptions.AggregateConflict,
+                       match='a host is in at most one zone'):
+        hosts.update_aggregate('a4', {'availability_zone': 'az2'})
+    hosts.update_aggregate('a4', {'availability_zone': 'az1'})
+
+
+def test_remove_host_only_when_disabled(hosts):
+    hosts.create_aggregate('a1')
+    hosts.add_aggregate_host('a1', 'hv1')
+    with pytest.raises(exceptions.AggregateConflict,
+                       match='host hv1 is enabled: disable it first'):
+        hosts.remove_aggregate_host('a1', 'hv1')
+    with pytest.raises(exceptions.AggregateInvalid,
+                       match='host hv2 is not in it'):
+        hosts.remove_aggregate_host('a1', 'hv2')
+    hosts.update_hypervisor('hv1', False)
+    assert hosts.remove_aggregate_host('a1', 'hv1')['hosts'] == []
+
+
+def test_default_zone(conf, hypervisor):
+    from tenks.cli import embedded
+    conf.set_override('default_availability_zone', 'home',
+                      group='scheduler')
+    with embedded.embedded(conf) as conductor:
+        conductor.register_agent('hv1', {'host': 'hv1'})
+        assert conductor.aggregates.placement()['hv1'][
+            'availability_zone'] == 'home'
+        assert conductor.get_hypervisor('hv1')['availability_zone'] == (
+            'home')
+
+
+def test_zone_of_an_aggregate_whose_hosts_hold_nodes_stays(conductor):
+    conductor.register_agent('hv1', {'host': 'hv1'})
+    conductor.create_aggregate('a1', 'az1')
+    conductor.add_aggregate_host('a1', 'hv1')
+    conductor.deploy(make_spec(count=1))
+    for zone in ('az2', None):
+        with pytest.raises(exceptions.AggregateConflict,
+                           match=r'hold nodes \(hv1\)'):
+            conductor.update_aggregate('a1', {'availability_zone': zone})
+    # Its name may change.
+    conductor.update_aggregate('a1', {'name': 'b1'})
+    conductor.teardown('unit')
+    assert conductor.update_aggregate('b1', {'availability_zone': 'az2'})[
+        'availability_zone'] == 'az2'
+
+
+def test_deploy_goes_to_the_zone_asked(conductor):
+    conductor.register_agent('hv1', {'host': 'hv1'})
+    conductor.create_aggregate('a1', 'az1')
+    spec = make_spec(count=1, specs=[{'type': 'small', 'count': 1,
+                                      'availability_zone': 'az1'}])
+    with pytest.raises(exceptions.NoValidHost,
+                       match='availability zone az1 removed 1'):
+        conductor.deploy(spec)
+    conductor.add_aggregate_host('a1', 'hv1')
+    conductor.deploy(spec)
+    assert [n['hypervisor'] for n in conductor.list_nodes('unit')] == ['hv1']
+    conductor.teardown('unit')
+
+
+def test_a_disabled_host_takes_no_new_node(conductor):
+    conductor.register_agent('hv1', {'host': 'hv1'})
+    disabled = conductor.update_hypervisor('hv1', False, 'broken fan')
+    assert (disabled['enabled'], disabled['disabled_reason'],
+            disabled['state']) == (False, 'broken fan', 'disabled')
+    with pytest.raises(exceptions.NoValidHost, match='disabled removed 1'):
+        conductor.deploy(make_spec(count=1))
+    with pytest.raises(exceptions.HypervisorInvalid):
+        conductor.update_hypervisor('hv1', True, 'why')
+    with pytest.raises(exceptions.HypervisorInvalid, match='true or false'):
+        conductor.update_hypervisor('hv1', 'yes')
+    with pytest.raises(exceptions.HypervisorNotFound):
+        conductor.update_hypervisor('nope', False)
+    enabled = conductor.update_hypervisor('hv1', True)
+    assert (enabled['enabled'], enabled['disabled_reason']) == (True, None)
+    conductor.deploy(make_spec(count=1))
+    conductor.teardown('unit')
+
+
+def test_enable_on_register(conductor):
+    conductor.register_agent('hv7', {'host': 'hv7',
+                                     'enable_on_register': False})
+    row = conductor.db.get_hypervisor('hv7')
+    assert (row.enabled, row.disabled_reason) == (
+        False, 'registered disabled (enable_on_register)')
+    conductor.update_hypervisor('hv7', True)
+    # A heartbeat with the same facts keeps it enabled.
+    conductor.register_agent('hv7', {'host': 'hv7',
+                                     'enable_on_register': False})
+    assert conductor.db.get_hypervisor('hv7').enabled
+
+
+def test_hypervisor_show_has_its_resource_provider(conductor):
+    conductor.register_agent('hv1', dict(
+        conductor.agents.request('hv1', 'inspect', 'r1',
+                                 physnet_mappings={}, ipmi_address='::1',
+                                 ipmi_ports=[], interfaces=[], owner=None)))
+    conductor.deploy(make_spec(count=2))
+    shown = conductor.get_hypervisor('hv1')
+    assert shown['usages']['MEMORY_MB'] == 256
+    assert shown['inventories']['MEMORY_MB']['used'] == 256
+    assert sorted(a['name'] for a in shown['allocations'].values()) == [
+        'tk0', 'tk1']
+    assert all(a['resources'] == {'VCPU': 1, 'MEMORY_MB': 128,
+                                  'DISK_GB': 1}
+               for a in shown['allocations'].values())
+    conductor.teardown('unit')
+
+
+def test_placement_view():
+    view = aggregates.placement(
+        [{'id': 1, 'name': 'a', 'availability_zone': 'z', 'hosts': ['h1'],
+          'metadata': {'k': 'v'}}],
+        [{'host': 'h1', 'enabled': True}, {'host': 'h2', 'enabled': False}],
+        'nova')
+    assert view == {
+        'h1': {'enabled': True, 'availability_zone': 'z',
+               'aggregates': [{'name': 'a', 'metadata': {'k': 'v'}}]},
+        'h2': {'enabled': False, 'availability_zone': 'nova',
+               'aggregates': []}}
+
+
+# Over the bus: admin only
+
+ADMIN_CALLS = [
+    ('list_aggregates', ()),
+    ('get_aggregate', ('a1',)),
+    ('create_aggregate', ('a9', 'az9')),
+    ('update_aggregate', ('a1', {'name': 'a8'})),
+    ('set_aggregate_metadata', ('a1', {'k': 'v'})),
+    ('delete_aggregate', ('a1',)),
+    ('add_aggregate_host', ('a1', 'hv2')),
+    ('remove_aggregate_host', ('a1', 'hv1')),
+    ('update_hypervisor', ('hv1', False, 'no')),
+]
+
+
+@pytest.mark.parametrize('method,args', ADMIN_CALLS)
+@pytest.mark.parametrize('context', [MEMBER, {}, None])
+def test_non_admin_contexts_are_refused(hosts, method, args, context):
+    hosts.create_aggregate('a1')
+    api = conductor_rpcapi.ConductorAPI(hosts.bus)
+    with pytest.raises(exceptions.PolicyNotAuthorized,
+                       match='tenks:(aggregate|hypervisor):'):
+        getattr(api, method)(context, *args)
+    # Nothing changed.
+    assert [(a['name'], a['hosts'], a['metadata'])
+            for a in hosts.list_aggregates()] == [('a1', [], {})]
+    assert hosts.db.get_hypervisor('hv1').enabled
+
+
+def test_admin_calls_over_the_bus(hosts):
+    api = conductor_rpcapi.ConductorAPI(hosts.bus)
+    context = policy.admin_context()
+    assert api.create_aggregate(context, 'a1', 'az1')['name'] == 'a1'
+    assert api.add_aggregate_host(ADMIN, 'a1', 'hv1')['hosts'] == ['hv1']
+    assert api.set_aggregate_metadata(ADMIN, 'a1', {'k': 'v'})[
+        'metadata'] == {'k': 'v'}
+    assert api.update_aggregate(ADMIN, 'a1', {'name': 'b1'})['name'] == 'b1'
+    assert [a['name'] for a in api.list_aggregates(ADMIN)] == ['b1']
+    with pytest.raises(exceptions.AggregateConflict):
+        api.remove_aggregate_host(ADMIN, 'b1', 'hv1')
+    with pytest.raises(exceptions.AggregateInvalid, match='cannot change'):
+        api.update_aggregate(ADMIN, 'b1', {'hosts': []})
+    with pytest.raises(exceptions.AggregateInvalid, match='a mapping'):
+        api.update_aggregate(ADMIN, 'b1', 'b2')
+    assert api.update_hypervisor(ADMIN, 'hv1', False, 'x')['enabled'] is (
+        False)
+    assert api.remove_aggregate_host(ADMIN, 'b1', 'hv1')['hosts'] == []
+    api.delete_aggregate(ADMIN, 'b1')
+    with pytest.raises(exceptions.AggregateNotFound):
+        api.get_aggregate(ADMIN, 'b1')
+
+
+def test_a_policy_file_can_open_a_call(hosts, tmp_path):
+    policy_file = tmp_path / 'policy.yaml'
+    policy_file.write_text('"tenks:aggregate:list": "role:reader"\n')
+    hosts.conf.set_override('policy_file', str(policy_file),
+                            group='oslo_policy')
+    enforcer = policy.Enforcer(hosts.conf)
+    enforcer.authorize('tenks:aggregate:list', MEMBER)
+    with pytest.raises(exceptions.PolicyNotAuthorized):
+        enforcer.authorize('tenks:aggregate:create', MEMBER)

@@ -1,0 +1,310 @@
+"""The filter scheduler: each filter, the weighers, the report of a
+placement that fails, and the resource provider model under them."""
+
+import types
+
+import pytest
+
+from tenks import conf as tenks_conf
+from tenks import exceptions
+from tenks import resources
+from tenks import scheduler
+from tests.unit.conftest import make_spec
+
+GIB = 1024 ** 3
+
+
+def facts(host, cpus=8, memory_mb=4096, disk_gb=100, traits=(),
+          inventory=None, missing=(), address=None, busy=(),
+          driver='linuxbridge', free=1024 ** 4, **extra):
+    return dict({
+        'host': host, 'cpus': cpus, 'memory_mb': memory_mb,
+        'disk_gb': disk_gb, 'traits': list(traits),
+        'inventory': inventory or {}, 'busy_ports': list(busy),
+        'missing_interfaces': [(p, 'eth-' + p) for p in missing],
+        'pool_dir': '/p', 'ipmi_address': address or '10.0.0.%d' % (
+            hash(host) % 200 + 1),
+        'resource_prefix': '', 'physnet_mappings': {'physnet1': 'eth1'},
+        'pool_free_bytes': free, 'network_driver': driver,
+        'foreign_interfaces': [], 'cpu_arch': 'x86_64'}, **extra)
+
+
+def spec(count=1, memory_mb=128, vcpus=1, capacity='1GiB', top=None,
+         **entry):
+    return make_spec(**(top or {}), node_types={'t': {
+        'memory_mb': memory_mb, 'vcpus': vcpus,
+        'volumes': [{'capacity': capacity}] if capacity else [],
+        'physical_networks': ['physnet1']}},
+        specs=[dict({'type': 't', 'count': count}, **entry)])
+
+
+def hosts_of(nodes):
+    return [n['hypervisor'] for n in nodes]
+
+
+def refused(spec_, all_facts, placement=None, options=None):
+    with pytest.raises(exceptions.NoValidHost) as raised:
+        scheduler.schedule(spec_, all_facts, [], placement, options)
+    return str(raised.value)
+
+
+def test_filter_list_matches_the_configuration_choices():
+    assert scheduler.FILTERS == tenks_conf.SCHEDULER_FILTERS
+    assert set(scheduler.FILTER_FUNCTIONS) == set(scheduler.FILTERS)
+
+
+# Filters, one by one
+
+def test_enabled_filter_skips_disabled_and_maintenance_hosts():
+    all_facts = {h: facts(h) for h in ('hv1', 'hv2', 'hv3')}
+    placement = {'hv1': {'enabled': False}, 'hv2': {'maintenance': True}}
+    assert set(hosts_of(scheduler.schedule(
+        spec(count=3), all_facts, [], placement))) == {'hv3'}
+    placement['hv3'] = {'enabled': False}
+    message = refused(spec(), all_facts, placement)
+    assert message.startswith(
+        'No valid host for node type t (specs[0]): 3 hypervisors; '
+        'disabled removed 2, in maintenance removed 1 (')
+
+
+@pytest.mark.parametrize('rc,host_facts,node', [
+    ('VCPU', {'cpus': 1, 'inventory': {'VCPU': {'allocation_ratio': 2.0}}},
+     {'vcpus': 3}),
+    ('MEMORY_MB', {'memory_mb': 1000}, {'memory_mb': 1024}),
+    ('DISK_GB', {'disk_gb': 4}, {'capacity': '5GiB'}),
+])
+def test_capacity_filter_per_resource_class(rc, host_facts, node):
+    message = refused(spec(**node), {'hv1': facts('hv1', **host_facts),
+                                     'hv2': facts('hv2', **host_facts)})
+    assert '2 hypervisors; %s removed 2' % rc in message
+
+
+def test_capacity_counts_allocation_ratio_reserved_and_recorded_nodes():
+    inventory = {'MEMORY_MB': {'reserved': 1024, 'allocation_ratio': 1.5}}
+    host = facts('hv1', memory_mb=2048, inventory=inventory)
+    # (2048 - 1024) * 1.5 = 1536 MiB: three nodes of 512, not four.
+    assert len(scheduler.schedule(spec(count=3, memory_mb=512),
+                                  {'hv1': host}, [])) == 3
+    message = refused(spec(count=4, memory_mb=512), {'hv1': host})
+    assert 'MEMORY_MB: 512 asked, 0 of 1536 left' in message
+    recorded = scheduler.schedule(spec(count=2, memory_mb=512),
+                                  {'hv1': host}, [])
+    for node in recorded:
+        node['cluster'] = 'other'
+    assert len(scheduler.schedule(spec(count=1, memory_mb=512),
+                                  {'hv1': host}, recorded)) == 1
+    with pytest.raises(exceptions.NoValidHost):
+        scheduler.schedule(spec(count=2, memory_mb=512), {'hv1': host},
+                           recorded)
+
+
+@pytest.mark.parametrize('field,value,amount,why', [
+    ('min_unit', 2, 1, 'below min_unit 2'),
+    ('max_unit', 2, 4, 'above max_unit 2'),
+    ('step_size', 2, 3, 'not a multiple of step_size 2'),
+])
+def test_capacity_filter_units(field, value, amount, why):
+    host = facts('hv1', inventory={'VCPU': {field: value}})
+    message = refused(spec(vcpus=amount), {'hv1': host})
+    assert 'VCPU: %d asked, %s' % (amount, why) in message
+
+
+def test_physnet_filter():
+    all_facts = {'hv1': facts('hv1', missing=['physnet1']),
+                 'hv2': facts('hv2')}
+    assert hosts_of(scheduler.schedule(spec(count=2), all_facts, [])) == [
+        'hv2', 'hv2']
+    all_facts['hv2'] = facts('hv2', missing=['physnet1'])
+    assert 'physnet physnet1 removed 2' in refused(spec(), all_facts)
+
+
+def test_required_and_forbidden_traits():
+    all_facts = {'hv1': facts('hv1', traits=['CUSTOM_SSD']),
+                 'hv2': facts('hv2', traits=['CUSTOM_SSD', 'CUSTOM_SLOW']),
+                 'hv3': facts('hv3')}
+    nodes = scheduler.schedule(
+        spec(count=2, required_traits=['CUSTOM_SSD'],
+             forbidden_traits=['CUSTOM_SLOW']), all_facts, [])
+    assert hosts_of(nodes) == ['hv1', 'hv1']
+    # Traits the hostagent derives: architecture, physnets, BMC kinds.
+    assert hosts_of(scheduler.schedule(spec(
+        required_traits=['HW_ARCH_X86_64', 'CUSTOM_PHYSNET_PHYSNET1',
+                         'CUSTOM_BMC_IPMI']), {'hv3': facts('hv3')},
+        [])) == ['hv3']
+    message = refused(spec(required_traits=['CUSTOM_SSD'],
+                           forbidden_traits=['CUSTOM_SSD']), all_facts)
+    assert 'trait !CUSTOM_SSD removed 2, trait CUSTOM_SSD removed 1' in (
+        message)
+    assert 'hv3: lacks required trait CUSTOM_SSD' in message
+
+
+def test_availability_zone_filter_and_default_zone():
+    all_facts = {h: facts(h) for h in ('hv1', 'hv2', 'hv3')}
+    placement = {'hv1': {'availability_zone': 'az1'},
+                 'hv2': {'availability_zone': 'az2'}}
+    assert hosts_of(scheduler.schedule(
+        spec(count=2, availability_zone='az2'), all_facts, [],
+        placement)) == ['hv2', 'hv2']
+    # hv3 is in no zone: the default one.
+    assert hosts_of(scheduler.schedule(
+        spec(availability_zone='nova'), all_facts, [], placement)) == [
+            'hv3']
+    options = types.SimpleNamespace(**dict(
+        vars(scheduler.DEFAULT_OPTIONS), default_availability_zone='home'))
+    assert hosts_of(scheduler.schedule(
+        spec(availability_zone='home'), all_facts, [], placement,
+        options)) == ['hv3']
+    assert 'availability zone az9 removed 3' in refused(
+        spec(availability_zone='az9'), all_facts, placement)
+
+
+def test_aggregate_metadata_filter():
+    all_facts = {h: facts(h) for h in ('hv1', 'hv2')}
+    placement = {
+        'hv1': {'aggregates': [{'name': 'a', 'metadata': {'ssd': 'true'}},
+                               {'name': 'b', 'metadata': {'rack': '1'}}]},
+        'hv2': {'aggregates': [{'name': 'c', 'metadata': {'ssd': 'false'}}]}}
+    assert hosts_of(scheduler.schedule(
+        spec(aggregate_metadata={'ssd': 'true', 'rack': '1'}), all_facts,
+        [], placement)) == ['hv1']
+    message = refused(spec(aggregate_metadata={'rack': '2'}), all_facts,
+                      placement)
+    assert 'aggregate metadata rack=2 removed 2' in message
+
+
+def test_bmc_port_filter_shares_ports_of_an_address():
+    all_facts = {'hv1': facts('hv1', address='10.0.0.1'),
+                 'hv2': facts('hv2', address='10.0.0.1', busy=[6230])}
+    nodes = scheduler.schedule(
+        spec(count=2, top={'ipmi_port_range_end': 6231}), all_facts, [])
+    assert sorted((n['hypervisor'], n['bmc_port']) for n in nodes) == [
+        ('hv1', 6230), ('hv2', 6231)]
+    all_facts = {'hv1': facts('hv1', address='10.0.0.1', busy=[6232]),
+                 'hv2': facts('hv2', address='10.0.0.1', busy=[6230, 6232])}
+    message = refused(spec(count=3, top={'ipmi_port_range_end': 6232}),
+                      all_facts)
+    assert 'BMC port removed 2' in message
+
+
+def test_pool_space_and_network_driver_filters():
+    all_facts = {'hv1': facts('hv1', free=GIB // 2),
+                 'hv2': facts('hv2', driver='openvswitch')}
+    message = refused(spec(), all_facts)
+    assert 'network driver removed 1, pool space removed 1' in message
+
+
+def test_disabled_filters_do_not_run():
+    all_facts = {'hv1': facts('hv1')}
+    options = types.SimpleNamespace(**dict(
+        vars(scheduler.DEFAULT_OPTIONS),
+        enabled_filters=('capacity', 'bmc_port')))
+    assert hosts_of(scheduler.schedule(
+        spec(), all_facts, [], {'hv1': {'enabled': False}}, options)) == [
+            'hv1']
+
+
+def test_the_report_names_every_filter_that_removed_hosts():
+    all_facts = {'hv1': facts('hv1', memory_mb=100),
+                 'hv2': facts('hv2', memory_mb=100),
+                 'hv3': facts('hv3', missing=['physnet1'])}
+    message = refused(spec(), all_facts)
+    assert message.startswith(
+        'No valid host for node type t (specs[0]): 3 hypervisors; '
+        'physnet physnet1 removed 1, MEMORY_MB removed 2 (hv3: interface '
+        'eth-physnet1 of physnet physnet1 missing; hv1: MEMORY_MB: 128 '
+        'asked, above max_unit 100; hv2:')
+
+
+# Weighers
+
+def test_spread_evens_out_the_share_used():
+    all_facts = {'hv1': facts('hv1', memory_mb=4096),
+                 'hv2': facts('hv2', memory_mb=8192)}
+    nodes = scheduler.schedule(spec(count=6, memory_mb=1024, capacity=None),
+                               all_facts, [])
+    # Both free: the bigger first; then the one with the larger share
+    # free (VCPU counts too), until both use half of their memory.
+    assert hosts_of(nodes) == ['hv2', 'hv1', 'hv2', 'hv1', 'hv2', 'hv2']
+
+
+def test_pack_fills_one_host_first():
+    all_facts = {h: facts(h) for h in ('hv1', 'hv2', 'hv3')}
+    options = types.SimpleNamespace(**dict(
+        vars(scheduler.DEFAULT_OPTIONS), weight_multipliers={
+            'VCPU': -1.0, 'MEMORY_MB': -1.0, 'DISK_GB': -1.0}))
+    nodes = scheduler.schedule(spec(count=4), all_facts, [], None, options)
+    assert hosts_of(nodes) == ['hv1'] * 4
+
+
+def test_per_resource_multipliers():
+    # hv1 has more memory, hv2 more CPUs: the multipliers choose.
+    all_facts = {'hv1': facts('hv1', cpus=2, memory_mb=8192),
+                 'hv2': facts('hv2', cpus=8, memory_mb=4096)}
+
+    def first(vcpu, memory):
+        options = types.SimpleNamespace(**dict(
+            vars(scheduler.DEFAULT_OPTIONS), weight_multipliers={
+                'VCPU': vcpu, 'MEMORY_MB': memory, 'DISK_GB': 0.0}))
+        return hosts_of(scheduler.schedule(spec(), all_facts, [], None,
+                                           options))[0]
+    assert first(0.0, 1.0) == 'hv1'
+    assert first(1.0, 0.0) == 'hv2'
+
+
+def test_same_input_same_placement():
+    all_facts = {'hv%d' % i: facts('hv%d' % i, memory_mb=4096 + i % 3)
+                 for i in range(20)}
+    wide = {'ipmi_port_range_end': 6300}
+    first = scheduler.schedule(spec(count=30, top=wide), all_facts, [])
+    again = scheduler.schedule(spec(count=30, top=wide), all_facts, [])
+    assert [(n['hypervisor'], n['bmc_port']) for n in first] == [
+        (n['hypervisor'], n['bmc_port']) for n in again]
+
+
+def test_options_from_the_configuration(conf):
+    conf.set_override('ram_weight_multiplier', -2.0, group='scheduler')
+    conf.set_override('enabled_filters', ['capacity'], group='scheduler')
+    options = scheduler.options_from_conf(conf)
+    assert options.weight_multipliers['MEMORY_MB'] == -2.0
+    assert options.enabled_filters == ('capacity',)
+    with pytest.raises(ValueError):
+        conf.set_override('enabled_filters', ['nope'], group='scheduler')
+
+
+# The resource model
+
+def test_inventories_usage_and_allocations():
+    host = facts('hv1', cpus=4, memory_mb=2048, disk_gb=50,
+                 inventory={'VCPU': {'allocation_ratio': 2.0,
+                                     'reserved': 1}})
+    nodes = scheduler.schedule(spec(count=2, vcpus=2, capacity='3GiB'),
+                               {'hv1': host}, [])
+    view = resources.provider(host, nodes)
+    assert view['inventories']['VCPU'] == {
+        'total': 4, 'reserved': 1, 'min_unit': 1, 'max_unit': 4,
+        'step_size': 1, 'allocation_ratio': 2.0, 'used': 4}
+    assert view['usages'] == {'VCPU': 4, 'MEMORY_MB': 256, 'DISK_GB': 6}
+    assert view['allocations'][nodes[0]['uuid']]['resources'] == {
+        'VCPU': 2, 'MEMORY_MB': 128, 'DISK_GB': 3}
+    assert 'CUSTOM_PHYSNET_PHYSNET1' in view['traits']
+
+
+def test_hostagent_inventory_options_are_checked(conf):
+    conf.set_override('vcpu_inventory', {'allocation_ratio': '4'},
+                      group='hostagent')
+    conf.set_override('traits', ['CUSTOM_FAST'], group='hostagent')
+    reported = resources.hostagent_facts(conf.hostagent)
+    assert reported['inventory']['VCPU'] == {'allocation_ratio': 4.0}
+    assert reported['traits'] == ['CUSTOM_FAST']
+    assert reported['enable_on_register'] is True
+    for option, value, why in (
+            ('vcpu_inventory', {'ratio': '4'}, "unknown field 'ratio'"),
+            ('memory_mb_inventory', {'reserved': 'x'}, 'not a number'),
+            ('disk_gb_inventory', {'step_size': '0'}, 'must be positive'),
+            ('traits', ['FAST'], 'FAST not CUSTOM_')):
+        conf.clear_override('vcpu_inventory', group='hostagent')
+        conf.clear_override('traits', group='hostagent')
+        conf.set_override(option, value, group='hostagent')
+        with pytest.raises(exceptions.ConfigError, match=why):
+            resources.hostagent_facts(conf.hostagent)
+        conf.clear_override(option, group='hostagent')
