@@ -17,7 +17,9 @@ def inspect(agents, hosts, spec):
             host, 'inspect', 'inspect/%s' % uuid.uuid4(),
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
-            interfaces=[], owner=None)
+            interfaces=[], owner=None,
+            redfish_address=spec['redfish_address'],
+            redfish_port=spec['redfish_port'])
     missing = {}
     for host, host_facts in facts.items():
         for physnet, source in host_facts['missing_interfaces']:

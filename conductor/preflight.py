@@ -37,7 +37,9 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
             interfaces=sorted(interfaces),
-            owner=names.owner(spec['cluster'], deployment))
+            owner=names.owner(spec['cluster'], deployment),
+            redfish_address=spec['redfish_address'],
+            redfish_port=spec['redfish_port'])
         for host, interfaces in sorted(wanted.items())}
     problems = scheduler.interface_conflicts(spec, wanted, found, resources)
     if problems:

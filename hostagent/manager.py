@@ -98,7 +98,10 @@ class HostAgentManager:
                                    conf.hostagent.network_driver, conf)
         self.bmc = load_driver('tenks.bmc_drivers',
                                conf.hostagent.bmc_driver, conf)
-        self.nodes = nodes.Nodes(self.virt, self.network, self.bmc)
+        self.redfish = load_driver('tenks.redfish_drivers',
+                                   conf.hostagent.redfish_driver, conf)
+        self.nodes = nodes.Nodes(self.virt, self.network, self.bmc,
+                                 self.redfish)
         self._recent = collections.OrderedDict()
         # request id -> the reply_to of every copy waiting for it to end
         self._running = {}
@@ -194,22 +197,35 @@ class HostAgentManager:
                     pool_free_gb=pool_free_bytes(pool_dir) // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
+                    redfish_address=self.conf.hostagent.redfish_address,
+                    redfish_port=self.conf.hostagent.redfish_port,
+                    redfish_tls=bool(
+                        self.conf.hostagent.redfish_tls_certificate),
                     resource_prefix=self.conf.hostagent.resource_prefix)
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
-                 interfaces, owner):
-        """Facts, with this host's own mappings and BMC address applied to
-        a spec's, and what of them is missing or taken here.
+                 interfaces, owner, redfish_address=None, redfish_port=None):
+        """Facts, with this host's own mappings and BMC addresses (and
+        Redfish port) applied to a spec's, and what of them is missing or
+        taken here.
 
         Also: the network driver, the pool's free space in bytes, and
         ``foreign_interfaces``, [name, mark] of those of ``interfaces``
         (names a deploy would create) that exist without the mark
         ``owner`` (None: nothing is ours yet). Marks are interface
-        aliases, as the network driver sets them.
+        aliases, as the network driver sets them. ``redfish_port_user``:
+        who holds the Redfish endpoint (see RedfishDriver.endpoint_user).
         """
         facts = self.facts()
         mappings = dict(physnet_mappings, **facts['physnet_mappings'])
         address = facts['ipmi_address'] or ipmi_address
+        redfish_address = facts['redfish_address'] or redfish_address
+        redfish_port = facts['redfish_port'] or redfish_port
+        if redfish_address and redfish_port:
+            facts.update(
+                redfish_address=redfish_address, redfish_port=redfish_port,
+                redfish_port_user=self.redfish.endpoint_user(
+                    redfish_address, redfish_port))
         facts.update(
             physnet_mappings=mappings, ipmi_address=address,
             missing_interfaces=[
@@ -232,9 +248,11 @@ class HostAgentManager:
         self.conductor.register_agent(self.host, self.facts())
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
-                ipmi_address, ipmi_ports, interfaces, owner):
+                ipmi_address, ipmi_ports, interfaces, owner,
+                redfish_address=None, redfish_port=None):
         self._run(request_id, reply_to, [], self._inspect, physnet_mappings,
-                  ipmi_address, ipmi_ports, interfaces, owner)
+                  ipmi_address, ipmi_ports, interfaces, owner,
+                  redfish_address, redfish_port)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner):
         self._run(request_id, reply_to, [('pool', name)],

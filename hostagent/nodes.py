@@ -14,6 +14,7 @@ domain no longer uses it. A request that fails undoes what it created
 """
 
 import contextlib
+import functools
 
 import jsonschema
 from oslo_log import log as logging
@@ -53,13 +54,20 @@ NODE_SCHEMA = {
             'properties': {'mac': {'type': 'string'},
                            'tap': {'type': 'string', 'minLength': 1},
                            'bridge': {'type': 'string', 'minLength': 1}}}},
+        # type: 'ipmi' when absent; a Redfish BMC needs its system_id.
         'bmc': {'type': 'object',
                 'required': ['address', 'port', 'username', 'password'],
-                'properties': {'address': {'type': 'string'},
+                'properties': {'type': {'enum': ['ipmi', 'redfish']},
+                               'address': {'type': 'string'},
                                'port': {'type': 'integer', 'minimum': 1,
                                         'maximum': 65535},
                                'username': {'type': 'string'},
-                               'password': {'type': 'string'}}},
+                               'password': {'type': 'string'},
+                               'system_id': {'type': 'string',
+                                             'minLength': 1}},
+                'if': {'properties': {'type': {'const': 'redfish'}},
+                       'required': ['type']},
+                'then': {'required': ['system_id']}},
         'remove': {'type': 'object', 'additionalProperties': False,
                    'properties': {'volumes': _NAMES, 'ports': _NAMES}},
     },
@@ -106,6 +114,11 @@ def check(node, schema=NODE_SCHEMA):
         name = node.get('name') if isinstance(node, dict) else None
         raise exceptions.InvalidNodeRequest(node=name or '?',
                                             problems='; '.join(problems))
+
+
+def bmc_type(node):
+    """'ipmi' or 'redfish': the type of the node's BMC."""
+    return node['bmc'].get('type', 'ipmi')
 
 
 def things(node):
@@ -209,10 +222,11 @@ class _Outcome:
 class Nodes:
     """Whole-node requests on the drivers of one hypervisor."""
 
-    def __init__(self, virt, network, bmc):
+    def __init__(self, virt, network, bmc, redfish):
         self.virt = virt
         self.network = network
         self.bmc = bmc
+        self.redfish = redfish
 
     def _plan(self, node, owner):
         """What would change, in words, and the volumes to grow.
@@ -248,7 +262,12 @@ class Nodes:
                                             owner)
         ports = self.network.port_changes(
             [nic for n in nodes for nic in n['nics']], owner)
-        bmcs = self.bmc.bmc_changes({n['name']: n['bmc'] for n in nodes})
+        bmcs = self.bmc.bmc_changes({
+            n['name']: {k: v for k, v in n['bmc'].items()
+                        if k in ('address', 'port', 'username', 'password')}
+            for n in nodes if bmc_type(n) == 'ipmi'})
+        bmcs.update(self.redfish.system_changes(owner, {
+            n['name']: n['bmc'] for n in nodes if bmc_type(n) == 'redfish'}))
         drift = {}
         for node in nodes:
             found = []
@@ -313,12 +332,7 @@ class Nodes:
             if stopped:
                 self.virt.start_domain(name, owner)
                 stopped = False
-            bmc = node['bmc']
-            outcome.ensured(
-                'bmc', name, self.bmc.ensure_bmc(
-                    name, bmc['address'], bmc['port'], bmc['username'],
-                    bmc['password']),
-                lambda: self.bmc.remove_bmc(name))
+            outcome.ensured('bmc', name, *self._ensure_bmc(node, owner))
             remove = node.get('remove') or {}
             for tap in remove.get('ports', []):
                 if self.network.remove_port(tap, owner):
@@ -335,6 +349,32 @@ class Nodes:
             raise
         return outcome.result(power_state=self.virt.domain_state(name))
 
+    def _ensure_bmc(self, node, owner):
+        """Make the node's BMC as asked and remove one of the other type
+        it had; (result, undo)."""
+        name, bmc = node['name'], node['bmc']
+        if bmc_type(node) == 'redfish':
+            result = self.redfish.ensure_system(
+                owner, name, bmc['system_id'], bmc['address'], bmc['port'],
+                bmc['username'], bmc['password'])
+            undo = functools.partial(self.redfish.remove_system, name,
+                                     owner)
+            replaced = self.bmc.remove_bmc(name)
+        else:
+            result = self.bmc.ensure_bmc(
+                name, bmc['address'], bmc['port'], bmc['username'],
+                bmc['password'])
+            undo = functools.partial(self.bmc.remove_bmc, name)
+            replaced = self.redfish.remove_system(name, owner)
+        # A node has one BMC: the one it changed type from went.
+        return dict(result, changed=result['changed'] or replaced), undo
+
+    def _remove_bmc(self, name, owner):
+        """Remove the node's BMC, whichever its type; whether there was
+        one."""
+        removed = self.bmc.remove_bmc(name)
+        return self.redfish.remove_system(name, owner) or removed
+
     def remove(self, node, owner):
         """Remove the node's BMC, domain, ports and volumes (ours only).
 
@@ -345,7 +385,7 @@ class Nodes:
         name, pool = node['name'], node['pool']
         outcome = _Outcome()
         kept = []
-        steps = [('bmc', name, lambda: self.bmc.remove_bmc(name)),
+        steps = [('bmc', name, lambda: self._remove_bmc(name, owner)),
                  ('domain', name, lambda: self.virt.remove_domain(name,
                                                                   owner))]
         steps += [('port', n['tap'],

@@ -12,7 +12,8 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
      'console_log_enabled', 'pool',
      'volumes': [{'name', 'capacity' (bytes), 'format'}],
      'nics': [{'mac', 'tap', 'bridge'}],
-     'bmc': {'address', 'port', 'username', 'password'},
+     'bmc': {'type' ('ipmi' default, 'redfish'), 'address', 'port',
+             'username', 'password', 'system_id' (redfish)},
      'remove': {'volumes': [name, ...], 'ports': [tap, ...]}}
 
 and reports ``{'changed', 'created', 'updated', 'removed',
@@ -45,6 +46,15 @@ API version history:
   whole node (volumes, ports, domain, BMC); see hostagent.nodes.
 * 1.3 - inspect_nodes: what ensure_node would do to each of many nodes,
   read at once, changing nothing (a re-run finds drift cheaply).
+* 1.4 - Redfish (helper "redfish"): inspect takes ``redfish_address``
+  and ``redfish_port`` (the spec's; the agent's [hostagent] options win)
+  and reports them with ``redfish_tls`` and ``redfish_port_user`` (None:
+  free; the owner mark of the Tenks emulator holding it; '': another
+  process). A node request's ``bmc`` may say ``type: redfish`` with a
+  ``system_id`` (the domain's UUID): ensure_node makes the system served
+  by its owner's sushy-tools emulator (started on demand) and removes an
+  IPMI BMC of the node, and the other way round; remove_node and
+  inspect_nodes cover both types (a stopped emulator is ``stopped``).
 """
 
 from tenks import rpc
@@ -54,7 +64,7 @@ RPC_API_VERSION = '1.3'
 # Methods, with the keyword arguments each takes.
 METHODS = {
     'inspect': ('physnet_mappings', 'ipmi_address', 'ipmi_ports',
-                'interfaces', 'owner'),
+                'interfaces', 'owner', 'redfish_address', 'redfish_port'),
     'ensure_pool': ('name', 'path', 'owner'),
     'remove_pool': ('name', 'path', 'owner'),
     'ensure_volume': ('pool', 'name', 'capacity', 'fmt', 'owner'),
@@ -80,17 +90,21 @@ SINCE = {'ensure_node': '1.2', 'remove_node': '1.2',
          'inspect_nodes': '1.3'}
 
 
-def node_request(view, password, gone=None):
+def node_request(view, passwords, gone=None):
     """The ``node`` argument of ensure_node and inspect_nodes for a node
     of a plan (tenks.reconcile.view): its state, and the parts of
-    ``gone`` (an earlier view) it no longer has removed."""
+    ``gone`` (an earlier view) it no longer has removed. ``passwords``:
+    {BMC type: password} (tenks.reconcile.bmc_passwords)."""
     node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
                                  'memory_mb', 'console_log_enabled',
                                  'pool', 'volumes')}
     node['nics'] = [{k: nic[k] for k in ('mac', 'tap', 'bridge')}
                     for nic in view['nics']]
-    node['bmc'] = dict(view['bmc'], password=password)
-    node['bmc'].pop('type', None)
+    bmc = view['bmc']
+    node['bmc'] = dict(bmc, password=passwords[bmc['type']])
+    # The hostagent's own configuration decides whether its Redfish
+    # emulators serve HTTPS.
+    node['bmc'].pop('tls', None)
     node['remove'] = {'volumes': [], 'ports': []}
     if gone is not None:
         volumes = {vol['name'] for vol in view['volumes']}

@@ -26,7 +26,8 @@ from tenks import rpc  # noqa: E402
 # [hostagent] option -> entry point group of its drivers.
 DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',
                   'network_driver': 'tenks.network_drivers',
-                  'bmc_driver': 'tenks.bmc_drivers'}
+                  'bmc_driver': 'tenks.bmc_drivers',
+                  'redfish_driver': 'tenks.redfish_drivers'}
 
 
 def run(name, factory, argv=None):

@@ -12,6 +12,22 @@ from tenks import exceptions
 from tenks import names
 from tenks import states
 
+# The emulator of each Ironic driver's BMCs when the spec's bmc_emulators
+# names none, and the type of BMC each emulator serves.
+DEFAULT_EMULATORS = {'ipmi': 'virtualbmc', 'redfish': 'sushy-tools'}
+EMULATOR_BMC_TYPES = {'virtualbmc': 'ipmi', 'sushy-tools': 'redfish'}
+
+
+def bmc_type(spec, type_name):
+    """'ipmi' or 'redfish': the BMC of the nodes of node type
+    ``type_name``, as its ironic_driver (or the spec's
+    default_ironic_driver) and bmc_emulators choose."""
+    driver = spec['node_types'][type_name].get(
+        'ironic_driver', spec['default_ironic_driver'])
+    emulator = spec.get('bmc_emulators', {}).get(
+        driver, DEFAULT_EMULATORS[driver])
+    return EMULATOR_BMC_TYPES[emulator]
+
 
 class HostState:
     """What is left on one hypervisor while nodes are being placed.
@@ -31,29 +47,46 @@ class HostState:
             n['memory_mb'] for n in mine)
         self.ports = range(spec['ipmi_port_range_start'],
                            spec['ipmi_port_range_end'] + 1)
-        self.busy = set(facts['busy_ports']) | {n['bmc_port'] for n in mine}
+        ipmi = [n for n in recorded if n['bmc_type'] == 'ipmi']
+        self.busy = set(facts['busy_ports']) | {
+            n['bmc_port'] for n in ipmi if n['hypervisor'] == self.name}
         self.taken = taken_ports.setdefault(self.bmc_address, set())
-        self.taken.update(n['bmc_port'] for n in recorded
+        self.taken.update(n['bmc_port'] for n in ipmi
                           if n['bmc_address'] == self.bmc_address)
         self.initially_free_ports = len(self.free_ports())
         self.free_bytes = facts['pool_free_bytes']
         self.initially_free_bytes = self.free_bytes
         self.network_driver = facts['network_driver']
+        # The cluster's Redfish endpoint here, and who else has it: a
+        # Redfish node of another cluster, or of this one on another
+        # host (Ironic would reach one emulator for both).
+        self.redfish = (facts.get('redfish_address'),
+                        facts.get('redfish_port'))
+        self.redfish_users = sorted({
+            'cluster %s on %s' % (n['cluster'], n['hypervisor'])
+            for n in recorded if n['bmc_type'] == 'redfish'
+            and (n['bmc_address'], n['bmc_port']) == self.redfish
+            and (n['cluster'] != spec['cluster']
+                 or n['hypervisor'] != self.name)})
 
     def free_ports(self):
         return [port for port in self.ports
                 if port not in self.busy and port not in self.taken]
 
-    def refusal(self, spec, node_type):
-        """Why this host cannot take a node of ``node_type``, or None."""
+    def refusal(self, spec, node_type, kind='ipmi'):
+        """Why this host cannot take a node of ``node_type`` with a BMC
+        of type ``kind``, or None."""
         if self.network_driver != spec['bridge_type']:
             return ('its network driver is %s, not the spec\'s bridge_type '
                     '%s' % (self.network_driver, spec['bridge_type']))
         if self.facts['missing_interfaces']:
             return 'interface(s) %s missing' % ', '.join(
                 source for _, source in self.facts['missing_interfaces'])
-        if not self.free_ports():
+        if kind == 'ipmi' and not self.free_ports():
             return 'no free IPMI port'
+        if kind == 'redfish' and self.redfish_users:
+            return 'its Redfish endpoint %s:%d is used by %s' % (
+                self.redfish + (', '.join(self.redfish_users),))
         if self.free_memory_mb < node_type['memory_mb']:
             return 'only %d MiB of memory left' % self.free_memory_mb
         if self.free_bytes < volume_bytes(node_type):
@@ -62,12 +95,15 @@ class HostState:
                 show_bytes(volume_bytes(node_type)))
         return None
 
-    def take(self, node_type):
-        port = self.free_ports()[0]
-        self.taken.add(port)
+    def take(self, node_type, kind='ipmi'):
+        """Take room for a node; return its BMC's (address, port)."""
         self.free_memory_mb -= node_type['memory_mb']
         self.free_bytes -= volume_bytes(node_type)
-        return port
+        if kind == 'redfish':
+            return self.redfish
+        port = self.free_ports()[0]
+        self.taken.add(port)
+        return self.bmc_address, port
 
 
 def show_bytes(size):
@@ -125,13 +161,15 @@ def schedule(spec, facts, recorded):
         pool = name_pools.setdefault(prefix, _free_names(prefix, taken_names))
         have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
                    and n['spec_index'] == index)
+        kind = bmc_type(spec, entry['type'])
         for _ in range(entry['count'] - have):
-            refusals = {h.name: h.refusal(spec, node_type) for h in hosts}
+            refusals = {h.name: h.refusal(spec, node_type, kind)
+                        for h in hosts}
             usable = [h for h in hosts if refusals[h.name] is None]
             if not usable:
                 _no_valid_host(spec, entry, hosts, refusals, recorded)
             host = max(usable, key=lambda h: h.free_memory_mb)
-            port = host.take(node_type)
+            address, port = host.take(node_type, kind)
             while True:
                 name = next(pool)
                 volumes = [names.volume(name, entry['vol_name_prefix'], i)
@@ -139,8 +177,9 @@ def schedule(spec, facts, recorded):
                 if taken_volumes.isdisjoint(volumes):
                     taken_volumes.update(volumes)
                     break
+            node_uuid = str(uuidlib.uuid4())
             nodes.append({
-                'uuid': str(uuidlib.uuid4()),
+                'uuid': node_uuid,
                 'cluster': spec['cluster'],
                 'name': name,
                 'hypervisor': host.name,
@@ -159,9 +198,11 @@ def schedule(spec, facts, recorded):
                      'tap': names.tap(name, i)}
                     for i, physnet in enumerate(
                         node_type['physical_networks'])],
-                'bmc_type': 'ipmi',
-                'bmc_address': host.bmc_address,
+                'bmc_type': kind,
+                'bmc_address': address,
                 'bmc_port': port,
+                # Redfish: the domain's UUID, which the emulator serves.
+                'bmc_system_id': node_uuid if kind == 'redfish' else None,
                 'state': states.NODE_SCHEDULED,
             })
     return nodes
@@ -175,9 +216,10 @@ def _no_valid_host(spec, entry, hosts, refusals, recorded):
         raise exceptions.NetworkDriverMismatch(
             host=hosts[0].name, driver=hosts[0].network_driver,
             bridge_type=spec['bridge_type'])
-    if len(hosts) == 1 and not hosts[0].free_ports():
+    if len(hosts) == 1 and refusals[hosts[0].name] == 'no free IPMI port':
         host = hosts[0]
-        needed = sum(e['count'] for e in spec['specs'])
+        needed = sum(e['count'] for e in spec['specs']
+                     if bmc_type(spec, e['type']) == 'ipmi')
         raise exceptions.PortRangeExhausted(
             start=spec['ipmi_port_range_start'],
             end=spec['ipmi_port_range_end'], host=host.name,

@@ -19,10 +19,11 @@ from tenks.cli import columns
 
 NODE_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain', 'vcpus',
                 'memory_mb', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
-                'state')
+                'bmc_system_id', 'state')
 NODE_SHOW_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain',
                      'node_type', 'state', 'vcpus', 'memory_mb', 'volumes',
-                     'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port')
+                     'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
+                     'bmc_system_id')
 CLUSTER_COLUMNS = ('name', 'state', 'created_at', 'updated_at')
 OPERATION_COLUMNS = ('id', 'cluster', 'kind', 'state', 'progress',
                      'conductor', 'created_at', 'finished_at', 'error')
@@ -65,6 +66,7 @@ def load_spec(path):
 
 def node_row(node, fields=NODE_COLUMNS):
     row = dict(node, domain=node['name'],
+               bmc_system_id=node.get('bmc_system_id'),
                macs=columns.ListColumn([nic['mac'] for nic in node['nics']]),
                nics=columns.ListColumn(node['nics']),
                volumes=columns.ListColumn(node['volumes']))

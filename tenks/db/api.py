@@ -337,7 +337,7 @@ class StateDB:
             if spec is UNKNOWN:
                 spec = session.scalar(sa.select(models.Operation.spec).where(
                     models.Operation.id == operation_id))
-                spec = spec and dict(spec, ipmi_password='***')
+                spec = models.mask_spec(spec)
             if spec:
                 values['spec'] = spec
             session.execute(sa.update(models.Operation).where(

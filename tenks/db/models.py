@@ -8,6 +8,16 @@ import datetime
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+# Spec keys whose values callers never see.
+SECRETS = ('ipmi_password', 'redfish_password')
+
+
+def mask_spec(spec):
+    """``spec`` with its passwords masked (None stays None)."""
+    if not spec:
+        return spec
+    return dict(spec, **{key: '***' for key in SECRETS if key in spec})
+
 
 def _now():
     return datetime.datetime.now(datetime.timezone.utc)
@@ -41,7 +51,7 @@ class Cluster(Base):
     def as_dict(self):
         """The row for callers: the spec's BMC password masked."""
         row = super().as_dict()
-        row['spec'] = dict(row['spec'], ipmi_password='***')
+        row['spec'] = mask_spec(row['spec'])
         return row
 
 
@@ -51,7 +61,12 @@ class Node(Base):
     __tablename__ = 'tenks_nodes'
     __table_args__ = (
         sa.UniqueConstraint('hypervisor', 'name'),
-        sa.UniqueConstraint('hypervisor', 'bmc_address', 'bmc_port'),
+        # One endpoint per BMC: an IPMI port, or a Redfish emulator's
+        # system (Redfish nodes of a host share its address and port).
+        # IPMI nodes have no system id (NULL): the scheduler keeps their
+        # ports apart.
+        sa.UniqueConstraint('hypervisor', 'bmc_address', 'bmc_port',
+                            'bmc_system_id', name='uq_tenks_nodes_bmc'),
     )
 
     uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36),
@@ -68,6 +83,8 @@ class Node(Base):
     bmc_type: orm.Mapped[str] = orm.mapped_column(sa.String(16))
     bmc_address: orm.Mapped[str] = orm.mapped_column(sa.String(64))
     bmc_port: orm.Mapped[int]
+    # Redfish: the system's id at the endpoint (the domain's UUID).
+    bmc_system_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(64))
     state: orm.Mapped[str] = orm.mapped_column(sa.String(16))
     # A count that goes down removes the newest nodes first.
     created_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
@@ -108,8 +125,7 @@ class Operation(Base):
         """The row for callers: no plan, the spec's BMC password masked."""
         row = super().as_dict()
         del row['plan']
-        if row['spec']:
-            row['spec'] = dict(row['spec'], ipmi_password='***')
+        row['spec'] = mask_spec(row['spec'])
         return row
 
     id: orm.Mapped[str] = orm.mapped_column(sa.String(36), primary_key=True)
