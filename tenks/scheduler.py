@@ -216,6 +216,13 @@ def _no_valid_host(spec, entry, hosts, refusals, recorded):
         raise exceptions.NetworkDriverMismatch(
             host=hosts[0].name, driver=hosts[0].network_driver,
             bridge_type=spec['bridge_type'])
+    if len(hosts) == 1 and refusals[hosts[0].name].startswith(
+            'its Redfish endpoint'):
+        host = hosts[0]
+        address, port = host.redfish
+        raise exceptions.EndpointInUse(
+            address=address, port=port, host=host.name,
+            user=', '.join(host.redfish_users))
     if len(hosts) == 1 and refusals[hosts[0].name] == 'no free IPMI port':
         host = hosts[0]
         needed = sum(e['count'] for e in spec['specs']
