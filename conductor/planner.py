@@ -92,7 +92,12 @@ def add_drift(plan, drift):
         found = drift.get(entry['uuid'])
         if not found or entry['action'] != reconcile.KEEP:
             continue
-        entry.update(action=reconcile.UPDATE, agent=True)
+        # A BMC made again may serve otherwise (HTTPS now): Ironic's
+        # driver_info follows.
+        entry.update(action=reconcile.UPDATE, agent=True,
+                     enrol=entry['enrol'] or (
+                         entry['new']['ironic'] is not None
+                         and any(kind == 'bmc' for kind, _, _ in found)))
         for kind, name, what in found:
             plan['changes'].append({
                 'node': entry['name'], 'hypervisor': entry['hypervisor'],
