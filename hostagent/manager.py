@@ -197,7 +197,10 @@ class HostAgentManager:
                     pool_free_gb=pool_free_bytes(pool_dir) // GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
-                    redfish_address=self.conf.hostagent.redfish_address,
+                    # This host's BMCs listen at its ipmi_address unless
+                    # its Redfish emulators have an address of their own.
+                    redfish_address=(self.conf.hostagent.redfish_address
+                                     or self.conf.hostagent.ipmi_address),
                     redfish_port=self.conf.hostagent.redfish_port,
                     redfish_tls=bool(
                         self.conf.hostagent.redfish_tls_certificate),

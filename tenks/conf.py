@@ -125,7 +125,8 @@ hostagent_opts = [
                    "the cluster spec's ipmi_address."),
     cfg.IPOpt('redfish_address',
               help="Address this hypervisor's Redfish emulators listen on, "
-                   "instead of the cluster spec's redfish_address."),
+                   "instead of the cluster spec's redfish_address. "
+                   "Default: ipmi_address when that is set."),
     cfg.PortOpt('redfish_port',
                 help="TCP port of this hypervisor's Redfish emulator, "
                      "instead of the cluster spec's redfish_port (one "

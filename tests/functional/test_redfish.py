@@ -249,18 +249,24 @@ def test_allow_list_follows_the_nodes_and_hides_other_clusters(env,
 
 
 def test_a_killed_emulator_is_drift_and_a_rerun_repairs_it(env):
-    spec = env.redfish_spec(9053)
+    # Three nodes made at once start one emulator.
+    spec = env.redfish_spec(9053, count=3)
     env.deploy(spec)
-    [node] = env.nodes()
-    for pid in env.emulator_pids():
-        os.kill(pid, signal.SIGKILL)
+    nodes = env.nodes()
+    [pid] = env.emulator_pids()
+    for node in nodes:
+        assert requests.get(url(node), auth=AUTH).status_code == 200
+    os.kill(pid, signal.SIGKILL)
     assert processes.poll(lambda: not env.emulator_pids(), 5)
     with pytest.raises(requests.ConnectionError):
-        requests.get(url(node), auth=AUTH, timeout=5)
+        requests.get(url(nodes[0]), auth=AUTH, timeout=5)
     result = env.deploy(spec)
-    assert [(c['resource'], c['action'], c['old'])
-            for c in result['plan']] == [('bmc', 'repair', 'stopped')]
-    assert requests.get(url(node), auth=AUTH).status_code == 200
+    assert sorted((c['node'], c['resource'], c['action'], c['old'])
+                  for c in result['plan']) == sorted(
+        (n['name'], 'bmc', 'repair', 'stopped') for n in nodes)
+    assert len(env.emulator_pids()) == 1
+    for node in nodes:
+        assert requests.get(url(node), auth=AUTH).status_code == 200
     assert env.deploy(spec)['changed'] == []
     env.teardown()
 
@@ -306,6 +312,14 @@ def test_mixed_cluster_reaches_available_through_ipmi_and_redfish(
 
     ipmi = cloud.baremetal.get_node(nodes['ipmi']['uuid'])
     assert (ipmi.driver, ipmi.provision_state) == ('ipmi', 'available')
+    # The IPMI node answers IPMI, and only the IPMI node does.
+    port = nodes['ipmi']['bmc_port']
+    assert cf.ipmitool(port, 'power', 'on').returncode == 0
+    wait_state(nodes['ipmi']['name'], libvirt.VIR_DOMAIN_RUNNING)
+    assert cf.ipmitool(port, 'power', 'off').returncode == 0
+    wait_state(nodes['ipmi']['name'], libvirt.VIR_DOMAIN_SHUTOFF)
+    assert domain_state(nodes['redfish']['name']) == (
+        libvirt.VIR_DOMAIN_SHUTOFF)
     redfish = cloud.baremetal.get_node(nodes['redfish']['uuid'])
     # Available: Ironic's redfish driver reached the emulator with the
     # credentials (manage checks them).
