@@ -82,6 +82,9 @@ class RedfishEnv(cf.ClusterEnv):
                 os.kill(pid, signal.SIGKILL)
         super().force_clean()
 
+    def ipmi_ok(self, port):
+        return cf.ipmitool(port, 'power', 'status').returncode == 0
+
     def redfish_spec(self, port, count=1, **top):
         """``count`` Redfish nodes, their emulator on ``port``."""
         return self.spec(count=count, redfish_port=port, node_types={
@@ -395,5 +398,36 @@ def test_https_with_a_given_certificate_reaches_available(cloud_env, cloud,
     [emulator] = cloud_env.sushy_dirs()
     assert os.stat(os.path.join(emulator, 'tls.key')).st_mode & 0o777 == (
         0o600)
+    cloud_env.teardown()
+    assert cloud_env.leftovers() == []
+
+
+def test_a_node_changes_from_ipmi_to_redfish_in_place(cloud_env, cloud):
+    spec = mixed_spec(cloud_env, 9057)
+    spec['specs'] = spec['specs'][:1]
+    cloud_env.deploy(spec)
+    [before] = cloud_env.nodes()
+    assert cloud_env.ipmi_ok(before['bmc_port'])
+
+    spec['node_types']['ipmi']['ironic_driver'] = 'redfish'
+    cloud_env.deploy(spec)
+    [after] = cloud_env.nodes()
+    assert (after['uuid'], after['name'], after['nics']) == (
+        before['uuid'], before['name'], before['nics'])
+    assert (after['bmc_type'], after['bmc_port'], after['bmc_system_id']) \
+        == ('redfish', 9057, before['uuid'])
+    # The IPMI BMC is gone with its vbmcd; the Redfish system answers.
+    assert cf.vbmcd_pid(cloud_env.state_dir) is None
+    assert requests.get(url(after), auth=AUTH).status_code == 200
+    ironic = cloud.baremetal.get_node(after['uuid'])
+    assert (ironic.driver, ironic.provision_state) == ('redfish',
+                                                        'available')
+    assert 'ipmi_address' not in ironic.driver_info
+    cloud.baremetal.set_node_power_state(ironic, 'power on')
+    of.wait_for_node(cloud, ironic.id)
+    wait_state(after['name'], libvirt.VIR_DOMAIN_RUNNING)
+    cloud.baremetal.set_node_power_state(ironic, 'power off')
+    of.wait_for_node(cloud, ironic.id)
+    assert cloud_env.deploy(spec)['changed'] == []
     cloud_env.teardown()
     assert cloud_env.leftovers() == []
