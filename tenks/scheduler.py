@@ -32,12 +32,17 @@ def bmc_type(spec, type_name):
 class HostState:
     """What is left on one hypervisor while nodes are being placed.
 
+    ``taken_endpoints`` ({(address, port): host}), shared too, holds
+    the Redfish endpoints this schedule gives nodes, so that two hosts
+    never serve the cluster at one endpoint.
+
     ``taken_ports`` ({address: ports}) is shared by all hosts: a port is
     unique per address, as Ironic dials address and port, whichever host
     serves it.
     """
 
-    def __init__(self, facts, recorded, spec, taken_ports):
+    def __init__(self, facts, recorded, spec, taken_ports,
+                 taken_endpoints):
         self.name = facts['host']
         self.facts = facts
         self.bmc_address = facts['ipmi_address']
@@ -62,12 +67,13 @@ class HostState:
         # host (Ironic would reach one emulator for both).
         self.redfish = (facts.get('redfish_address'),
                         facts.get('redfish_port'))
-        self.redfish_users = sorted({
+        self.redfish_users = {
             'cluster %s on %s' % (n['cluster'], n['hypervisor'])
             for n in recorded if n['bmc_type'] == 'redfish'
             and (n['bmc_address'], n['bmc_port']) == self.redfish
             and (n['cluster'] != spec['cluster']
-                 or n['hypervisor'] != self.name)})
+                 or n['hypervisor'] != self.name)}
+        self.taken_endpoints = taken_endpoints
 
     def free_ports(self):
         return [port for port in self.ports
@@ -84,9 +90,9 @@ class HostState:
                 source for _, source in self.facts['missing_interfaces'])
         if kind == 'ipmi' and not self.free_ports():
             return 'no free IPMI port'
-        if kind == 'redfish' and self.redfish_users:
+        if kind == 'redfish' and self.redfish_holders(spec):
             return 'its Redfish endpoint %s:%d is used by %s' % (
-                self.redfish + (', '.join(self.redfish_users),))
+                self.redfish + (', '.join(self.redfish_holders(spec)),))
         if self.free_memory_mb < node_type['memory_mb']:
             return 'only %d MiB of memory left' % self.free_memory_mb
         if self.free_bytes < volume_bytes(node_type):
@@ -95,11 +101,21 @@ class HostState:
                 show_bytes(volume_bytes(node_type)))
         return None
 
+    def redfish_holders(self, spec):
+        """Who else has this host's Redfish endpoint: recorded nodes,
+        and nodes of this schedule on another host."""
+        holders = set(self.redfish_users)
+        host = self.taken_endpoints.get(self.redfish)
+        if host not in (None, self.name):
+            holders.add('cluster %s on %s' % (spec['cluster'], host))
+        return sorted(holders)
+
     def take(self, node_type, kind='ipmi'):
         """Take room for a node; return its BMC's (address, port)."""
         self.free_memory_mb -= node_type['memory_mb']
         self.free_bytes -= volume_bytes(node_type)
         if kind == 'redfish':
+            self.taken_endpoints[self.redfish] = self.name
             return self.redfish
         port = self.free_ports()[0]
         self.taken.add(port)
@@ -142,7 +158,8 @@ def schedule(spec, facts, recorded):
     of every cluster, which keep their names, MACs and ports.
     """
     taken_ports = {}
-    hosts = [HostState(f, recorded, spec, taken_ports)
+    taken_endpoints = {}
+    hosts = [HostState(f, recorded, spec, taken_ports, taken_endpoints)
              for _, f in sorted(facts.items())]
     taken_names = {n['name'] for n in recorded}
     taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
@@ -222,7 +239,7 @@ def _no_valid_host(spec, entry, hosts, refusals, recorded):
         address, port = host.redfish
         raise exceptions.EndpointInUse(
             address=address, port=port, host=host.name,
-            user=', '.join(host.redfish_users))
+            user=', '.join(host.redfish_holders(spec)))
     if len(hosts) == 1 and refusals[hosts[0].name] == 'no free IPMI port':
         host = hosts[0]
         needed = sum(e['count'] for e in spec['specs']

@@ -192,6 +192,11 @@ def test_redfish_power_and_boot_override_need_the_credentials(env):
     assert env.sushy_dirs() == []
     with pytest.raises(requests.ConnectionError):
         requests.get(url(node), auth=auth, timeout=5)
+    # No file of the state directory holds the password any more.
+    for root, _, files in os.walk(env.state_dir):
+        for name in files:
+            with open(os.path.join(root, name), 'rb') as f:
+                assert b's3cret-pw' not in f.read(), name
 
 
 def test_allow_list_follows_the_nodes_and_hides_other_clusters(env,

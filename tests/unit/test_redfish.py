@@ -69,6 +69,20 @@ def test_an_endpoint_of_another_cluster_is_refused():
                               {'hv1': facts()}, first)
 
 
+def test_two_hosts_never_share_an_endpoint():
+    hosts = {'hv1': facts('hv1'), 'hv2': facts('hv2', memory_mb=8192)}
+    nodes = scheduler.schedule(mixed_spec(ipmi=0, redfish=3), hosts, [])
+    # All on the host that took the endpoint first (the one with the most
+    # memory), none beside it at the same endpoint.
+    assert {n['hypervisor'] for n in nodes} == {'hv2'}
+    hosts['hv1']['redfish_port'] = 8001
+    nodes = scheduler.schedule(mixed_spec(ipmi=0, redfish=3, cluster='b'),
+                               dict(hosts, hv2=facts('hv2', memory_mb=64)),
+                               [])
+    assert {(n['hypervisor'], n['bmc_port']) for n in nodes} == {
+        ('hv1', 8001)}
+
+
 @pytest.mark.parametrize('user,refused', [
     (None, False), ('tenks:unit:deployment-1', False),
     ('tenks:other:x', 'the Redfish emulator of tenks:other:x'),
