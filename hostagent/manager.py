@@ -319,8 +319,9 @@ class HostAgentManager:
                   password)
 
     def remove_bmc(self, context, request_id, reply_to, domain):
+        # Whichever its type: a Redfish one is recorded as a bmc too.
         self._run(request_id, reply_to, [('bmc', domain)],
-                  self.bmc.remove_bmc, domain)
+                  self.nodes.remove_bmc, domain)
 
     def ensure_node(self, context, request_id, reply_to, node, owner, force):
         self._run(request_id, reply_to, nodes.things(node) or [],

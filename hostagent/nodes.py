@@ -369,7 +369,7 @@ class Nodes:
         # A node has one BMC: the one it changed type from went.
         return dict(result, changed=result['changed'] or replaced), undo
 
-    def _remove_bmc(self, name, owner):
+    def remove_bmc(self, name, owner=None):
         """Remove the node's BMC, whichever its type; whether there was
         one."""
         removed = self.bmc.remove_bmc(name)
@@ -385,7 +385,7 @@ class Nodes:
         name, pool = node['name'], node['pool']
         outcome = _Outcome()
         kept = []
-        steps = [('bmc', name, lambda: self._remove_bmc(name, owner)),
+        steps = [('bmc', name, lambda: self.remove_bmc(name, owner)),
                  ('domain', name, lambda: self.virt.remove_domain(name,
                                                                   owner))]
         steps += [('port', n['tap'],

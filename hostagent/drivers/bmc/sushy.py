@@ -109,6 +109,10 @@ class SushyDriver(base.RedfishDriver):
         return base.ensured(created, changed or restart)
 
     def remove_system(self, domain, owner=None):
+        # Asked of every IPMI node too: no lock where there is nothing.
+        if not os.path.isdir(self._path(owner) if owner is not None
+                             else self._dir):
+            return False
         with self._locked():
             paths = ([self._path(owner)] if owner is not None
                      else self._emulators())
