@@ -4,6 +4,7 @@ anything."""
 import uuid
 
 from tenks import exceptions
+from tenks import scheduler
 
 
 def inspect(agents, hosts, spec):
@@ -11,6 +12,7 @@ def inspect(agents, hosts, spec):
     if an interface the spec maps is missing on all of them."""
     ports = list(range(spec['ipmi_port_range_start'],
                        spec['ipmi_port_range_end'] + 1))
+    redfish_address, redfish_port = scheduler.redfish_endpoint(spec)
     facts = {}
     for host in hosts:
         facts[host] = agents.request(
@@ -18,8 +20,7 @@ def inspect(agents, hosts, spec):
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
             interfaces=[], owner=None,
-            redfish_address=spec['redfish_address'],
-            redfish_port=spec['redfish_port'])
+            redfish_address=redfish_address, redfish_port=redfish_port)
     missing = {}
     for host, host_facts in facts.items():
         for physnet, source in host_facts['missing_interfaces']:

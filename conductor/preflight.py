@@ -31,6 +31,7 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
                 host=host, driver=facts[host]['network_driver'],
                 bridge_type=spec['bridge_type'])
     wanted = scheduler.planned_interfaces(hosts, nodes)
+    redfish_address, redfish_port = scheduler.redfish_endpoint(spec)
     found = {
         host: agents.request(
             host, 'inspect', 'inspect/%s' % uuid.uuid4(),
@@ -38,8 +39,7 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
             interfaces=sorted(interfaces),
             owner=names.owner(spec['cluster'], deployment),
-            redfish_address=spec['redfish_address'],
-            redfish_port=spec['redfish_port'])
+            redfish_address=redfish_address, redfish_port=redfish_port)
         for host, interfaces in sorted(wanted.items())}
     problems = scheduler.interface_conflicts(spec, wanted, found, resources)
     if problems:

@@ -18,6 +18,14 @@ DEFAULT_EMULATORS = {'ipmi': 'virtualbmc', 'redfish': 'sushy-tools'}
 EMULATOR_BMC_TYPES = {'virtualbmc': 'ipmi', 'sushy-tools': 'redfish'}
 
 
+def redfish_endpoint(spec):
+    """The spec's (redfish_address, redfish_port) for the hostagents to
+    check, or (None, None) when no node type of it is Redfish."""
+    if any(bmc_type(spec, name) == 'redfish' for name in spec['node_types']):
+        return spec['redfish_address'], spec['redfish_port']
+    return None, None
+
+
 def bmc_type(spec, type_name):
     """'ipmi' or 'redfish': the BMC of the nodes of node type
     ``type_name``, as its ironic_driver (or the spec's
