@@ -403,6 +403,19 @@ def test_https_with_a_given_certificate_reaches_available(cloud_env, cloud,
     [emulator] = cloud_env.sushy_dirs()
     assert os.stat(os.path.join(emulator, 'tls.key')).st_mode & 0o777 == (
         0o600)
+
+    # The hostagent's configuration drops HTTPS: a re-run finds the
+    # emulator serving otherwise and makes it again, and Ironic follows.
+    for option in ('redfish_tls_certificate', 'redfish_tls_key'):
+        cloud_env.conf.clear_override(option, group='hostagent')
+    result = cloud_env.deploy(spec)
+    assert [(c['resource'], c['action'], c['old'])
+            for c in result['plan']] == [('bmc', 'repair', 'differs')]
+    assert requests.get(url(node), auth=AUTH).status_code == 200
+    assert not os.path.exists(os.path.join(emulator, 'tls.key'))
+    ironic = cloud.baremetal.get_node(node['uuid'])
+    assert ironic.driver_info['redfish_address'] == 'http://127.0.0.1:9056'
+    assert ironic.provision_state == 'available'
     cloud_env.teardown()
     assert cloud_env.leftovers() == []
 

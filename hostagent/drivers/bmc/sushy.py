@@ -278,11 +278,15 @@ class SushyDriver(base.RedfishDriver):
     def _start(self, path, settings):
         """Start the emulator of ``path``; return once it listens."""
         tls = self._tls_files()
-        if tls:
-            for source, copy in zip(tls, ('tls.crt', 'tls.key'),
-                                    strict=True):
-                with open(source, 'rb') as f:
-                    _write(os.path.join(path, copy), f.read())
+        for source, copy in zip(tls or (None, None), ('tls.crt', 'tls.key'),
+                                strict=True):
+            if source is None:
+                # No longer HTTPS: no key copy stays behind.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, copy))
+                continue
+            with open(source, 'rb') as f:
+                _write(os.path.join(path, copy), f.read())
         config = os.path.join(path, 'emulator.conf')
         _write(config, self._config(path, settings))
         log_file = os.path.join(path, 'emulator.log')
