@@ -283,3 +283,22 @@ def test_a_wildcard_address_overlaps_every_other():
     assert sushy._overlap('127.0.0.1', '127.0.0.1')
     assert not sushy._overlap('127.0.0.1', '127.0.0.2')
     assert not sushy._overlap(None, '127.0.0.1')
+
+
+def test_a_mixed_cluster_deploys_and_tears_down(conductor, hypervisor):
+    spec = mixed_spec(ipmi=1, redfish=2, redfish_port=9100)
+    conductor.deploy(spec)
+    owner = 'tenks:unit:%s' % conductor.db.get_cluster('unit').uuid
+    assert hypervisor.names('bmc') == ['ip0']
+    assert hypervisor.names('system') == ['rf0', 'rf1']
+    assert {v[:3] for k, v in hypervisor.things.items()
+            if k[0] == 'system'} == {(owner, '127.0.0.1', 9100)}
+    nodes = {n.name: n for n in conductor.db.list_nodes(cluster='unit')}
+    assert nodes['rf1'].bmc_system_id == nodes['rf1'].uuid
+    # The emulator's port taken by another process: refused at once.
+    hypervisor.busy_tcp_ports.add(9101)
+    with pytest.raises(exceptions.EndpointInUse):
+        conductor.deploy(dict(spec, redfish_port=9101))
+    assert conductor.deploy(spec)['changed'] == []
+    conductor.teardown('unit')
+    assert hypervisor.names('system') == [] == hypervisor.names('bmc')
