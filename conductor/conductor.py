@@ -410,8 +410,8 @@ class Conductor:
         for entry in plan['nodes']:
             if entry['action'] == reconcile.KEEP:
                 by_host.setdefault(entry['hypervisor'], []).append(
-                    hostagent_rpcapi.node_request(entry['new'],
-                                                  spec['ipmi_password']))
+                    hostagent_rpcapi.node_request(
+                        entry['new'], reconcile.bmc_passwords(spec)))
         found = {}
         for host, nodes in sorted(by_host.items()):
             found.update(self.agents.request(

@@ -4,6 +4,16 @@ anything."""
 import uuid
 
 from tenks import exceptions
+from tenks import scheduler
+
+
+def redfish_endpoint(spec):
+    """The inspect arguments of the spec's Redfish endpoint: none when it
+    has no Redfish node (an agent before API 1.4 can answer)."""
+    address, port = scheduler.redfish_endpoint(spec)
+    if address is None:
+        return {}
+    return {'redfish_address': address, 'redfish_port': port}
 
 
 def inspect(agents, hosts, spec):
@@ -17,7 +27,7 @@ def inspect(agents, hosts, spec):
             host, 'inspect', 'inspect/%s' % uuid.uuid4(),
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
-            interfaces=[], owner=None)
+            interfaces=[], owner=None, **redfish_endpoint(spec))
     missing = {}
     for host, host_facts in facts.items():
         for physnet, source in host_facts['missing_interfaces']:

@@ -16,6 +16,7 @@ from conductor import progress
 from tenks import exceptions
 from tenks import states
 from tenks.db import api as db_api
+from tenks.db import models as db_models
 
 LOG = logging.getLogger(__name__)
 
@@ -92,8 +93,7 @@ class Operations:
         deploy's with the ``spec`` it applies."""
         operation_id = str(uuid.uuid4())
         self.db.create_operation(operation_id, name, kind, self.host, spec)
-        self._kept_specs[operation_id] = spec and dict(
-            spec, ipmi_password='***')
+        self._kept_specs[operation_id] = db_models.mask_spec(spec)
         return operation_id
 
     def _finish(self, operation_id, state, error=None, result=None):

@@ -2,6 +2,7 @@
 facts, with the nodes it adds scheduled (see tenks.reconcile)."""
 
 from tenks import exceptions
+from tenks import names
 from tenks import reconcile
 from tenks import scheduler
 from tenks import states
@@ -45,17 +46,35 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
             continue
         host_facts = facts[node['hypervisor']]
         taken_ports = {n['bmc_port'] for n in nodes + kept
-                       if n['bmc_address'] == host_facts['ipmi_address']
+                       if n['bmc_type'] == 'ipmi'
+                       and n['bmc_address'] == host_facts['ipmi_address']
                        and n['uuid'] != node['uuid']}
         kept.append(reconcile.reshaped(spec, node, host_facts, taken_macs,
                                        taken_ports))
     new_nodes = scheduler.schedule(spec, facts, others + kept + gone,
                                    placement, options)
+    check_redfish_endpoints(facts, kept + new_nodes,
+                            names.owner(name, cluster.uuid))
     plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,
                           old_views, new_nodes, facts, resources)
     plan['force'] = force
     plan['cluster_state'] = cluster.state
     return plan, new_nodes
+
+
+def check_redfish_endpoints(facts, nodes, owner):
+    """Raise EndpointInUse when a host of Redfish ``nodes`` has their
+    endpoint taken by another process or another deployment's
+    emulator."""
+    for host in sorted({n['hypervisor'] for n in nodes
+                        if n['bmc_type'] == 'redfish'}):
+        user = facts[host].get('redfish_port_user')
+        if user is not None and user != owner:
+            raise exceptions.EndpointInUse(
+                address=facts[host]['redfish_address'],
+                port=facts[host]['redfish_port'], host=host,
+                user='the Redfish emulator of %s' % user if user
+                else 'another process')
 
 
 def deployed_in_ironic(plan):
@@ -90,7 +109,12 @@ def add_drift(plan, drift, host_resources=None):
         found = drift.get(entry['uuid'])
         if not found or entry['action'] != reconcile.KEEP:
             continue
-        entry.update(action=reconcile.UPDATE, agent=True)
+        # A BMC made again may serve otherwise (HTTPS now): Ironic's
+        # driver_info follows.
+        entry.update(action=reconcile.UPDATE, agent=True,
+                     enrol=entry['enrol'] or (
+                         entry['new']['ironic'] is not None
+                         and any(kind == 'bmc' for kind, _, _ in found)))
         for kind, name, what in found:
             if kind == 'bridge' and host_resources is not None:
                 _ensure_bridge(plan, entry['hypervisor'], name,

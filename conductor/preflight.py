@@ -7,6 +7,7 @@ whether the interfaces the deploy would create there are free.
 
 import uuid
 
+from conductor import inspection
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
@@ -38,7 +39,8 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
             interfaces=sorted(interfaces),
-            owner=names.owner(spec['cluster'], deployment))
+            owner=names.owner(spec['cluster'], deployment),
+            **inspection.redfish_endpoint(spec))
         for host, interfaces in sorted(wanted.items())}
     problems = scheduler.interface_conflicts(spec, wanted, found, resources)
     if problems:

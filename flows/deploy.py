@@ -18,6 +18,7 @@ from flows import post_deploy
 from flows import records
 from flows import registration
 from flows import teardown
+from tenks import reconcile
 from tenks import states
 
 # Removal order among host things: uplinks, then bridges, then pools.
@@ -37,7 +38,7 @@ def get_deploy_flow(operation_id):
     changing = unordered_flow.Flow('nodes')
     for entry in plan['nodes']:
         if entry['agent'] or entry['enrol']:
-            changing.add(node_flow(entry, spec['ipmi_password'],
+            changing.add(node_flow(entry, reconcile.bmc_passwords(spec),
                                    plan['force']))
     flow.add(changing)
     if plan['flavors']['ensure'] or any(e['enrol'] for e in plan['nodes']):
@@ -51,10 +52,10 @@ def get_deploy_flow(operation_id):
     return flow
 
 
-def node_flow(entry, password, force):
+def node_flow(entry, passwords, force):
     flow = linear_flow.Flow('node-flow:%s' % entry['uuid'])
     if entry['agent']:
-        flow.add(nodes.ConvergeNode(entry, password, force,
+        flow.add(nodes.ConvergeNode(entry, passwords, force,
                                     finishes=not entry['enrol']))
     if entry['enrol']:
         flow.add(registration.EnsureIronicNode(entry, finishes=True))

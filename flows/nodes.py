@@ -92,11 +92,12 @@ class ConvergeNode(task.Task):
     operation began is forgotten once nothing of it stays recorded.
     """
 
-    def __init__(self, entry, password, force, finishes):
+    def __init__(self, entry, passwords, force, finishes):
+        """``passwords``: {BMC type: password}."""
         super().__init__(name='node:%s' % entry['uuid'],
                          requires=(base.OPERATION_ID, base.CLUSTER))
         self.entry = entry
-        self.password = password
+        self.passwords = passwords
         self.force = force
         self.finishes = finishes
 
@@ -119,7 +120,7 @@ class ConvergeNode(task.Task):
             result = svc.agents.request(
                 self.host, 'ensure_node',
                 base.request_id(operation_id, self.name),
-                node=hostagent_rpcapi.node_request(new, self.password, old),
+                node=hostagent_rpcapi.node_request(new, self.passwords, old),
                 owner=new['owner'], force=self.force)
         except REFUSALS:
             # Refused before the agent touched anything: nothing of this
@@ -182,7 +183,8 @@ class ConvergeNode(task.Task):
             result = svc.agents.request(
                 self.host, 'ensure_node',
                 base.request_id(operation_id, self.name, 'revert'),
-                node=hostagent_rpcapi.node_request(old, self.password, added),
+                node=hostagent_rpcapi.node_request(old, self.passwords,
+                                                   added),
                 owner=old['owner'], force=self.force)
         except Exception as e:
             LOG.warning('Could not give node %s its old state back while '

@@ -8,8 +8,8 @@ from tenks import states
 
 # What a deploy may change of a node's record.
 RECORD_FIELDS = ('node_type', 'vcpus', 'memory_mb', 'volumes', 'nics',
-                 'bmc_address', 'bmc_port', 'boot_mode', 'secure_boot',
-                 'console_log')
+                 'bmc_type', 'bmc_address', 'bmc_port', 'bmc_system_id',
+                 'boot_mode', 'secure_boot', 'console_log')
 
 
 def settle_new_node(db, node_uuid):
@@ -72,6 +72,7 @@ def node_payload(node):
             'hypervisor': node['hypervisor'], 'bmc_type': node['bmc_type'],
             'bmc_address': node['bmc_address'],
             'bmc_port': node['bmc_port'],
+            'bmc_system_id': node.get('bmc_system_id'),
             'macs': [nic['mac'] for nic in node['nics']]}
 
 

@@ -16,6 +16,7 @@ from flows import context
 from flows import records
 from tenks import cloud
 from tenks import exceptions
+from tenks import reconcile
 
 LOG = logging.getLogger(__name__)
 CLOUD_HOST = 'openstack'
@@ -338,6 +339,25 @@ def _undo_node(conn, conf, node):
                     exc_info=True)
 
 
+def bmc_driver_info(bmc, spec):
+    """The driver_info keys Ironic reaches the BMC ``bmc`` (a view's)
+    with, the password from ``spec``."""
+    if bmc['type'] == 'redfish':
+        return {
+            'redfish_address': reconcile.redfish_url(bmc),
+            'redfish_system_id': '/redfish/v1/Systems/%s' % bmc['system_id'],
+            'redfish_username': bmc['username'],
+            'redfish_password': spec['redfish_password'],
+            'redfish_verify_ca': spec.get('redfish_verify_ca', True),
+        }
+    return {
+        'ipmi_address': bmc['address'],
+        'ipmi_port': bmc['port'],
+        'ipmi_username': bmc['username'],
+        'ipmi_password': spec['ipmi_password'],
+    }
+
+
 def remove_node(svc, uuid, force=False):
     """Delete the node (and so its ports)."""
     return {'changed': delete_node(svc.cloud.connection, svc.cloud.conf,
@@ -398,12 +418,7 @@ class EnsureIronicNode(base.EnsureResource):
         """``config``: {'fields', 'traits', 'rc'} of ``view``."""
         node = view['record']
         conn = svc.cloud.connection
-        driver_info = {
-            'ipmi_address': node['bmc_address'],
-            'ipmi_port': node['bmc_port'],
-            'ipmi_username': spec['ipmi_username'],
-            'ipmi_password': spec['ipmi_password'],
-        }
+        driver_info = bmc_driver_info(view['bmc'], spec)
         for key in ('deploy_kernel', 'deploy_ramdisk'):
             image = resolve_image(conn, spec.get(key))
             if image:

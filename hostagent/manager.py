@@ -110,8 +110,10 @@ class HostAgentManager:
                          for name in conf.hostagent.network_drivers}
         self.bmc = load_driver('tenks.bmc_drivers',
                                conf.hostagent.bmc_driver, conf)
+        self.redfish = load_driver('tenks.redfish_drivers',
+                                   conf.hostagent.redfish_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
-                                 self.host)
+                                 self.redfish, self.host)
         # Checked at start: a typo must not register a wrong inventory.
         self.provider_facts = resources.hostagent_facts(conf.hostagent)
         self._recent = collections.OrderedDict()
@@ -212,20 +214,29 @@ class HostAgentManager:
                     resource_prefix=self.conf.hostagent.resource_prefix,
                     console_log_dir=tenks_conf.console_log_dir(self.conf),
                     network_drivers=list(self.networks),
+                    # This host's BMCs listen at its ipmi_address unless
+                    # its Redfish emulators have an address of their own.
+                    redfish_address=(self.conf.hostagent.redfish_address
+                                     or self.conf.hostagent.ipmi_address),
+                    redfish_port=self.conf.hostagent.redfish_port,
+                    redfish_tls=bool(
+                        self.conf.hostagent.redfish_tls_certificate),
                     disk_gb=pool_total_bytes(pool_dir) // GIB,
                     **self.provider_facts)
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
-                 interfaces, owner):
-        """Facts, with this host's own mappings and BMC address applied to
-        a spec's, and what of them is missing or taken here.
+                 interfaces, owner, redfish_address=None, redfish_port=None):
+        """Facts, with this host's own mappings and BMC addresses (and
+        Redfish port) applied to a spec's, and what of them is missing or
+        taken here.
 
         Also: the pool's free space in bytes, and
         ``foreign_interfaces``, [name, mark] of those of ``interfaces``
         (names a deploy would create) that exist without the mark
         ``owner`` (None: nothing is ours yet). Marks are interface
         aliases, as the network drivers set them, or what a driver keeps
-        elsewhere (Open vSwitch's external_ids).
+        elsewhere (Open vSwitch's external_ids). ``redfish_port_user``:
+        who holds the Redfish endpoint (see RedfishDriver.endpoint_user).
         """
         facts = self.facts()
         marks = {}
@@ -233,6 +244,13 @@ class HostAgentManager:
             marks.update(driver.marks(interfaces))
         mappings = dict(physnet_mappings, **facts['physnet_mappings'])
         address = facts['ipmi_address'] or ipmi_address
+        redfish_address = facts['redfish_address'] or redfish_address
+        redfish_port = facts['redfish_port'] or redfish_port
+        if redfish_address and redfish_port:
+            facts.update(
+                redfish_address=redfish_address, redfish_port=redfish_port,
+                redfish_port_user=self.redfish.endpoint_user(
+                    redfish_address, redfish_port))
         facts.update(
             physnet_mappings=mappings, ipmi_address=address,
             missing_interfaces=[
@@ -255,9 +273,11 @@ class HostAgentManager:
         self.conductor.register_agent(self.host, self.facts())
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
-                ipmi_address, ipmi_ports, interfaces, owner):
+                ipmi_address, ipmi_ports, interfaces, owner,
+                redfish_address=None, redfish_port=None):
         self._run(request_id, reply_to, [], self._inspect, physnet_mappings,
-                  ipmi_address, ipmi_ports, interfaces, owner)
+                  ipmi_address, ipmi_ports, interfaces, owner,
+                  redfish_address, redfish_port)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):
@@ -339,8 +359,9 @@ class HostAgentManager:
                   password)
 
     def remove_bmc(self, context, request_id, reply_to, domain):
+        # Whichever its type: a Redfish one is recorded as a bmc too.
         self._run(request_id, reply_to, [('bmc', domain)],
-                  self.bmc.remove_bmc, domain)
+                  self.nodes.remove_bmc, domain)
 
     def ensure_node(self, context, request_id, reply_to, node, owner, force):
         self._run(request_id, reply_to, nodes.things(node) or [],

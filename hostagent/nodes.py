@@ -17,6 +17,7 @@ its format is the disk's) and attached, never made, grown or removed.
 """
 
 import contextlib
+import functools
 
 import jsonschema
 from oslo_log import log as logging
@@ -92,13 +93,20 @@ NODE_SCHEMA = {
                            'tap': {'type': 'string', 'minLength': 1},
                            'bridge': {'type': 'string', 'minLength': 1},
                            'bridge_type': _BRIDGE_TYPE}}},
+        # type: 'ipmi' when absent; a Redfish BMC needs its system_id.
         'bmc': {'type': 'object',
                 'required': ['address', 'port', 'username', 'password'],
-                'properties': {'address': {'type': 'string'},
+                'properties': {'type': {'enum': ['ipmi', 'redfish']},
+                               'address': {'type': 'string'},
                                'port': {'type': 'integer', 'minimum': 1,
                                         'maximum': 65535},
                                'username': {'type': 'string'},
-                               'password': {'type': 'string'}}},
+                               'password': {'type': 'string'},
+                               'system_id': {'type': 'string',
+                                             'minLength': 1}},
+                'if': {'properties': {'type': {'const': 'redfish'}},
+                       'required': ['type']},
+                'then': {'required': ['system_id']}},
         'remove': {'type': 'object', 'additionalProperties': False,
                    'properties': {
                        'volumes': _NAMES, 'ports': _NAMES,
@@ -155,6 +163,11 @@ def check(node, schema=NODE_SCHEMA):
         name = node.get('name') if isinstance(node, dict) else None
         raise exceptions.InvalidNodeRequest(node=name or '?',
                                             problems='; '.join(problems))
+
+
+def bmc_type(node):
+    """'ipmi' or 'redfish': the type of the node's BMC."""
+    return node['bmc'].get('type', 'ipmi')
 
 
 def things(node):
@@ -301,11 +314,12 @@ def bridge_type(nic):
 class Nodes:
     """Whole-node requests on the drivers of one hypervisor."""
 
-    def __init__(self, virt, networks, bmc, host='?'):
+    def __init__(self, virt, networks, bmc, redfish, host='?'):
         """``networks``: {bridge_type: network driver} offered here."""
         self.virt = virt
         self.networks = networks
         self.bmc = bmc
+        self.redfish = redfish
         self.host = host
 
     def network(self, bridge_type):
@@ -389,7 +403,12 @@ class Nodes:
             ports.update(network.port_changes(of_kind, owner))
             bridges.update(network.bridge_changes(
                 sorted({nic['bridge'] for nic in of_kind}), owner))
-        bmcs = self.bmc.bmc_changes({n['name']: n['bmc'] for n in nodes})
+        bmcs = self.bmc.bmc_changes({
+            n['name']: {k: v for k, v in n['bmc'].items()
+                        if k in ('address', 'port', 'username', 'password')}
+            for n in nodes if bmc_type(n) == 'ipmi'})
+        bmcs.update(self.redfish.system_changes(owner, {
+            n['name']: n['bmc'] for n in nodes if bmc_type(n) == 'redfish'}))
         drift = {}
         for node in nodes:
             # An existing volume missing: not ours to make.
@@ -466,12 +485,7 @@ class Nodes:
             if stopped:
                 self.virt.start_domain(name, owner)
                 stopped = False
-            bmc = node['bmc']
-            outcome.ensured(
-                'bmc', name, self.bmc.ensure_bmc(
-                    name, bmc['address'], bmc['port'], bmc['username'],
-                    bmc['password']),
-                lambda: self.bmc.remove_bmc(name))
+            outcome.ensured('bmc', name, *self._ensure_bmc(node, owner))
             remove = node.get('remove') or {}
             types = remove.get('port_types', {})
             for tap in remove.get('ports', []):
@@ -490,6 +504,32 @@ class Nodes:
             raise
         return outcome.result(power_state=self.virt.domain_state(name))
 
+    def _ensure_bmc(self, node, owner):
+        """Make the node's BMC as asked and remove one of the other type
+        it had; (result, undo)."""
+        name, bmc = node['name'], node['bmc']
+        if bmc_type(node) == 'redfish':
+            result = self.redfish.ensure_system(
+                owner, name, bmc['system_id'], bmc['address'], bmc['port'],
+                bmc['username'], bmc['password'])
+            undo = functools.partial(self.redfish.remove_system, name,
+                                     owner)
+            replaced = self.bmc.remove_bmc(name)
+        else:
+            result = self.bmc.ensure_bmc(
+                name, bmc['address'], bmc['port'], bmc['username'],
+                bmc['password'])
+            undo = functools.partial(self.bmc.remove_bmc, name)
+            replaced = self.redfish.remove_system(name, owner)
+        # A node has one BMC: the one it changed type from went.
+        return dict(result, changed=result['changed'] or replaced), undo
+
+    def remove_bmc(self, name, owner=None):
+        """Remove the node's BMC, whichever its type; whether there was
+        one."""
+        removed = self.bmc.remove_bmc(name)
+        return self.redfish.remove_system(name, owner) or removed
+
     def remove(self, node, owner):
         """Remove the node's BMC, domain, ports and volumes (ours only).
 
@@ -500,7 +540,7 @@ class Nodes:
         name, pool = node['name'], node['pool']
         outcome = _Outcome()
         kept = []
-        steps = [('bmc', name, lambda: self.bmc.remove_bmc(name)),
+        steps = [('bmc', name, lambda: self.remove_bmc(name, owner)),
                  ('domain', name, lambda: self.virt.remove_domain(name,
                                                                   owner))]
         steps += [('port', n['tap'],

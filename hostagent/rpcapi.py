@@ -15,7 +15,8 @@ Every method is a cast to one hypervisor (``server=host``) carrying a
                   'source'} or {'name', 'pool', 'existing': True,
                   'device'}],
      'nics': [{'mac', 'tap', 'bridge', 'bridge_type'}],
-     'bmc': {'address', 'port', 'username', 'password'},
+     'bmc': {'type' ('ipmi' default, 'redfish'), 'address', 'port',
+             'username', 'password', 'system_id' (redfish)},
      'remove': {'volumes': [name, ...], 'ports': [tap, ...],
                 'port_types': {tap: bridge_type}}}
 
@@ -78,6 +79,15 @@ API version history:
   source: somebody else's volume, attached as it is, never resized,
   marked or removed); inspect_nodes reports a missing existing volume
   and a volume whose backing file differs.
+  Redfish: inspect takes ``redfish_address``
+  and ``redfish_port`` (the spec's; the agent's [hostagent] options win)
+  and reports them with ``redfish_tls`` and ``redfish_port_user`` (None:
+  free; the owner mark of the Tenks emulator holding it; '': another
+  process). A node request's ``bmc`` may say ``type: redfish`` with a
+  ``system_id`` (the domain's UUID): ensure_node makes the system served
+  by its owner's sushy-tools emulator (started on demand) and removes an
+  IPMI BMC of the node, and the other way round; remove_node and
+  inspect_nodes cover both types (a stopped emulator is ``stopped``).
 """
 
 from tenks import rpc
@@ -108,12 +118,14 @@ METHODS = {
 }
 # Keyword arguments a method may also take (since 1.4), sent only when
 # they differ from the default: a bridge's type (Open vSwitch), a logical
-# pool's type and devices.
+# pool's type and devices, the Redfish endpoint of a spec with Redfish
+# nodes.
 OPTIONAL = dict({method: ('bridge_type',) for method in (
     'ensure_bridge', 'remove_bridge', 'ensure_uplink', 'remove_uplink',
     'ensure_port', 'remove_port')},
     ensure_pool=('pool_type', 'devices'),
-    remove_pool=('pool_type', 'devices'))
+    remove_pool=('pool_type', 'devices'),
+    inspect=('redfish_address', 'redfish_port'))
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
@@ -121,10 +133,11 @@ SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'inspect_nodes': '1.4'}
 
 
-def node_request(view, password, gone=None):
+def node_request(view, passwords, gone=None):
     """The ``node`` argument of ensure_node and inspect_nodes for a node
     of a plan (tenks.reconcile.view): its state, and the parts of
-    ``gone`` (an earlier view) it no longer has removed."""
+    ``gone`` (an earlier view) it no longer has removed. ``passwords``:
+    {BMC type: password} (tenks.reconcile.bmc_passwords)."""
     node = {k: view[k] for k in ('uuid', 'name', 'domain_type', 'vcpus',
                                  'memory_mb', 'console_log_enabled',
                                  'boot_mode', 'secure_boot', 'pool',
@@ -136,8 +149,11 @@ def node_request(view, password, gone=None):
     node['nics'] = [dict({k: nic[k] for k in ('mac', 'tap', 'bridge')},
                          bridge_type=nic.get('bridge_type', 'linuxbridge'))
                     for nic in view['nics']]
-    node['bmc'] = dict(view['bmc'], password=password)
-    node['bmc'].pop('type', None)
+    bmc = view['bmc']
+    node['bmc'] = dict(bmc, password=passwords[bmc['type']])
+    # The hostagent's own configuration decides whether its Redfish
+    # emulators serve HTTPS.
+    node['bmc'].pop('tls', None)
     node['remove'] = {'volumes': [], 'ports': []}
     if gone is not None:
         volumes = {vol['name'] for vol in view['volumes']}

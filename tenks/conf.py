@@ -119,6 +119,9 @@ hostagent_opts = [
                     'kernel datapath).'),
     cfg.StrOpt('bmc_driver', default='virtualbmc',
                help='IPMI BMC driver (tenks.bmc_drivers entry point).'),
+    cfg.StrOpt('redfish_driver', default='sushy-tools',
+               help='Redfish BMC driver (tenks.redfish_drivers entry '
+                    'point).'),
     cfg.StrOpt('pool_dir',
                default='/var/lib/libvirt/tenks_pool',
                help='Parent directory of the clusters\' storage pools.'),
@@ -158,6 +161,21 @@ hostagent_opts = [
     cfg.IPOpt('ipmi_address',
               help="Address this hypervisor's BMCs listen on, instead of "
                    "the cluster spec's ipmi_address."),
+    cfg.IPOpt('redfish_address',
+              help="Address this hypervisor's Redfish emulators listen on, "
+                   "instead of the cluster spec's redfish_address. "
+                   "Default: ipmi_address when that is set."),
+    cfg.PortOpt('redfish_port',
+                help="TCP port of this hypervisor's Redfish emulator, "
+                     "instead of the cluster spec's redfish_port (one "
+                     "emulator per cluster: set it only for one cluster "
+                     "per hypervisor)."),
+    cfg.StrOpt('redfish_tls_certificate',
+               help='PEM certificate (chain) the Redfish emulators serve '
+                    'HTTPS with; with redfish_tls_key. Unset: plain HTTP. '
+                    'Copied next to each emulator, readable by root only.'),
+    cfg.StrOpt('redfish_tls_key',
+               help='PEM private key of redfish_tls_certificate.'),
     cfg.StrOpt('resource_prefix',
                default='',
                regex=r'^[a-z0-9]{0,4}$',

@@ -26,7 +26,8 @@ from tenks import rpc  # noqa: E402
 # [hostagent] option -> entry point group of its drivers.
 DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',
                   'network_drivers': 'tenks.network_drivers',
-                  'bmc_driver': 'tenks.bmc_drivers'}
+                  'bmc_driver': 'tenks.bmc_drivers',
+                  'redfish_driver': 'tenks.redfish_drivers'}
 
 
 def run(name, factory, argv=None):
@@ -72,7 +73,22 @@ def validate(conf, name):
     problems += state_dir_problems(conf.state_dir)
     if name == 'hostagent':
         problems += driver_problems(conf)
+        problems += tls_problems(conf)
     return problems
+
+
+def tls_problems(conf):
+    """The Redfish emulators' certificate and key: both or neither, and
+    readable."""
+    files = {option: conf.hostagent[option] for option in (
+        'redfish_tls_certificate', 'redfish_tls_key')}
+    if bool(files['redfish_tls_certificate']) != bool(
+            files['redfish_tls_key']):
+        return ['[hostagent] redfish_tls_certificate and redfish_tls_key '
+                'go together: set both or neither']
+    return ['[hostagent] %s: cannot read %s' % (option, path)
+            for option, path in files.items()
+            if path and not os.access(path, os.R_OK)]
 
 
 def option_problems(conf):

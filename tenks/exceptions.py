@@ -151,6 +151,12 @@ class InterfaceConflict(TenksError):
     msg_fmt = 'Interface names of this deploy are taken: %(conflicts)s'
 
 
+class EndpointInUse(TenksError):
+    msg_fmt = ('redfish_port: the Redfish endpoint %(address)s:%(port)d on '
+               '%(host)s is in use by %(user)s; choose another redfish_port '
+               '(or [hostagent] redfish_port on that host)')
+
+
 class CloudUnavailable(TenksError):
     msg_fmt = 'Cannot reach %(service)s at %(endpoint)s: %(reason)s'
 

@@ -89,9 +89,10 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
     """The record of kept ``node`` (reassigned) as ``spec`` wants it.
 
     Kept: UUID, name, hypervisor, the MAC and tap of each physical
-    network it stays on, and the BMC port while it is in the range.
-    ``taken_macs``: MACs in use anywhere; ``taken_ports``: BMC ports in
-    use at this host's BMC address (this node's own excluded).
+    network it stays on, and an IPMI BMC's port while it is in the
+    range; a Redfish BMC is the host's Redfish endpoint. ``taken_macs``:
+    MACs in use anywhere; ``taken_ports``: IPMI ports in use at this
+    host's IPMI address (this node's own excluded).
     """
     entry = spec['specs'][node['spec_index']]
     node_type = spec['node_types'][entry['type']]
@@ -116,22 +117,32 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
                    'tap': next(free_taps)}
         nics.append(dict(nic, bridge=bridge,
                          bridge_type=spec['bridge_type']))
-    address = host_facts['ipmi_address']
-    port = node['bmc_port']
-    ports = range(spec['ipmi_port_range_start'],
-                  spec['ipmi_port_range_end'] + 1)
-    if port not in ports or address != node['bmc_address']:
-        busy = set(host_facts['busy_ports']) | taken_ports
-        free = [p for p in ports if p not in busy]
-        if not free:
-            raise exceptions.PortRangeExhausted(
-                start=ports.start, end=ports.stop - 1,
-                host=node['hypervisor'], needed=1, free=0)
-        port = free[0]
-        taken_ports.add(port)
+    kind = scheduler.bmc_type(spec, entry['type'])
+    system_id = None
+    if kind == 'redfish':
+        # The cluster's emulator on the node's host serves it.
+        address = host_facts['redfish_address']
+        port = host_facts['redfish_port']
+        system_id = node['uuid']
+    else:
+        address = host_facts['ipmi_address']
+        port = node['bmc_port']
+        ports = range(spec['ipmi_port_range_start'],
+                      spec['ipmi_port_range_end'] + 1)
+        if port not in ports or address != node['bmc_address'] or (
+                node['bmc_type'] != 'ipmi'):
+            busy = set(host_facts['busy_ports']) | taken_ports
+            free = [p for p in ports if p not in busy]
+            if not free:
+                raise exceptions.PortRangeExhausted(
+                    start=ports.start, end=ports.stop - 1,
+                    host=node['hypervisor'], needed=1, free=0)
+            port = free[0]
+            taken_ports.add(port)
     return dict(node, node_type=entry['type'], vcpus=node_type['vcpus'],
                 memory_mb=node_type['memory_mb'], volumes=volumes,
-                nics=nics, bmc_address=address, bmc_port=port,
+                nics=nics, bmc_type=kind, bmc_address=address,
+                bmc_port=port, bmc_system_id=system_id,
                 boot_mode=node_type['boot_mode'],
                 secure_boot=node_type['secure_boot'],
                 console_log=names.console_log(host_facts, node_type, name))
@@ -163,12 +174,35 @@ def view(spec, deployment, node, host_facts):
         'pool': names.pool(spec['cluster'], host_facts['resource_prefix']),
         'volumes': node['volumes'],
         'nics': node['nics'],
-        'bmc': {'type': node['bmc_type'], 'address': node['bmc_address'],
-                'port': node['bmc_port'],
-                'username': spec['ipmi_username']},
+        'bmc': bmc(spec, node, host_facts),
         'ironic': ironic_node(spec, node),
         'record': node,
     }
+
+
+def bmc(spec, node, host_facts):
+    """The node's BMC as the flows apply it (no password: it is read
+    when used). A Redfish BMC's ``tls``: whether its host's emulator
+    serves HTTPS (the hostagent's configuration decides)."""
+    if node['bmc_type'] == 'redfish':
+        return {'type': 'redfish', 'address': node['bmc_address'],
+                'port': node['bmc_port'],
+                'username': spec['redfish_username'],
+                'system_id': node['bmc_system_id'],
+                'tls': bool(host_facts.get('redfish_tls'))}
+    return {'type': 'ipmi', 'address': node['bmc_address'],
+            'port': node['bmc_port'], 'username': spec['ipmi_username']}
+
+
+def password_key(bmc_type):
+    """The spec key of the password of BMCs of ``bmc_type``."""
+    return '%s_password' % bmc_type
+
+
+def bmc_passwords(spec):
+    """{BMC type: password} of ``spec``'s BMCs, for node requests."""
+    return {kind: spec.get(password_key(kind))
+            for kind in ('ipmi', 'redfish')}
 
 
 def ironic_node(spec, node):
@@ -360,8 +394,7 @@ def node_changes(old, new):
                   for v in state['volumes']]
         lines += [('port %s' % n['tap'], 'bridge', n['bridge'])
                   for n in state['nics']]
-        lines.append(('bmc', None, '%s:%d' % (state['bmc']['address'],
-                                              state['bmc']['port'])))
+        lines.append(('bmc', None, endpoint(state['bmc'])))
         if state['ironic']:
             lines.append(('ironic node', 'resource_class',
                           state['ironic']['rc']))
@@ -409,10 +442,12 @@ def node_changes(old, new):
             changes.append(_line(new, 'port %s' % tap, UPDATE, 'bridge',
                                  before[tap]['bridge'],
                                  after[tap]['bridge']))
-    for field in ('address', 'port', 'username'):
-        if old['bmc'][field] != new['bmc'][field]:
+    for field in ('type', 'address', 'port', 'username', 'system_id',
+                  'tls'):
+        if old['bmc'].get(field) != new['bmc'].get(field):
             changes.append(_line(new, 'bmc', UPDATE, field,
-                                 old['bmc'][field], new['bmc'][field]))
+                                 old['bmc'].get(field),
+                                 new['bmc'].get(field)))
     changes += _ironic_changes(old, new)
     return sorted(changes, key=lambda c: (c['resource'], c['field'] or ''))
 
@@ -438,6 +473,24 @@ def _ironic_changes(old, new):
             changes.append(_line(new, 'ironic node', UPDATE, field, was,
                                  now))
     return changes
+
+
+def endpoint(bmc):
+    """A BMC as an operator reads it: IPMI address:port, or a Redfish
+    system's URL."""
+    if bmc['type'] == 'redfish':
+        return '%s/redfish/v1/Systems/%s' % (redfish_url(bmc),
+                                             bmc['system_id'])
+    return '%s:%d' % (bmc['address'], bmc['port'])
+
+
+def redfish_url(bmc):
+    """Ironic's redfish_address of a Redfish BMC (a view's)."""
+    host = bmc['address']
+    if ':' in host:
+        host = '[%s]' % host
+    return '%s://%s:%d' % ('https' if bmc['tls'] else 'http', host,
+                           bmc['port'])
 
 
 def _size(state):
@@ -475,9 +528,9 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
             reason='bridge_type cannot change from %s to %s on a deployed '
                    'cluster: tear it down first' % (old_spec['bridge_type'],
                                                     spec['bridge_type']))
-    password = _password_changed(old_spec, spec)
+    passwords = _passwords_changed(old_spec, spec)
     planned = _node_entries(spec, deployment, kept, gone, old_views,
-                            new_nodes, facts, password)
+                            new_nodes, facts, passwords)
     changes = []
     for node in planned:
         if node['action'] == DELETE and 'uuid' not in node['old']:
@@ -485,9 +538,10 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
                                  None))
         elif node['action'] != KEEP:
             changes += node_changes(node['old'], node['new'])
-        if node['action'] == UPDATE and password:
+        if node['action'] == UPDATE and node['password_changed']:
             changes.append(_line(node['new'], 'bmc', UPDATE,
-                                 'ipmi_password', '***', '***'))
+                                 password_key(node['new']['bmc']['type']),
+                                 '***', '***'))
     hosts = sorted({n['hypervisor'] for n in planned
                     if n['action'] != DELETE})
     host_ensure, host_remove = _host_entries(spec, deployment, hosts, facts,
@@ -509,7 +563,7 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
 
 
 def _node_entries(spec, deployment, kept, gone, old_views, new_nodes, facts,
-                  password):
+                  passwords):
     """The plan's nodes: {'uuid', 'name', 'hypervisor', 'action', 'old',
     'new', 'agent' (a hostagent request to make), 'enrol' (Ironic to
     update), 'password_changed'}, by hypervisor and name."""
@@ -526,6 +580,7 @@ def _node_entries(spec, deployment, kept, gone, old_views, new_nodes, facts,
     for node in kept + new_nodes:
         new = view(spec, deployment, node, facts[node['hypervisor']])
         old = old_views.get(node['uuid'])
+        password = new['bmc']['type'] in passwords
         if old is None:
             # New, or its first deploy never finished: a revert removes
             # only what this operation makes.
@@ -624,9 +679,15 @@ def _flavor_entries(spec, old_spec, changes):
     return flavors
 
 
-def _password_changed(old_spec, spec):
-    return old_spec is not None and (
-        old_spec['ipmi_password'] != spec['ipmi_password'])
+def _passwords_changed(old_spec, spec):
+    """The BMC types whose password changed (a spec recorded before
+    Redfish was built has no redfish_password: its nodes are all
+    IPMI)."""
+    if old_spec is None:
+        return set()
+    return {kind for kind in ('ipmi', 'redfish')
+            if old_spec.get(password_key(kind), spec[password_key(kind)])
+            != spec[password_key(kind)]}
 
 
 def destructive(plan):

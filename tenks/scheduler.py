@@ -56,6 +56,33 @@ class Request:
         self.metadata = entry.get('aggregate_metadata') or {}
         self.bridge_type = spec['bridge_type']
         self.firmware = firmware_kind(self.node_type)
+        self.bmc_type = bmc_type(spec, entry['type'])
+        self.spec = spec
+
+
+# The emulator of each Ironic driver's BMCs when the spec's bmc_emulators
+# names none, and the type of BMC each emulator serves.
+DEFAULT_EMULATORS = {'ipmi': 'virtualbmc', 'redfish': 'sushy-tools'}
+EMULATOR_BMC_TYPES = {'virtualbmc': 'ipmi', 'sushy-tools': 'redfish'}
+
+
+def redfish_endpoint(spec):
+    """The spec's (redfish_address, redfish_port) for the hostagents to
+    check, or (None, None) when no node type of it is Redfish."""
+    if any(bmc_type(spec, name) == 'redfish' for name in spec['node_types']):
+        return spec['redfish_address'], spec['redfish_port']
+    return None, None
+
+
+def bmc_type(spec, type_name):
+    """'ipmi' or 'redfish': the BMC of the nodes of node type
+    ``type_name``, as its ironic_driver (or the spec's
+    default_ironic_driver) and bmc_emulators choose."""
+    driver = spec['node_types'][type_name].get(
+        'ironic_driver', spec['default_ironic_driver'])
+    emulator = spec.get('bmc_emulators', {}).get(
+        driver, DEFAULT_EMULATORS[driver])
+    return EMULATOR_BMC_TYPES[emulator]
 
 
 class HostState:
@@ -64,12 +91,17 @@ class HostState:
     ``mine``: the node records on this host. ``taken_ports`` ({address:
     ports}, those of the recorded nodes to begin with) is shared by all
     hosts: a port is unique per address, as Ironic dials address and
-    port, whichever host serves it. ``placement``: the conductor's view
-    of the host (enabled, maintenance, availability_zone, aggregates
-    [{name, metadata}]).
+    port, whichever host serves it. ``taken_endpoints`` ({(address,
+    port): host}), shared too, holds the Redfish endpoints this schedule
+    gives nodes, so that two hosts never serve the cluster at one
+    endpoint. ``endpoint_users``: {(address, port): {(cluster, host)}} of
+    the recorded Redfish nodes. ``placement``: the conductor's
+    view of the host (enabled, maintenance, availability_zone,
+    aggregates [{name, metadata}]).
     """
 
-    def __init__(self, facts, mine, spec, taken_ports, placement=None):
+    def __init__(self, facts, mine, spec, taken_ports, taken_endpoints,
+                 endpoint_users=None, placement=None):
         placement = placement or {}
         self.name = facts['host']
         self.facts = facts
@@ -84,7 +116,8 @@ class HostState:
         self.used = resources.usages(mine)
         self.ports = range(spec['ipmi_port_range_start'],
                            spec['ipmi_port_range_end'] + 1)
-        self.busy = set(facts['busy_ports']) | {n['bmc_port'] for n in mine}
+        self.busy = set(facts['busy_ports']) | {
+            n['bmc_port'] for n in mine if n['bmc_type'] == 'ipmi'}
         self.taken = taken_ports.setdefault(self.bmc_address, set())
         self.initially_free_ports = len(self.ports) - sum(
             1 for port in self.busy | self.taken if port in self.ports)
@@ -96,6 +129,16 @@ class HostState:
         self.network_drivers = network_drivers(facts)
         # Hostagents older than API 1.4 boot BIOS only.
         self.firmware = facts.get('firmware', ['bios'])
+        # The cluster's Redfish endpoint here, and who else has it: a
+        # Redfish node of another cluster, or of this one on another
+        # host (Ironic would reach one emulator for both).
+        self.redfish = (facts.get('redfish_address'),
+                        facts.get('redfish_port'))
+        self.redfish_users = {
+            'cluster %s on %s' % (cluster, host)
+            for cluster, host in (endpoint_users or {}).get(self.redfish, ())
+            if cluster != spec['cluster'] or host != self.name}
+        self.taken_endpoints = taken_endpoints
 
     def next_port(self):
         """The first free BMC port, or None."""
@@ -105,6 +148,15 @@ class HostState:
                 return port
             self._port_cursor += 1
         return None
+
+    def redfish_holders(self, spec):
+        """Who else has this host's Redfish endpoint: recorded nodes,
+        and nodes of this schedule on another host."""
+        holders = set(self.redfish_users)
+        host = self.taken_endpoints.get(self.redfish)
+        if host not in (None, self.name):
+            holders.add('cluster %s on %s' % (spec['cluster'], host))
+        return sorted(holders)
 
     def free(self, rc):
         return resources.capacity(self.inventories[rc]) - self.used[rc]
@@ -126,12 +178,16 @@ class HostState:
         return (-share, -free, self.name)
 
     def take(self, request):
-        port = self.next_port()
-        self.taken.add(port)
+        """Take room for a node; return its BMC's (address, port)."""
         for rc, amount in request.amounts.items():
             self.used[rc] += amount
         self.free_bytes -= request.bytes
-        return port
+        if request.bmc_type == 'redfish':
+            self.taken_endpoints[self.redfish] = self.name
+            return self.redfish
+        port = self.next_port()
+        self.taken.add(port)
+        return self.bmc_address, port
 
 
 FIRMWARE_NAMES = {'bios': 'BIOS', 'uefi': 'UEFI',
@@ -230,7 +286,13 @@ def _pool_space(host, request, options):
 
 
 def _bmc_port(host, request, options):
-    if host.next_port() is None:
+    if request.bmc_type == 'redfish':
+        holders = host.redfish_holders(request.spec)
+        if holders:
+            return 'Redfish endpoint', (
+                'its Redfish endpoint %s:%d is used by %s' % (
+                    host.redfish + (', '.join(holders),)))
+    elif host.next_port() is None:
         return 'BMC port', 'no free IPMI port'
     return None
 
@@ -366,12 +428,18 @@ def schedule(spec, facts, recorded, placement=None, options=None):
     placement = placement or {}
     by_host = {}
     taken_ports = {}
+    endpoint_users = {}
     for node in recorded:
         by_host.setdefault(node['hypervisor'], []).append(node)
-        taken_ports.setdefault(node['bmc_address'], set()).add(
-            node['bmc_port'])
+        endpoint = node['bmc_address'], node['bmc_port']
+        if node['bmc_type'] == 'redfish':
+            endpoint_users.setdefault(endpoint, set()).add(
+                (node['cluster'], node['hypervisor']))
+        else:
+            taken_ports.setdefault(endpoint[0], set()).add(endpoint[1])
+    taken_endpoints = {}
     hosts = [HostState(f, by_host.get(name, []), spec, taken_ports,
-                       placement.get(name))
+                       taken_endpoints, endpoint_users, placement.get(name))
              for name, f in sorted(facts.items())]
     placer = Placer(hosts, options)
     taken_names = {n['name'] for n in recorded}
@@ -399,7 +467,7 @@ def schedule(spec, facts, recorded, placement=None, options=None):
             placed = placer.place(heap, request)
             if placed is None:
                 _no_valid_host(spec, request, hosts, options, recorded)
-            host, port = placed
+            host, (address, port) = placed
             while True:
                 name = next(pool)
                 volumes = [names.volume(name, entry['vol_name_prefix'], i)
@@ -407,8 +475,9 @@ def schedule(spec, facts, recorded, placement=None, options=None):
                 if taken_volumes.isdisjoint(volumes):
                     taken_volumes.update(volumes)
                     break
+            node_uuid = str(uuidlib.uuid4())
             nodes.append({
-                'uuid': str(uuidlib.uuid4()),
+                'uuid': node_uuid,
                 'cluster': spec['cluster'],
                 'name': name,
                 'hypervisor': host.name,
@@ -427,9 +496,12 @@ def schedule(spec, facts, recorded, placement=None, options=None):
                      'tap': names.tap(name, i)}
                     for i, physnet in enumerate(
                         node_type['physical_networks'])],
-                'bmc_type': 'ipmi',
-                'bmc_address': host.bmc_address,
+                'bmc_type': request.bmc_type,
+                'bmc_address': address,
                 'bmc_port': port,
+                # Redfish: the domain's UUID, which the emulator serves.
+                'bmc_system_id': (node_uuid if request.bmc_type == 'redfish'
+                                  else None),
                 'boot_mode': node_type['boot_mode'],
                 'secure_boot': node_type['secure_boot'],
                 'console_log': names.console_log(host.facts, node_type,
@@ -447,8 +519,14 @@ def _no_valid_host(spec, request, hosts, options, recorded):
         raise exceptions.NetworkDriverMismatch(
             host=only.name, driver=', '.join(only.network_drivers),
             bridge_type=spec['bridge_type'])
+    if what == 'Redfish endpoint':
+        address, port = only.redfish
+        raise exceptions.EndpointInUse(
+            address=address, port=port, host=only.name,
+            user=', '.join(only.redfish_holders(spec)))
     if what == 'BMC port':
-        needed = sum(e['count'] for e in spec['specs'])
+        needed = sum(e['count'] for e in spec['specs']
+                     if bmc_type(spec, e['type']) == 'ipmi')
         raise exceptions.PortRangeExhausted(
             start=spec['ipmi_port_range_start'],
             end=spec['ipmi_port_range_end'], host=only.name,

@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from tenks import exceptions
+from tenks import scheduler
 from tenks import units
 
 LOG = logging.getLogger(__name__)
@@ -85,8 +86,8 @@ _VOLUME = {
     },
 }
 
-_IRONIC_DRIVER = {'enum': ['ipmi'],
-                  'x-not-supported-yet': ['redfish', 'snmp']}
+_IRONIC_DRIVER = {'enum': ['ipmi', 'redfish'],
+                  'x-not-supported-yet': ['snmp']}
 
 _BOOT_MODE = {'enum': ['bios', 'uefi']}
 
@@ -260,11 +261,12 @@ SCHEMA = {
             },
             'properties': {
                 'ipmi': {'enum': ['virtualbmc']},
-                # Redfish and SNMP nodes are refused (ironic_driver:
-                # "not supported yet"), so these choose nothing yet.
                 'redfish': {'enum': ['sushy-tools']},
+                # SNMP nodes are refused (ironic_driver: "not supported
+                # yet"), so this chooses nothing yet.
                 'snmp': {'enum': ['virtualpdu']},
             },
+            'default': {},
         },
         # The boot mode of node types that name none (Tenks' default is
         # uefi; ours bios, quicker to boot under TCG).
@@ -276,9 +278,22 @@ SCHEMA = {
         'wait_for_placement': {'type': 'boolean', 'default': False},
         'placement_timeout': {'type': 'integer', 'minimum': 1,
                               'default': 150},
-        'redfish_address': _unsupported('Redfish'),
-        'redfish_username': _unsupported('Redfish'),
-        'redfish_password': _unsupported('Redfish'),
+        # Where each hypervisor's Redfish emulator of the cluster listens
+        # (a hostagent's [hostagent] redfish_address and redfish_port
+        # win). Default address: ipmi_address (see _normalise).
+        'redfish_address': {'type': 'string', 'format': 'ip-address'},
+        'redfish_port': dict(_PORT, default=8000),
+        # An htpasswd entry's user name, and a password bcrypt takes
+        # whole (see _check_semantics).
+        'redfish_username': _pattern(
+            '^[^:\\s]{1,64}', '1 to 64 characters, no colon or whitespace',
+            default='admin'),
+        'redfish_password': {'type': 'string', 'minLength': 1,
+                             'default': 'password'},
+        # Ironic's redfish_verify_ca: true, false or a CA bundle's path
+        # on the Ironic conductor.
+        'redfish_verify_ca': {'type': ['boolean', 'string'],
+                              'minLength': 1, 'default': True},
         'log_directory': _hypervisor_option('console_log_dir'),
         'libvirt_local_uri': _hypervisor_option('libvirt_uri'),
         'libvirt_pool_path': _hypervisor_option('pool_dir'),
@@ -547,6 +562,7 @@ def _normalise(data):
     for volume in _volumes(spec):
         if 'existing' not in volume:
             volume.setdefault('format', fmt)
+    spec.setdefault('redfish_address', spec['ipmi_address'])
     mappings = spec['physnet_mappings']
     spec.setdefault('physical_networks',
                     list(mappings) if isinstance(mappings, dict) else [])
@@ -747,6 +763,11 @@ def _check_semantics(spec, physnets_explicit):
     problems += _volume_name_clashes(specs, node_types or {})
     problems += _check_volumes(spec)
 
+    password = spec.get('redfish_password')
+    if isinstance(password, str) and len(password.encode()) > 72:
+        problems.append('redfish_password: is longer than 72 bytes (the '
+                        'emulator keeps a bcrypt hash of it)')
+
     start = spec['ipmi_port_range_start']
     end = spec['ipmi_port_range_end']
     if _is_int(start) and _is_int(end):
@@ -755,12 +776,14 @@ def _check_semantics(spec, physnets_explicit):
                 'ipmi_port_range_end: %d is less than '
                 'ipmi_port_range_start (%d)' % (end, start))
         else:
+            # Redfish nodes share their hypervisor's emulator port.
             total = sum(s['count'] for s in specs
                         if _is_int(s.get('count'))
-                        and s['count'] > 0)
+                        and s['count'] > 0
+                        and _bmc_type(spec, s.get('type')) == 'ipmi')
             if total > end - start + 1:
                 problems.append(
-                    'specs: %d nodes in total, but the IPMI port range '
+                    'specs: %d IPMI nodes in total, but the IPMI port range '
                     '%d-%d has only %d ports (one per node)'
                     % (total, start, end, end - start + 1))
     return problems
@@ -779,8 +802,7 @@ def _firmware_problems(spec, type_name, node_type):
                         'type\'s boot mode is bios)'
                         % _path(where + ['secure_boot']))
     driver = node_type.get('ironic_driver', spec.get('default_ironic_driver'))
-    # (Until Redfish is built, its refusal says enough.)
-    if driver == 'redfish' and driver in _IRONIC_DRIVER['enum']:
+    if driver == 'redfish' and _bmc_type(spec, type_name) == 'redfish':
         for key, what in (('volumes', 'a volume'),
                           ('physical_networks', 'a physical network')):
             if node_type.get(key) == []:
@@ -789,6 +811,15 @@ def _firmware_problems(spec, type_name, node_type):
                     'device on a disk or NIC of the domain'
                     % (_path(where + [key]), what))
     return problems
+
+
+def _bmc_type(spec, type_name):
+    """scheduler.bmc_type of a spec that may be invalid: 'ipmi' where
+    it cannot tell (the schema reports the problem)."""
+    try:
+        return scheduler.bmc_type(spec, type_name)
+    except (KeyError, TypeError, AttributeError):
+        return 'ipmi'
 
 
 def _volume_name_clashes(specs, node_types):

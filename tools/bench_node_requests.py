@@ -60,8 +60,10 @@ class Bench:
                                            'linuxbridge', conf)
         self.bmc = manager.load_driver('tenks.bmc_drivers', 'virtualbmc',
                                        conf)
+        self.redfish = manager.load_driver('tenks.redfish_drivers',
+                                           'sushy-tools', conf)
         self.nodes = hostagent_nodes.Nodes(
-            self.virt, {'linuxbridge': self.network}, self.bmc)
+            self.virt, {'linuxbridge': self.network}, self.bmc, self.redfish)
         self.pool = self.prefix + '-pool'
         self.bridge = self.prefix + '-br'
         self.virt.ensure_pool(self.pool, os.path.join(self.pool_dir, 'p'),

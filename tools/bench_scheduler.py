@@ -110,7 +110,7 @@ def evenness(spec, facts, placement, nodes, options):
                  100 * min(share), 100 * statistics.mean(share),
                  100 * max(share), 100 * statistics.pstdev(share),
                  min(counts), statistics.mean(counts), max(counts))]
-    states = [scheduler.HostState(f, [], spec, {}, placement[h])
+    states = [scheduler.HostState(f, [], spec, {}, {}, None, placement[h])
               for h, f in sorted(facts.items())]
     for index, entry in enumerate(spec['specs']):
         request = scheduler.Request(spec, index, entry)

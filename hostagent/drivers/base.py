@@ -252,3 +252,44 @@ class BmcDriver(abc.ABC):
         down), or phrases ([] when as asked; 'stopped' when it does not
         run)}. Starts nothing.
         """
+
+
+class RedfishDriver(abc.ABC):
+    """Redfish endpoints in front of domains: an emulator per owner (a
+    cluster's deployment) on this hypervisor, serving only that owner's
+    systems, behind HTTP basic auth."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    @abc.abstractmethod
+    def ensure_system(self, owner, domain, system_id, address, port,
+                      username, password):
+        """``owner``'s emulator, running on ``address:port`` with these
+        credentials, serving the system ``system_id`` (the UUID of
+        ``domain``) among its others.
+
+        Returns once the emulator answers on its port. Raises PortInUse
+        when something else holds the port.
+        """
+
+    @abc.abstractmethod
+    def remove_system(self, domain, owner=None):
+        """Stop serving ``domain`` (in ``owner``'s emulator, or in any of
+        ours); stop the emulator and remove its files once it serves
+        none. True if it served the domain."""
+
+    @abc.abstractmethod
+    def system_changes(self, owner, systems):
+        """What ensure_system would change of each system, read at once.
+
+        ``systems``: {domain: {'system_id', 'address', 'port',
+        'username', 'password'}}. Returns {domain: None when not served,
+        or phrases ([] when as asked; 'stopped' when the emulator does
+        not run)}. Starts nothing.
+        """
+
+    @abc.abstractmethod
+    def endpoint_user(self, address, port):
+        """Who holds TCP ``address:port``: None (free), the owner of one
+        of our emulators, or '' (another process)."""

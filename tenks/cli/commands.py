@@ -19,11 +19,12 @@ from tenks.cli import columns
 
 NODE_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain', 'vcpus',
                 'memory_mb', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
-                'state')
+                'bmc_system_id', 'state')
 NODE_SHOW_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain',
                      'node_type', 'state', 'vcpus', 'memory_mb', 'volumes',
                      'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
-                     'boot_mode', 'secure_boot', 'console_log')
+                     'bmc_system_id', 'boot_mode', 'secure_boot',
+                     'console_log')
 CLUSTER_COLUMNS = ('name', 'state', 'created_at', 'updated_at')
 OPERATION_COLUMNS = ('id', 'cluster', 'kind', 'state', 'progress',
                      'conductor', 'created_at', 'finished_at', 'error')
@@ -75,6 +76,7 @@ def load_spec(path):
 
 def node_row(node, fields=NODE_COLUMNS):
     row = dict(node, domain=node['name'],
+               bmc_system_id=node.get('bmc_system_id'),
                macs=columns.ListColumn([nic['mac'] for nic in node['nics']]),
                nics=columns.ListColumn(node['nics']),
                volumes=columns.ListColumn(node['volumes']))

@@ -350,7 +350,7 @@ class StateDB:
                       datetime.timezone.utc)}
         with self.engine.begin() as conn:
             if spec is UNKNOWN:
-                spec = models.mask_password(conn.scalar(
+                spec = models.mask_spec(conn.scalar(
                     sa.select(OPERATIONS.c.spec).where(
                         OPERATIONS.c.id == operation_id)))
             if spec:

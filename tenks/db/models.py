@@ -14,6 +14,16 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
+# Spec keys whose values callers never see.
+SECRETS = ('ipmi_password', 'redfish_password')
+
+
+def mask_spec(spec):
+    """``spec`` with its passwords masked (None stays None)."""
+    if not spec:
+        return spec
+    return dict(spec, **{key: '***' for key in SECRETS if key in spec})
+
 
 def now():
     return datetime.datetime.now(datetime.timezone.utc)
@@ -41,11 +51,6 @@ class Record(types.SimpleNamespace):
         return {c.name: _json(getattr(self, c.name)) for c in self.table.c}
 
 
-def mask_password(spec):
-    """``spec`` with its BMC password masked (None stays None)."""
-    return spec and dict(spec, ipmi_password='***')
-
-
 class Cluster(Record):
     table = sa.Table(
         'tenks_clusters', metadata,
@@ -62,7 +67,7 @@ class Cluster(Record):
     def as_dict(self):
         """The row for callers: the spec's BMC password masked."""
         row = super().as_dict()
-        row['spec'] = mask_password(row['spec'])
+        row['spec'] = mask_spec(row['spec'])
         return row
 
 
@@ -84,6 +89,8 @@ class Node(Record):
         _column('bmc_type', sa.String(16)),
         _column('bmc_address', sa.String(64)),
         _column('bmc_port', sa.Integer()),
+        # Redfish: the system's id at the endpoint (the domain's UUID).
+        _column('bmc_system_id', sa.String(64), nullable=True),
         # Its firmware: bios or uefi, and UEFI secure boot.
         _column('boot_mode', sa.String(8), default='bios',
                 server_default='bios'),
@@ -96,7 +103,12 @@ class Node(Record):
         # A count that goes down removes the newest nodes first.
         _column('created_at', sa.DateTime(), nullable=True, default=now),
         sa.UniqueConstraint('hypervisor', 'name'),
-        sa.UniqueConstraint('hypervisor', 'bmc_address', 'bmc_port'))
+        # One endpoint per BMC: an IPMI port, or a Redfish emulator's
+        # system (Redfish nodes of a host share its address and port).
+        # IPMI nodes have no system id (NULL): the scheduler keeps their
+        # ports apart.
+        sa.UniqueConstraint('hypervisor', 'bmc_address', 'bmc_port',
+                            'bmc_system_id', name='uq_tenks_nodes_bmc'))
 
 
 class Resource(Record):
@@ -151,7 +163,7 @@ class Operation(Record):
         """The row for callers: no plan, the spec's BMC password masked."""
         row = super().as_dict()
         del row['plan']
-        row['spec'] = mask_password(row['spec'])
+        row['spec'] = mask_spec(row['spec'])
         return row
 
 

@@ -17,7 +17,8 @@ def hypervisor(monkeypatch):
     hv = fakes.Hypervisor()
     drivers = {'tenks.virt_drivers': fakes.FakeVirt,
                'tenks.network_drivers': fakes.FakeNetwork,
-               'tenks.bmc_drivers': fakes.FakeBmc}
+               'tenks.bmc_drivers': fakes.FakeBmc,
+               'tenks.redfish_drivers': fakes.FakeRedfish}
     monkeypatch.setattr(
         manager, 'load_driver',
         lambda namespace, name, conf: drivers[namespace](conf, hv))

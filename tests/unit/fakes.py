@@ -12,7 +12,7 @@ from tenks import exceptions
 
 
 class Hypervisor:
-    """State shared by the three fake drivers of one hostagent."""
+    """State shared by the fake drivers of one hostagent."""
 
     def __init__(self):
         self.things = {}
@@ -20,6 +20,8 @@ class Hypervisor:
         self.calls = collections.Counter()
         self.removed = []
         self.busy_ports = set()
+        # TCP ports something that is not Tenks listens on.
+        self.busy_tcp_ports = set()
         # Interfaces on the host that the drivers did not make: {name:
         # alias}.
         self.interfaces = {}
@@ -190,6 +192,43 @@ class FakeBmc(base.BmcDriver):
                  'status': 'running'}
                 for (kind, name), (a, p) in self.hv.things.items()
                 if kind == 'bmc']
+
+
+class FakeRedfish(base.RedfishDriver):
+    """Systems as things of kind 'system' ({domain: (owner, address,
+    port, system_id)}); an owner's emulator runs while it serves one."""
+
+    def __init__(self, conf, hv):
+        super().__init__(conf)
+        self.hv = hv
+
+    def ensure_system(self, owner, domain, system_id, address, port,
+                      username, password):
+        return self.hv.ensure('system', domain,
+                              (owner, address, port, system_id))
+
+    def remove_system(self, domain, owner=None):
+        # Called for every node's removal: counted only when it serves
+        # the domain.
+        return (('system', domain) in self.hv.things
+                and self.hv.remove('system', domain))
+
+    def system_changes(self, owner, systems):
+        changes = {}
+        for name, bmc in systems.items():
+            made = self.hv.things.get(('system', name))
+            wanted = (owner, bmc['address'], bmc['port'], bmc['system_id'])
+            changes[name] = None if made is None else (
+                [] if made == wanted else ['port'])
+            if made is not None and name in self.hv.stopped_bmcs:
+                changes[name].append('stopped')
+        return changes
+
+    def endpoint_user(self, address, port):
+        for (kind, _), value in self.hv.things.items():
+            if kind == 'system' and value[1:3] == (address, port):
+                return value[0]
+        return '' if port in self.hv.busy_tcp_ports else None
 
 
 def block(driver, method):

@@ -263,14 +263,14 @@ def test_inspect_reports_driver_space_and_foreign_interfaces(conductor,
         'hv1', 'inspect', 'inspect/test', physnet_mappings={},
         ipmi_address='127.0.0.1', ipmi_ports=[], interfaces=['a', 'b', 'c',
                                                              'd'],
-        owner='tenks:me')
+        owner='tenks:me', redfish_address='127.0.0.1', redfish_port=8000)
     assert result['foreign_interfaces'] == [['b', 'tenks:you'], ['c', '']]
     assert result['network_drivers'] == ['linuxbridge', 'openvswitch']
     assert result['pool_free_bytes'] > 0
     result = conductor.agents.request(
         'hv1', 'inspect', 'inspect/test2', physnet_mappings={},
         ipmi_address='127.0.0.1', ipmi_ports=[], interfaces=['a'],
-        owner=None)
+        owner=None, redfish_address='127.0.0.1', redfish_port=8000)
     assert result['foreign_interfaces'] == [['a', 'tenks:me']]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from flows import nodes
 from tenks import exceptions
+from tenks import reconcile
 from tests.unit import fakes
 from tests.unit import test_flows
 from tests.unit.conftest import make_spec
@@ -255,7 +256,7 @@ def node_task(conductor, spec, name):
     planned and recorded (not run), and its operation id."""
     operation_id, plan = test_flows.planned(conductor, spec)
     [entry] = [e for e in plan['nodes'] if e['name'] == name]
-    return nodes.ConvergeNode(entry, spec['ipmi_password'], False,
+    return nodes.ConvergeNode(entry, reconcile.bmc_passwords(spec), False,
                               finishes=True), operation_id
 
 

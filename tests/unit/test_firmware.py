@@ -141,7 +141,7 @@ def test_a_boot_mode_change_updates_the_node_in_place():
         ('domain', 'update', 'boot_mode', 'bios', 'uefi'),
         ('domain', 'update', 'secure_boot', False, True)]
     assert not reconcile.destructive(result)
-    request = rpcapi.node_request(entry['new'], 'pw')
+    request = rpcapi.node_request(entry['new'], {'ipmi': 'pw'})
     assert (request['boot_mode'], request['secure_boot'],
             request['console_log']) == ('uefi', True, '/logs/tk0-console.log')
     # The same spec again: nothing to do.
@@ -162,7 +162,7 @@ def test_a_record_from_before_boot_modes_is_a_bios_node():
     assert plan(spec, spec, old, resources, uefi_hosts())['changes'] == []
     view = reconcile.view(spec, 'd', old[0], uefi_hosts()['hv1'])
     assert (view['boot_mode'], view['secure_boot']) == ('bios', False)
-    assert 'console_log' not in rpcapi.node_request(view, 'pw')
+    assert 'console_log' not in rpcapi.node_request(view, {'ipmi': 'pw'})
 
 
 # The node request

@@ -64,7 +64,8 @@ class TypedNetwork(fakes.FakeNetwork):
 @pytest.fixture
 def typed_conductor(conf, hypervisor, monkeypatch):
     drivers = {'tenks.virt_drivers': fakes.FakeVirt,
-               'tenks.bmc_drivers': fakes.FakeBmc}
+               'tenks.bmc_drivers': fakes.FakeBmc,
+               'tenks.redfish_drivers': fakes.FakeRedfish}
 
     def load(namespace, name, conf):
         if namespace == 'tenks.network_drivers':
@@ -114,11 +115,12 @@ def test_a_bridge_type_the_agent_does_not_offer_changes_nothing(
     agent = hostagent_nodes.Nodes(fakes.FakeVirt(conf, hypervisor),
                                   {'linuxbridge': fakes.FakeNetwork(
                                       conf, hypervisor)},
-                                  fakes.FakeBmc(conf, hypervisor), 'hv1')
+                                  fakes.FakeBmc(conf, hypervisor),
+                                  fakes.FakeRedfish(conf, hypervisor), 'hv1')
     node = hostagent_rpcapi.node_request(
         reconcile.view(ovs_spec(), 'd', dict(
             scheduler.schedule(ovs_spec(), {'hv1': facts()}, [])[0]),
-            facts()), 'password')
+            facts()), {'ipmi': 'password'})
     with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
         agent.ensure(node, OWNER, False)
     assert str(raised.value) == (
@@ -153,9 +155,10 @@ def test_requests_and_records_carry_the_bridge_type():
             'memory_mb': 64, 'console_log_enabled': False,
             'console_log': None, 'boot_mode': 'bios', 'secure_boot': False,
             'pool': 'p', 'volumes': [], 'nics': [nic], 'owner': OWNER,
-            'bmc': {'address': 'a', 'port': 1, 'username': 'u'}}
+            'bmc': {'type': 'ipmi', 'address': 'a', 'port': 1,
+                    'username': 'u'}}
     gone = dict(view, nics=[nic, dict(nic, tap='t1')])
-    request = hostagent_rpcapi.node_request(view, 'pw', gone)
+    request = hostagent_rpcapi.node_request(view, {'ipmi': 'pw'}, gone)
     assert request['nics'] == [{'mac': 'm', 'tap': 't0', 'bridge': 'b',
                                 'bridge_type': 'openvswitch'}]
     assert request['remove'] == {'volumes': [], 'ports': ['t1'],

@@ -7,8 +7,11 @@ from tests.unit.conftest import make_spec
 
 def facts(host='hv1', memory_mb=4096, busy=(), missing=(), prefix='',
           address='127.0.0.1', mappings=None, free=1024 ** 4,
-          driver='linuxbridge', foreign=()):
+          driver='linuxbridge', foreign=(), redfish_port=8000,
+          redfish_tls=False, redfish_user=None):
     return {'host': host, 'memory_mb': memory_mb, 'busy_ports': list(busy),
+            'redfish_address': address, 'redfish_port': redfish_port,
+            'redfish_tls': redfish_tls, 'redfish_port_user': redfish_user,
             'missing_interfaces': [('physnet1', m) for m in missing],
             'pool_dir': '/p', 'ipmi_address': address,
             'resource_prefix': prefix, 'physnet_mappings': mappings or {},

@@ -73,6 +73,21 @@ def test_unknown_driver(tmp_path):
     assert daemon.validate(conf, 'conductor') == []
 
 
+def test_redfish_tls_files_go_together_and_must_be_readable(tmp_path):
+    cert = tmp_path / 'c.pem'
+    cert.write_text('x')
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[hostagent]\nredfish_tls_certificate = %s\n' % cert)
+    assert daemon.validate(conf, 'hostagent') == [
+        '[hostagent] redfish_tls_certificate and redfish_tls_key go '
+        'together: set both or neither']
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[hostagent]\nredfish_tls_certificate = %s\n'
+                   'redfish_tls_key = %s\n' % (cert, tmp_path / 'none'))
+    assert daemon.validate(conf, 'hostagent') == [
+        '[hostagent] redfish_tls_key: cannot read %s' % (tmp_path / 'none')]
+
+
 def test_unusable_state_dir(tmp_path):
     (tmp_path / 'file').write_text('')
     conf = parse(tmp_path, GOOD % (tmp_path / 'file' / 'state'))

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from tenks import exceptions
+from tenks import scheduler
 from tenks import spec
 
 GiB = 1024 ** 3
@@ -79,10 +80,16 @@ def test_defaults_are_filled_in(tmp_path):
         'libvirt_pool_type': 'dir',
         'libvirt_pool_devices': [],
         'default_ironic_driver': 'ipmi',
+        'bmc_emulators': {},
         'default_boot_mode': 'bios',
         'nova_flavors': [],
         'wait_for_placement': False,
         'placement_timeout': 150,
+        'redfish_address': '127.0.0.1',
+        'redfish_port': 8000,
+        'redfish_username': 'admin',
+        'redfish_password': 'password',
+        'redfish_verify_ca': True,
     }
 
 
@@ -394,11 +401,11 @@ def test_bad_interface_name(tmp_path, name, interface):
     ({'ipmi_port_range_end': 65536},
      'ipmi_port_range_end: 65536 is greater than the maximum of 65535'),
     ({'specs__0__count': 12},
-     'specs: 12 nodes in total, but the IPMI port range 6230-6240 has '
+     'specs: 12 IPMI nodes in total, but the IPMI port range 6230-6240 has '
      'only 11 ports (one per node)'),
     ({'specs__0__count': 2, 'ipmi_port_range_start': 7000,
       'ipmi_port_range_end': 7000},
-     'specs: 2 nodes in total, but the IPMI port range 7000-7000 has '
+     'specs: 2 IPMI nodes in total, but the IPMI port range 7000-7000 has '
      'only 1 ports (one per node)'),
 ])
 def test_bad_port_range(tmp_path, changes, message):
@@ -606,11 +613,6 @@ def test_other_unknown_keys_are_still_errors(tmp_path):
 
 
 @pytest.mark.parametrize('field,value,problem', [
-    ('redfish_address', '127.0.0.1',
-     'redfish_address: Redfish is not supported yet'),
-    ('node_types__small__ironic_driver', 'redfish',
-     "node_types.small.ironic_driver: 'redfish' is not supported yet "
-     '(supported: ipmi)'),
     ('bmc_emulators', {'ipmi': 'sushy-tools'},
      "bmc_emulators.ipmi: 'sushy-tools' is not one of: virtualbmc"),
     ('bmc_emulators', {'virtualbmc': 'ipmi'},
@@ -651,10 +653,10 @@ def test_bmc_emulators_as_tenks_defaults_them():
      "bmc_emulators: unknown key 'pxe_ipmitool_socat_x'"),
     ('default_ironic_driver', 'snmp',
      "default_ironic_driver: 'snmp' is not supported yet (supported: "
-     "ipmi)"),
+     "ipmi, redfish)"),
     ('node_types__small__ironic_driver', 'snmp',
      "node_types.small.ironic_driver: 'snmp' is not supported yet "
-     "(supported: ipmi)"),
+     "(supported: ipmi, redfish)"),
 ])
 def test_bmc_emulators_and_snmp(tmp_path, field, value, problem):
     assert problems(tmp_path, change(**{field: value})) == [problem]
@@ -680,3 +682,34 @@ def test_ipmi_password_fits_ipmi_2():
         spec.validate(change(ipmi_password='p' * 21))
     assert info.value.problems == [
         'ipmi_password: is longer than 20 characters']
+
+
+def test_redfish_nodes_take_no_ipmi_port():
+    data = change(specs__0__count=12, node_types__small__ironic_driver=
+                  'redfish', node_types__small__volumes=[{'capacity': '1GiB'}],
+                  node_types__small__physical_networks=['physnet1'],
+                  physical_networks=['physnet1'])
+    loaded = spec.validate(data)
+    assert loaded['node_types']['small']['ironic_driver'] == 'redfish'
+    assert scheduler.bmc_type(loaded, 'small') == 'redfish'
+    # The address defaults to ipmi_address's.
+    assert spec.validate(change(ipmi_address='127.0.0.2'))[
+        'redfish_address'] == '127.0.0.2'
+
+
+@pytest.mark.parametrize('field,value,problem', [
+    ('redfish_port', 0, 'redfish_port: 0 is less than the minimum of 1'),
+    ('redfish_address', 'here', "redfish_address: 'here' does not appear "
+     'to be an IPv4 or IPv6 address'),
+    ('redfish_username', 'a:b', "redfish_username: 'a:b' is invalid: "
+     'expected 1 to 64 characters, no colon or whitespace'),
+    ('redfish_password', '',  'redfish_password: must not be empty'),
+    ('redfish_password', 'p' * 73, 'redfish_password: is longer than 72 '
+     'bytes (the emulator keeps a bcrypt hash of it)'),
+    ('redfish_verify_ca', 1, 'redfish_verify_ca: expected true or false or '
+     'a string, got 1'),
+    ('bmc_emulators', {'redfish': 'virtualbmc'},
+     "bmc_emulators.redfish: 'virtualbmc' is not one of: sushy-tools"),
+])
+def test_bad_redfish_keys(tmp_path, field, value, problem):
+    assert problems(tmp_path, change(**{field: value})) == [problem]

@@ -227,10 +227,10 @@ def test_an_existing_volume_is_attached_never_made_or_removed(
         wanted['uuid']: []}
     # A node that loses it asks for no removal of it.
     view = dict(wanted, boot_mode='bios', secure_boot=False,
-                console_log=None, bmc={'address': 'a', 'port': 1,
-                                       'username': 'u'})
+                console_log=None, bmc={'type': 'ipmi', 'address': 'a',
+                                       'port': 1, 'username': 'u'})
     request = rpcapi.node_request(dict(view, volumes=node()['volumes']),
-                                  'pw', gone=view)
+                                  {'ipmi': 'pw'}, gone=view)
     assert request['remove']['volumes'] == []
 
 

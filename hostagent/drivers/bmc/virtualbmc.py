@@ -29,6 +29,8 @@ import time
 import zmq
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc.processes import alive as _alive
+from hostagent.drivers.bmc.processes import poll as _poll
 from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -40,7 +42,6 @@ START_TIMEOUT = 15  # s for vbmcd to open its control port
 BIND_TIMEOUT = 10  # s for a BMC child to bind its UDP port
 TERM_TIMEOUT = 2  # s vbmcd gets to exit on SIGTERM before SIGKILL
 KILL_TIMEOUT = 5  # s for killed processes to disappear
-POLL = 0.005  # s between checks while waiting
 
 
 class VirtualBmcDriver(base.BmcDriver):
@@ -432,32 +433,6 @@ class VirtualBmcDriver(base.BmcDriver):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self._wait_gone(pids, 'kill vbmcd processes')
-
-
-def _poll(predicate, timeout):
-    """Whether ``predicate`` came true within ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(POLL)
-    return True
-
-
-def _alive(pid):
-    """Whether any thread of the process is still more than a zombie.
-
-    A leader thread turns zombie before the others exit, and the process
-    keeps its sockets until the last one has.
-    """
-    task_dir = '/proc/%d/task' % pid
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(task_dir):
-            with contextlib.suppress(OSError):
-                with open(os.path.join(task_dir, tid, 'stat')) as f:
-                    if f.read().rpartition(')')[2].split()[0] not in 'ZX':
-                        return True
-    return False
 
 
 def _free_tcp_port():

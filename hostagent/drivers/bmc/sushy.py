@@ -1,0 +1,474 @@
+"""Redfish BMCs served by sushy-tools emulators that Tenks runs.
+
+One emulator per owner (a cluster's deployment) on each hypervisor: its
+own address and port, credentials and allow-list, so a node of another
+cluster is never reachable through it, not even with that cluster's
+credentials. Each lives in ``<state_dir>/sushy/<cluster>-<hash of the
+owner>`` (mode 0700, every file 0600):
+
+``owner``            the owner mark; a directory without it is not ours
+``systems``          {domain: system id} it serves (its allow-list)
+``htpasswd``         the user and a bcrypt hash of the password
+``emulator.conf``    sushy-tools' configuration, ``settings`` what it
+                     was started with (address, port, libvirt URI, TLS)
+``tls.crt``/``.key`` copies of ``[hostagent] redfish_tls_certificate`` and
+                     ``redfish_tls_key``, when set
+``emulator.pid``, ``emulator.log``
+
+sushy-tools reads the allow-list (through
+hostagent.drivers.bmc.allowlist) and the htpasswd file on every request:
+nodes come and go and credentials change without a restart; a new
+address, port, libvirt URI or certificate restarts the emulator. Its
+processes carry ``TENKS_SUSHY_EMULATOR=<its directory>`` in their
+environment: nothing without that mark is ever stopped. The emulator
+outlives the hostagent process; it is stopped and its directory removed
+with its last system.
+"""
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from hostagent.drivers import base
+from hostagent.drivers.bmc import processes
+from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+DRIVER = 'sushy-tools'
+MARKER_ENV = 'TENKS_SUSHY_EMULATOR'
+START_TIMEOUT = 20  # s for an emulator to listen (it starts in ~1 s)
+TERM_TIMEOUT = 3  # s an emulator gets to exit on SIGTERM
+KILL_TIMEOUT = 5  # s for killed processes to disappear
+POLL = 0.02  # s between checks while waiting
+# bcrypt's cost: the emulator checks the password on every request, so a
+# cheap one (Apache's htpasswd -B default); the file is root's only.
+BCRYPT_ROUNDS = 5
+
+
+class SushyDriver(base.RedfishDriver):
+    """Emulators under ``<state_dir>/sushy``, one per owner."""
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        self._dir = os.path.join(conf.state_dir, 'sushy')
+        self._lock = threading.Lock()
+        # Emulators this process started, reaped when they stop.
+        self._procs = {}
+
+    # The interface.
+
+    def ensure_system(self, owner, domain, system_id, address, port,
+                      username, password):
+        with self._locked():
+            path = self._path(owner)
+            made_dir = not os.path.isdir(path)
+            if not made_dir:
+                self._check_owner(path, owner)
+            systems = _read_json(os.path.join(path, 'systems')) or {}
+            created = domain not in systems
+            settings = self._settings(address, port)
+            pid = self._pid(path)
+            restart = pid is None or _read_json(
+                os.path.join(path, 'settings')) != settings
+            if restart:
+                self._stop(path)
+                _check_port_free(address, port)
+            try:
+                if made_dir:
+                    os.makedirs(path, mode=0o700)
+                    _write(os.path.join(path, 'owner'), owner)
+                changed = systems.get(domain) != system_id
+                if changed:
+                    _write(os.path.join(path, 'systems'), json.dumps(
+                        dict(systems, **{domain: system_id}), indent=1,
+                        sort_keys=True))
+                changed |= self._ensure_htpasswd(path, username, password)
+                if restart:
+                    self._start(path, settings)
+            except Exception:
+                self._undo(path, domain, systems, created, made_dir)
+                raise
+        if restart:
+            LOG.info('Started the Redfish emulator of %s on %s:%d',
+                     owner, address, port)
+        if created:
+            LOG.info('Redfish emulator of %s serves %s (%s)', owner,
+                     domain, system_id)
+        return base.ensured(created, changed or restart)
+
+    def remove_system(self, domain, owner=None):
+        # Asked of every IPMI node too: no lock where there is nothing.
+        if not os.path.isdir(self._path(owner) if owner is not None
+                             else self._dir):
+            return False
+        with self._locked():
+            paths = ([self._path(owner)] if owner is not None
+                     else self._emulators())
+            for path in paths:
+                systems = _read_json(os.path.join(path, 'systems')) or {}
+                if domain not in systems:
+                    continue
+                del systems[domain]
+                if systems:
+                    _write(os.path.join(path, 'systems'),
+                           json.dumps(systems, indent=1, sort_keys=True))
+                else:
+                    self._remove(path)
+                LOG.info('Redfish emulator %s no longer serves %s',
+                         os.path.basename(path), domain)
+                return True
+        return False
+
+    def system_changes(self, owner, systems):
+        path = self._path(owner)
+        if not os.path.isdir(path):
+            return dict.fromkeys(systems)
+        with self._locked():
+            served = _read_json(os.path.join(path, 'systems')) or {}
+            started = _read_json(os.path.join(path, 'settings'))
+            running = self._pid(path) is not None
+            credentials = {}
+            changes = {}
+            for domain, bmc in systems.items():
+                if domain not in served:
+                    changes[domain] = None
+                    continue
+                found = ['system_id'] if (
+                    served[domain] != bmc['system_id']) else []
+                wanted = self._settings(bmc['address'], bmc['port'])
+                found += [key for key in sorted(wanted)
+                          if (started or {}).get(key) != wanted[key]]
+                key = (bmc['username'], bmc['password'])
+                if key not in credentials:
+                    credentials[key] = _htpasswd_matches(
+                        os.path.join(path, 'htpasswd'), *key)
+                if not credentials[key]:
+                    found.append('credentials')
+                if not running:
+                    found.append('stopped')
+                changes[domain] = found
+        return changes
+
+    def endpoint_user(self, address, port):
+        with (self._locked() if os.path.isdir(self._dir)
+              else contextlib.nullcontext()):
+            for path in self._emulators():
+                started = _read_json(os.path.join(path, 'settings')) or {}
+                if (started.get('port') == port
+                        and _overlap(started.get('address'), address)
+                        and self._pid(path) is not None):
+                    return _read(os.path.join(path, 'owner'))
+        try:
+            _check_port_free(address, port)
+        except exceptions.PortInUse:
+            return ''
+        return None
+
+    # Emulators and their files.
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """Serialise among threads and processes (embedded mode may run
+        another hostagent on the same state directory)."""
+        with self._lock:
+            os.makedirs(self._dir, mode=0o700, exist_ok=True)
+            os.chmod(self._dir, 0o700)
+            fd = os.open(os.path.join(self._dir, 'lock'),
+                         os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+
+    def _path(self, owner):
+        parts = owner.split(':')
+        cluster = parts[1] if len(parts) == 3 else 'tenks'
+        digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
+        return os.path.join(self._dir, '%s-%s' % (cluster, digest))
+
+    def _emulators(self):
+        """The directories of our emulators (those with an owner file)."""
+        if not os.path.isdir(self._dir):
+            return []
+        return sorted(
+            os.path.join(self._dir, name) for name in os.listdir(self._dir)
+            if os.path.isfile(os.path.join(self._dir, name, 'owner')))
+
+    def _check_owner(self, path, owner):
+        found = _read(os.path.join(path, 'owner'))
+        if found != owner:
+            raise exceptions.ResourceConflict(
+                kind='Redfish emulator directory', name=path, owner=owner,
+                reason='its owner file says %r' % found)
+
+    def _settings(self, address, port):
+        """What an emulator is started with, besides its systems and
+        credentials: a change restarts it."""
+        settings = {'address': address, 'port': port,
+                    'libvirt_uri': self.conf.hostagent.libvirt_uri,
+                    'tls': None}
+        tls = self._tls_files()
+        if tls:
+            digest = hashlib.sha256()
+            for name in tls:
+                with open(name, 'rb') as f:
+                    digest.update(f.read())
+            settings['tls'] = digest.hexdigest()
+        return settings
+
+    def _tls_files(self):
+        """(certificate, key) to serve HTTPS with, or None."""
+        certificate = self.conf.hostagent.redfish_tls_certificate
+        key = self.conf.hostagent.redfish_tls_key
+        if bool(certificate) != bool(key):
+            raise self._error(
+                'serve HTTPS', '[hostagent] redfish_tls_certificate and '
+                'redfish_tls_key go together')
+        if not certificate:
+            return None
+        for name in (certificate, key):
+            if not os.access(name, os.R_OK):
+                raise self._error('serve HTTPS', 'cannot read %s' % name)
+        return certificate, key
+
+    def _ensure_htpasswd(self, path, username, password):
+        """Write the htpasswd file unless it holds these credentials;
+        whether it wrote it."""
+        name = os.path.join(path, 'htpasswd')
+        if _htpasswd_matches(name, username, password):
+            return False
+        import bcrypt
+        digest = bcrypt.hashpw(password.encode(),
+                               bcrypt.gensalt(rounds=BCRYPT_ROUNDS))
+        _write(name, '%s:%s\n' % (username, digest.decode()))
+        return True
+
+    def _config(self, path, settings):
+        """sushy-tools' configuration file (Python) for ``settings``."""
+        lines = [
+            '# sushy-tools configuration, written by Tenks: do not edit.',
+            'from hostagent.drivers.bmc import allowlist as _allowlist',
+            'SUSHY_EMULATOR_LISTEN_IP = %r' % settings['address'],
+            'SUSHY_EMULATOR_LISTEN_PORT = %d' % settings['port'],
+            'SUSHY_EMULATOR_LIBVIRT_URI = %r' % settings['libvirt_uri'],
+            'SUSHY_EMULATOR_AUTH_FILE = %r' % os.path.join(path, 'htpasswd'),
+            'SUSHY_EMULATOR_ALLOWED_INSTANCES = _allowlist.AllowList(%r)'
+            % os.path.join(path, 'systems'),
+        ]
+        if settings['tls']:
+            lines += ['SUSHY_EMULATOR_SSL_CERT = %r'
+                      % os.path.join(path, 'tls.crt'),
+                      'SUSHY_EMULATOR_SSL_KEY = %r'
+                      % os.path.join(path, 'tls.key')]
+        return '\n'.join(lines) + '\n'
+
+    def _start(self, path, settings):
+        """Start the emulator of ``path``; return once it listens."""
+        tls = self._tls_files()
+        for source, copy in zip(tls or (None, None), ('tls.crt', 'tls.key'),
+                                strict=True):
+            if source is None:
+                # No longer HTTPS: no key copy stays behind.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, copy))
+                continue
+            with open(source, 'rb') as f:
+                _write(os.path.join(path, copy), f.read())
+        config = os.path.join(path, 'emulator.conf')
+        _write(config, self._config(path, settings))
+        log_file = os.path.join(path, 'emulator.log')
+        log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                      0o600)
+        emulator = os.path.join(os.path.dirname(sys.executable),
+                                'sushy-emulator')
+        try:
+            # A session of its own: it outlives the hostagent process and
+            # misses the signals sent to its process group.
+            proc = subprocess.Popen(
+                [emulator, '--config', config], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=log, start_new_session=True, umask=0o077,
+                env=dict(os.environ, **{MARKER_ENV: path}))
+        finally:
+            os.close(log)
+        self._procs[path] = proc
+        _write(os.path.join(path, 'emulator.pid'), str(proc.pid))
+
+        def listening():
+            if proc.poll() is not None:
+                raise self._error('start the Redfish emulator',
+                                  'it exited with status %d; see %s'
+                                  % (proc.returncode, log_file))
+            return _tcp_open(settings['address'], settings['port'])
+
+        try:
+            if not processes.poll(listening, START_TIMEOUT, POLL):
+                raise self._error(
+                    'start the Redfish emulator', '%s:%d was not open '
+                    'within %d s; see %s' % (settings['address'],
+                                             settings['port'],
+                                             START_TIMEOUT, log_file))
+        except exceptions.DriverError:
+            self._stop(path)
+            raise
+        _write(os.path.join(path, 'settings'), json.dumps(settings))
+
+    def _pid(self, path):
+        """The pid of the running emulator of ``path``, or None."""
+        try:
+            pid = int(_read(os.path.join(path, 'emulator.pid')))
+        except (OSError, ValueError, TypeError):
+            return None
+        marker = self._marker(path)
+        try:
+            with open('/proc/%d/environ' % pid, 'rb') as f:
+                ours = marker in f.read().split(b'\0')
+        except OSError:
+            return None
+        return pid if ours and processes.alive(pid) else None
+
+    @staticmethod
+    def _marker(path):
+        return ('%s=%s' % (MARKER_ENV, path)).encode()
+
+    def _stop(self, path):
+        """Stop every process of the emulator of ``path`` (ours only)."""
+        pids = processes.marked_pids(self._marker(path))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if not processes.poll(lambda: not any(map(processes.alive, pids)),
+                              TERM_TIMEOUT, POLL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if not processes.poll(
+                    lambda: not any(map(processes.alive, pids)),
+                    KILL_TIMEOUT, POLL):
+                raise self._error('stop the Redfish emulator', 'processes '
+                                  '%s did not exit' % sorted(pids))
+        proc = self._procs.pop(path, None)
+        if proc is not None:
+            proc.poll()  # reap our child
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(path, 'settings'))
+        if pids:
+            LOG.info('Stopped Redfish emulator %s (pids %s)',
+                     os.path.basename(path), sorted(pids))
+
+    def _remove(self, path):
+        """Stop the emulator and remove its directory."""
+        self._stop(path)
+        shutil.rmtree(path)
+
+    def _undo(self, path, domain, systems, created, made_dir):
+        """Leave nothing a failed ensure_system made."""
+        try:
+            if made_dir or (created and not systems):
+                self._remove(path)
+            elif created:
+                _write(os.path.join(path, 'systems'),
+                       json.dumps(systems, indent=1, sort_keys=True))
+        except Exception as e:
+            LOG.error('Could not undo the Redfish system of %s: %s',
+                      domain, e)
+
+    def _error(self, action, reason):
+        return exceptions.DriverError(driver=DRIVER, action=action,
+                                      reason=reason)
+
+
+def _read(name):
+    try:
+        with open(name, encoding='utf-8') as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _read_json(name):
+    text = _read(name)
+    try:
+        return None if text is None else json.loads(text)
+    except ValueError:
+        return None
+
+
+def _write(name, data):
+    """Replace file ``name`` with ``data`` (str or bytes), mode 0600,
+    at once: the emulator may read it meanwhile."""
+    tmp = name + '.tmp'
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, 'wb') as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, name)
+
+
+def _htpasswd_matches(name, username, password):
+    """Whether the htpasswd file ``name`` lets exactly this user in."""
+    import bcrypt
+    text = _read(name)
+    if text is None:
+        return False
+    user, _, digest = text.strip().partition(':')
+    try:
+        return user == username and bcrypt.checkpw(password.encode(),
+                                                   digest.encode())
+    except ValueError:
+        return False
+
+
+def _overlap(bound, address):
+    """Whether a socket bound to ``bound`` takes ``address`` too."""
+    if bound is None:
+        return False
+    if bound == address:
+        return True
+    return any(ipaddress.ip_address(a).is_unspecified
+               for a in (bound, address))
+
+
+def _connect_address(address):
+    """Where to reach a socket bound to ``address``."""
+    ip = ipaddress.ip_address(address)
+    if ip.is_unspecified:
+        return '::1' if ip.version == 6 else '127.0.0.1'
+    return address
+
+
+def _tcp_open(address, port):
+    target = _connect_address(address)
+    family = socket.AF_INET6 if ':' in target else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((target, port)) == 0
+
+
+def _check_port_free(address, port):
+    """Raise PortInUse unless a TCP socket can listen on address:port,
+    as the emulator's server would (with SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ':' in address else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+            sock.listen(1)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise exceptions.PortInUse(port=port,
+                                           address=address) from e
+            raise exceptions.DriverError(
+                driver=DRIVER, action='bind %s:%d' % (address, port),
+                reason=e.strerror) from e

@@ -1,0 +1,307 @@
+"""Redfish BMCs: scheduling, the plan, Ironic's driver_info, whole-node
+requests on fake drivers, and the sushy-tools driver's own files."""
+
+import json
+import os
+
+import pytest
+
+from conductor import planner
+from flows import registration
+from hostagent.drivers.bmc import allowlist
+from hostagent.drivers.bmc import sushy
+from tenks import exceptions
+from tenks import reconcile
+from tenks import scheduler
+from tests.unit import test_nodes
+from tests.unit.conftest import make_spec
+from tests.unit.test_reconcile import deployed
+from tests.unit.test_reconcile import plan
+from tests.unit.test_scheduler import facts
+
+agent = test_nodes.agent
+OWNER = test_nodes.OWNER
+UUID = test_nodes.node()['uuid']
+
+
+def mixed_spec(ipmi=1, redfish=2, **top):
+    return make_spec(
+        node_types={
+            'ipmi': {'memory_mb': 64, 'vcpus': 1},
+            # sushy-tools sets the boot device on a disk or a NIC.
+            'rf': {'memory_mb': 64, 'vcpus': 1, 'ironic_driver': 'redfish',
+                   'volumes': [{'capacity': '1GiB'}],
+                   'physical_networks': ['physnet1']}},
+        specs=[{'type': 'ipmi', 'count': ipmi, 'node_name_prefix': 'ip'},
+               {'type': 'rf', 'count': redfish, 'node_name_prefix': 'rf'}],
+        **top)
+
+
+def test_redfish_nodes_share_the_host_endpoint_and_take_no_ipmi_port():
+    spec = mixed_spec(ipmi_port_range_end=6230, redfish_port=9100)
+    nodes = scheduler.schedule(spec, {'hv1': facts(redfish_port=9100)}, [])
+    endpoints = [(n['name'], n['bmc_type'], n['bmc_port'],
+                  n['bmc_system_id'] == n['uuid']) for n in nodes]
+    assert endpoints == [('ip0', 'ipmi', 6230, False),
+                         ('rf0', 'redfish', 9100, True),
+                         ('rf1', 'redfish', 9100, True)]
+    assert nodes[0]['bmc_system_id'] is None
+
+
+def test_default_driver_and_bmc_emulators_choose_the_type():
+    spec = make_spec(default_ironic_driver='redfish',
+                     bmc_emulators={'redfish': 'sushy-tools'})
+    assert scheduler.bmc_type(spec, 'small') == 'redfish'
+    assert scheduler.bmc_type(make_spec(), 'small') == 'ipmi'
+
+
+def test_an_endpoint_of_another_cluster_is_refused():
+    first = scheduler.schedule(mixed_spec(cluster='a', ipmi=0),
+                               {'hv1': facts()}, [])
+    with pytest.raises(exceptions.EndpointInUse) as refused:
+        scheduler.schedule(mixed_spec(cluster='b', ipmi=0),
+                           {'hv1': facts()}, first)
+    assert str(refused.value) == (
+        'redfish_port: the Redfish endpoint 127.0.0.1:8000 on hv1 is in '
+        'use by cluster a on hv1; choose another redfish_port (or '
+        '[hostagent] redfish_port on that host)')
+    # Another port will do; IPMI nodes do not care.
+    assert scheduler.schedule(mixed_spec(cluster='b', ipmi=0),
+                              {'hv1': facts(redfish_port=8001)}, first)
+    assert scheduler.schedule(mixed_spec(cluster='b', redfish=0),
+                              {'hv1': facts()}, first)
+
+
+def test_two_hosts_never_share_an_endpoint():
+    hosts = {'hv1': facts('hv1'), 'hv2': facts('hv2', memory_mb=8192)}
+    nodes = scheduler.schedule(mixed_spec(ipmi=0, redfish=3), hosts, [])
+    # All on the host that took the endpoint first (the one with the most
+    # memory), none beside it at the same endpoint.
+    assert {n['hypervisor'] for n in nodes} == {'hv2'}
+    hosts['hv1']['redfish_port'] = 8001
+    nodes = scheduler.schedule(mixed_spec(ipmi=0, redfish=3, cluster='b'),
+                               dict(hosts, hv2=facts('hv2', memory_mb=32)),
+                               [])
+    assert {(n['hypervisor'], n['bmc_port']) for n in nodes} == {
+        ('hv1', 8001)}
+
+
+@pytest.mark.parametrize('user,refused', [
+    (None, False), ('tenks:unit:deployment-1', False),
+    ('tenks:other:x', 'the Redfish emulator of tenks:other:x'),
+    ('', 'another process')])
+def test_a_taken_endpoint_is_refused_before_anything(user, refused):
+    spec = mixed_spec()
+    hosts = {'hv1': facts(redfish_user=user)}
+    if not refused:
+        assert plan(spec, None, [], [], hosts)['nodes']
+        return
+    with pytest.raises(exceptions.EndpointInUse) as raised:
+        plan(spec, None, [], [], hosts)
+    assert refused in str(raised.value)
+
+
+def test_changing_the_driver_replaces_the_bmc_in_place():
+    old = mixed_spec(ipmi=1, redfish=0)
+    nodes, resources = deployed(old)
+    new = mixed_spec(ipmi=1, redfish=0)
+    new['node_types']['ipmi']['ironic_driver'] = 'redfish'
+    result = plan(new, old, nodes, resources)
+    [entry] = result['nodes']
+    assert entry['action'] == reconcile.UPDATE and entry['agent']
+    assert entry['new']['record']['bmc_type'] == 'redfish'
+    assert entry['new']['bmc'] == {
+        'type': 'redfish', 'address': '127.0.0.1', 'port': 8000,
+        'username': 'admin', 'system_id': entry['uuid'], 'tls': False}
+    assert {(c['field'], c['old'], c['new']) for c in result['changes']
+            if c['resource'] == 'bmc'} >= {('type', 'ipmi', 'redfish'),
+                                          ('port', 6230, 8000)}
+    # And back: an IPMI port again.
+    nodes = [entry['new']['record']]
+    back = plan(old, new, nodes, resources)
+    assert back['nodes'][0]['new']['record']['bmc_port'] == 6230
+    assert back['nodes'][0]['new']['record']['bmc_system_id'] is None
+
+
+def test_a_password_change_updates_the_nodes_of_its_type_only():
+    old = mixed_spec()
+    nodes, resources = deployed(old)
+    new = dict(old, redfish_password='changed')
+    result = plan(new, old, nodes, resources)
+    assert {e['name']: e['action'] for e in result['nodes']} == {
+        'ip0': reconcile.KEEP, 'rf0': reconcile.UPDATE,
+        'rf1': reconcile.UPDATE}
+    assert {(c['node'], c['field']) for c in result['changes']} == {
+        ('rf0', 'redfish_password'), ('rf1', 'redfish_password')}
+
+
+def test_bmc_drift_enrols_again():
+    # An emulator restarted with TLS (the hostagent's configuration
+    # changed) is 'differs': its Ironic node gets the https address.
+    spec = mixed_spec(ipmi=0, redfish=1)
+    spec['specs'][1]['ironic_config'] = {'resource_class': 'rc',
+                                         'traits': [], 'properties': {}}
+    nodes, resources = deployed(spec)
+    result = plan(spec, spec, nodes, resources,
+                  hosts={'hv1': facts(redfish_tls=True)})
+    [entry] = result['nodes']
+    assert entry['action'] == reconcile.KEEP
+    assert entry['new']['bmc']['tls'] is True
+    planner.add_drift(result, {entry['uuid']: [['bmc', 'rf0', 'differs']]})
+    assert (entry['action'], entry['agent'], entry['enrol']) == (
+        reconcile.UPDATE, True, True)
+
+
+def test_driver_info_of_each_type():
+    spec = mixed_spec(redfish_verify_ca='/etc/ca.pem', redfish_port=9100)
+    nodes = scheduler.schedule(spec, {'hv1': facts(redfish_port=9100)}, [])
+    views = [reconcile.view(spec, 'd', n, facts(redfish_tls=True))
+             for n in nodes]
+    assert registration.bmc_driver_info(views[0]['bmc'], spec) == {
+        'ipmi_address': '127.0.0.1', 'ipmi_port': 6230,
+        'ipmi_username': 'admin', 'ipmi_password': 'password'}
+    assert registration.bmc_driver_info(views[1]['bmc'], spec) == {
+        'redfish_address': 'https://127.0.0.1:9100',
+        'redfish_system_id': '/redfish/v1/Systems/%s' % nodes[1]['uuid'],
+        'redfish_username': 'admin', 'redfish_password': 'password',
+        'redfish_verify_ca': '/etc/ca.pem'}
+    ipv6 = dict(views[1]['bmc'], address='::1', tls=False)
+    assert reconcile.redfish_url(ipv6) == 'http://[::1]:9100'
+    assert views[1]['ironic'] is None  # no ironic_config
+
+
+def test_secrets_are_masked_in_what_callers_see():
+    from tenks.db import models
+    masked = models.mask_spec(mixed_spec(redfish_password='x'))
+    assert (masked['ipmi_password'], masked['redfish_password']) == (
+        '***', '***')
+
+
+def redfish_node(**bmc):
+    return test_nodes.node(bmc=dict(
+        {'type': 'redfish', 'address': '127.0.0.1', 'port': 9100,
+         'username': 'admin', 'password': 'hush', 'system_id': UUID},
+        **bmc))
+
+
+def test_a_redfish_node_is_a_system_of_its_owner_emulator(agent,
+                                                          hypervisor):
+    result = agent.nodes.ensure(redfish_node(), OWNER, False)
+    assert ['bmc', 'n0'] in result['created']
+    assert hypervisor.things[('system', 'n0')] == (OWNER, '127.0.0.1',
+                                                   9100, UUID)
+    assert ('bmc', 'n0') not in hypervisor.things
+    assert agent.nodes.inspect([redfish_node()], OWNER)['nodes'] == {
+        UUID: []}
+    hypervisor.stopped_bmcs.add('n0')
+    assert agent.nodes.inspect([redfish_node()], OWNER)['nodes'] == {
+        UUID: [['bmc', 'n0', 'stopped']]}
+    del hypervisor.things[('system', 'n0')]
+    assert agent.nodes.inspect([redfish_node()], OWNER)['nodes'] == {
+        UUID: [['bmc', 'n0', 'missing']]}
+
+
+def test_changing_type_removes_the_other_bmc(agent, hypervisor):
+    agent.nodes.ensure(test_nodes.node(), OWNER, False)
+    assert agent.nodes.ensure(redfish_node(), OWNER, False)['changed']
+    assert ('bmc', 'n0') not in hypervisor.things
+    assert ('system', 'n0') in hypervisor.things
+    agent.nodes.ensure(test_nodes.node(), OWNER, False)
+    assert ('system', 'n0') not in hypervisor.things
+    assert ('bmc', 'n0') in hypervisor.things
+
+
+def test_remove_node_removes_a_redfish_system(agent, hypervisor):
+    agent.nodes.ensure(redfish_node(), OWNER, False)
+    result = agent.nodes.remove(
+        {'name': 'n0', 'pool': 'p', 'volumes': [{'name': 'n0v0'}],
+         'nics': [{'tap': 'n0t0'}]}, OWNER)
+    assert ['bmc', 'n0'] in result['removed']
+    assert hypervisor.names('system') == []
+
+
+def test_a_redfish_bmc_needs_its_system_id(agent):
+    bad = redfish_node()
+    del bad['bmc']['system_id']
+    with pytest.raises(exceptions.InvalidNodeRequest) as refused:
+        agent.nodes.ensure(bad, OWNER, False)
+    assert "'system_id' is a required property" in str(refused.value)
+
+
+def test_the_allow_list_reads_its_file_each_time(tmp_path):
+    path = tmp_path / 'systems'
+    allowed = allowlist.AllowList(str(path))
+    assert 'u1' not in allowed  # no file: nothing
+    path.write_text(json.dumps({'n0': 'u1'}))
+    assert 'u1' in allowed and 'n0' not in allowed
+    path.write_text(json.dumps({'n1': 'u2'}))
+    assert 'u1' not in allowed and 'u2' in allowed
+    path.write_text('garbage')
+    assert 'u2' not in allowed
+
+
+def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
+    driver = sushy.SushyDriver(conf)
+    path = driver._path('tenks:c1:uuid')
+    assert os.path.basename(path).startswith('c1-')
+    assert driver._path('tenks:c1:other') != path
+    settings = driver._settings('127.0.0.1', 9100)
+    assert settings == {'address': '127.0.0.1', 'port': 9100,
+                        'libvirt_uri': 'qemu:///system', 'tls': None}
+    config = {}
+    exec(driver._config(str(tmp_path), settings), config)
+    assert config['SUSHY_EMULATOR_LISTEN_PORT'] == 9100
+    assert config['SUSHY_EMULATOR_AUTH_FILE'] == str(tmp_path / 'htpasswd')
+    assert isinstance(config['SUSHY_EMULATOR_ALLOWED_INSTANCES'],
+                      allowlist.AllowList)
+    assert 'SUSHY_EMULATOR_SSL_CERT' not in config
+
+    assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'pw') is True
+    assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'pw') is False
+    text = (tmp_path / 'htpasswd').read_text()
+    assert text.startswith('admin:$2') and 'pw' not in text.split(':')[1]
+    assert os.stat(tmp_path / 'htpasswd').st_mode & 0o777 == 0o600
+    assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'new') is True
+
+
+def test_tls_needs_both_files(tmp_path, conf):
+    cert = tmp_path / 'c.pem'
+    cert.write_text('cert')
+    conf.set_override('redfish_tls_certificate', str(cert),
+                      group='hostagent')
+    driver = sushy.SushyDriver(conf)
+    with pytest.raises(exceptions.DriverError) as refused:
+        driver._settings('127.0.0.1', 9100)
+    assert 'go together' in str(refused.value)
+    key = tmp_path / 'k.pem'
+    key.write_text('key')
+    conf.set_override('redfish_tls_key', str(key), group='hostagent')
+    first = driver._settings('127.0.0.1', 9100)['tls']
+    key.write_text('another key')
+    assert driver._settings('127.0.0.1', 9100)['tls'] != first
+
+
+def test_a_wildcard_address_overlaps_every_other():
+    assert sushy._overlap('0.0.0.0', '127.0.0.1')
+    assert sushy._overlap('127.0.0.1', '127.0.0.1')
+    assert not sushy._overlap('127.0.0.1', '127.0.0.2')
+    assert not sushy._overlap(None, '127.0.0.1')
+
+
+def test_a_mixed_cluster_deploys_and_tears_down(conductor, hypervisor):
+    spec = mixed_spec(ipmi=1, redfish=2, redfish_port=9100)
+    conductor.deploy(spec)
+    owner = 'tenks:unit:%s' % conductor.db.get_cluster('unit').uuid
+    assert hypervisor.names('bmc') == ['ip0']
+    assert hypervisor.names('system') == ['rf0', 'rf1']
+    assert {v[:3] for k, v in hypervisor.things.items()
+            if k[0] == 'system'} == {(owner, '127.0.0.1', 9100)}
+    nodes = {n.name: n for n in conductor.db.list_nodes(cluster='unit')}
+    assert nodes['rf1'].bmc_system_id == nodes['rf1'].uuid
+    # The emulator's port taken by another process: refused at once.
+    hypervisor.busy_tcp_ports.add(9101)
+    with pytest.raises(exceptions.EndpointInUse):
+        conductor.deploy(dict(spec, redfish_port=9101))
+    assert conductor.deploy(spec)['changed'] == []
+    conductor.teardown('unit')
+    assert hypervisor.names('system') == [] == hypervisor.names('bmc')
