@@ -134,24 +134,24 @@ class Connection(base.Connection):
         pass
 
     def _write(self, what, uuid, statements):
-        """Run ``statements(conn)`` in a transaction; StorageFailure on a
+        """``statements(conn)`` in a transaction; StorageFailure on a
         database error."""
-        try:
-            with self._engine.begin() as conn:
-                return statements(conn)
-        except sa_exc.SQLAlchemyError:
-            tf_exceptions.raise_with_cause(
-                tf_exceptions.StorageFailure,
-                'Failed writing %s %r' % (what, uuid))
+        return self._run(self._engine.begin, 'writing', what, uuid,
+                         statements)
 
     def _read(self, what, uuid, statements):
+        return self._run(self._engine.connect, 'reading', what, uuid,
+                         statements)
+
+    @staticmethod
+    def _run(connect, doing, what, uuid, statements):
         try:
-            with self._engine.connect() as conn:
+            with connect() as conn:
                 return statements(conn)
         except sa_exc.SQLAlchemyError:
             tf_exceptions.raise_with_cause(
                 tf_exceptions.StorageFailure,
-                'Failed reading %s %r' % (what, uuid))
+                'Failed %s %s %r' % (doing, what, uuid))
 
     def _remember(self, table, key, value):
         with self._lock:
