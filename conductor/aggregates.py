@@ -249,7 +249,5 @@ class Aggregates:
 
     def placement(self):
         """The scheduler's view of every registered hypervisor."""
-        return placement(
-            self.db.list_aggregates(),
-            [{'host': h.host, 'enabled': h.enabled}
-             for h in self.db.list_hypervisors()], self.default_zone)
+        aggregates, hypervisors = self.db.list_memberships()
+        return placement(aggregates, hypervisors, self.default_zone)

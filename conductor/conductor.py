@@ -262,7 +262,7 @@ class Conductor:
         plan, _ = planner.plan_deploy(
             spec, cluster, facts, [n.as_dict() for n in self.db.list_nodes()],
             [r.as_dict() for r in self.db.list_resources(spec['cluster'])],
-            force, self.aggregates.placement(), self.scheduler_options)
+            force, self.aggregates.placement, self.scheduler_options)
         planner.add_drift(plan, self._drift(plan, spec),
                           self._host_resources(spec, cluster.uuid, facts))
         return summary(plan)
@@ -358,7 +358,7 @@ class Conductor:
                 plan, missing = planner.plan_deploy(
                     spec, cluster, facts, recorded,
                     [r for r in resources if r['cluster'] == name], force,
-                    self.aggregates.placement(), self.scheduler_options)
+                    self.aggregates.placement, self.scheduler_options)
                 planner.add_drift(
                     plan, self._drift(plan, spec),
                     self._host_resources(spec, cluster.uuid, facts))
@@ -373,10 +373,11 @@ class Conductor:
                         + self._planned_elsewhere(name, facts, recorded))
                 self.db.add_nodes(missing)
             if not plan['changes']:
-                self.db.commit_cluster(
-                    name, spec, states.CLUSTER_DEPLOYED,
-                    {e['uuid']: e['new']['record']['spec_index']
-                     for e in plan['nodes']})
+                moved = reconcile.moved(plan)
+                if moved or (cluster.spec, cluster.state) != (
+                        spec, states.CLUSTER_DEPLOYED):
+                    self.db.commit_cluster(name, spec,
+                                           states.CLUSTER_DEPLOYED, moved)
                 return NOTHING_CHANGED
             self.db.set_operation_plan(operation_id, plan)
             from flows import deploy

@@ -46,9 +46,7 @@ def get_deploy_flow(operation_id):
     if (plan['host_remove'] or plan['flavors']['remove'] or plan['unenrol']
             or any(entry['new'] is None for entry in plan['nodes'])):
         flow.add(removal_flow(plan, db.list_resources(plan['cluster'])))
-    flow.add(records.CommitSpec(spec, {
-        entry['uuid']: entry['new']['record']['spec_index']
-        for entry in plan['nodes'] if entry['new'] is not None}))
+    flow.add(records.CommitSpec(spec, reconcile.moved(plan)))
     return flow
 
 

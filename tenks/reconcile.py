@@ -509,6 +509,18 @@ def _host_line(host, kind, name, action, field=None, old=None, new=None):
             'field': field, 'old': old, 'new': new}
 
 
+def moved(plan):
+    """{node uuid: new index in spec['specs']} of the nodes whose record
+    has another index (their entry moved in the spec); new nodes are
+    recorded with theirs."""
+    return {e['uuid']: e['new']['record']['spec_index']
+            for e in plan['nodes']
+            if e['new'] is not None and e['action'] != CREATE
+            and (e['old'] is None
+                 or e['old']['record']['spec_index']
+                 != e['new']['record']['spec_index'])}
+
+
 def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
          facts, resources):
     """What a deploy of ``spec`` changes.

@@ -5,6 +5,7 @@ Allocation is a pure function of the spec, what each hypervisor reported
 to grow (aggregates, traits, weighers) without touching the flows.
 """
 
+import collections
 import heapq
 import random
 import types
@@ -421,10 +422,17 @@ def schedule(spec, facts, recorded, placement=None, options=None):
 
     ``facts``: {host: inspect result}; ``recorded``: node records (dicts)
     of every cluster, which keep their names, MACs and ports;
-    ``placement``: {host: the conductor's view of it} (see HostState);
-    ``options``: see DEFAULT_OPTIONS and options_from_conf.
+    ``placement``: {host: the conductor's view of it} (see HostState),
+    or a function returning it, called only when a node is to be
+    placed; ``options``: see DEFAULT_OPTIONS and options_from_conf.
     """
+    mine = _recorded_counts(spec, recorded)
+    if all(entry['count'] <= mine[index]
+           for index, entry in enumerate(spec['specs'])):
+        return []
     options = options or DEFAULT_OPTIONS
+    if callable(placement):
+        placement = placement()
     placement = placement or {}
     by_host = {}
     taken_ports = {}
@@ -458,8 +466,7 @@ def schedule(spec, facts, recorded, placement=None, options=None):
         request = Request(spec, index, entry)
         prefix = entry['node_name_prefix']
         pool = name_pools.setdefault(prefix, _free_names(prefix, taken_names))
-        have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
-                   and n['spec_index'] == index)
+        have = mine[index]
         heap = None
         for _ in range(entry['count'] - have):
             if heap is None:
@@ -556,12 +563,18 @@ def _examples(reasons, shown=3):
         '; and %d more' % more if more > 0 else '')
 
 
+def _recorded_counts(spec, recorded):
+    """{index in spec['specs']: how many of its nodes are recorded}."""
+    return collections.Counter(n['spec_index'] for n in recorded
+                               if n['cluster'] == spec['cluster'])
+
+
 def _new_volume_bytes(spec, recorded):
     """Bytes of the volumes of the nodes of ``spec`` not recorded yet."""
+    mine = _recorded_counts(spec, recorded)
     total = 0
     for index, entry in enumerate(spec['specs']):
-        have = sum(1 for n in recorded if n['cluster'] == spec['cluster']
-                   and n['spec_index'] == index)
+        have = mine[index]
         total += max(entry['count'] - have, 0) * volume_bytes(
             spec['node_types'][entry['type']])
     return total

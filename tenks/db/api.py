@@ -428,6 +428,32 @@ class StateDB:
         return [dict(row.as_dict(), hosts=hosts.get(row.id, []))
                 for row in rows]
 
+    def list_memberships(self):
+        """(aggregates as list_aggregates gives them, but only those
+        with hosts; hypervisors as {host, enabled}), in one query."""
+        query = sa.select(
+            HYPERVISORS.c.host, HYPERVISORS.c.enabled, AGGREGATES,
+        ).select_from(HYPERVISORS.outerjoin(
+            AGGREGATE_HOSTS, AGGREGATE_HOSTS.c.host == HYPERVISORS.c.host,
+        ).outerjoin(
+            AGGREGATES, AGGREGATES.c.id == AGGREGATE_HOSTS.c.aggregate_id,
+        )).order_by(HYPERVISORS.c.host, AGGREGATES.c.id)
+        hypervisors, aggregates = {}, {}
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                hypervisors[row.host] = {'host': row.host,
+                                         'enabled': row.enabled}
+                if row.id is None:
+                    continue
+                if row.id not in aggregates:
+                    aggregate = models.Aggregate(**{
+                        c.name: row._mapping[c] for c in AGGREGATES.c})
+                    aggregates[row.id] = dict(aggregate.as_dict(),
+                                              hosts=[])
+                aggregates[row.id]['hosts'].append(row.host)
+        return (sorted(aggregates.values(), key=lambda a: a['id']),
+                list(hypervisors.values()))
+
     def create_aggregate(self, name, availability_zone=None):
         """Record a new aggregate; IntegrityError if the name is taken."""
         now = models.now()

@@ -2,6 +2,7 @@
 admin policy on the RPC API, and hypervisors that register disabled."""
 
 import pytest
+import sqlalchemy as sa
 
 from conductor import aggregates
 from conductor import rpcapi as conductor_rpcapi
@@ -122,6 +123,32 @@ def test_add_host_rules(hosts):
                        match='a host is in at most one zone'):
         hosts.update_aggregate('a4', {'availability_zone': 'az2'})
     hosts.update_aggregate('a4', {'availability_zone': 'az1'})
+
+
+def test_placement_reads_memberships_in_one_query(hosts):
+    """The scheduler's view, from one query, is the one the aggregate
+    records give: hosts in several aggregates, in none, an empty one."""
+    for name, zone in (('a1', 'az1'), ('a2', None), ('a3', 'az2'),
+                       ('empty', None)):
+        hosts.create_aggregate(name, zone)
+    hosts.set_aggregate_metadata('a2', {'rack': 'r1'})
+    for aggregate, host in (('a1', 'hv1'), ('a2', 'hv1'), ('a2', 'hv2'),
+                            ('a3', 'hv3')):
+        hosts.add_aggregate_host(aggregate, host)
+    hosts.update_hypervisor('hv2', False, 'broken')
+    db = hosts.db
+    statements = []
+    sa.event.listen(db.engine, 'before_cursor_execute',
+                    lambda *args: statements.append(args[2]))
+    view = hosts.aggregates.placement()
+    assert len(statements) == 1
+    assert view == aggregates.placement(
+        db.list_aggregates(),
+        [{'host': h.host, 'enabled': h.enabled}
+         for h in db.list_hypervisors()], 'nova')
+    assert view['hv2'] == {'enabled': False, 'availability_zone': 'nova',
+                           'aggregates': [{'name': 'a2',
+                                           'metadata': {'rack': 'r1'}}]}
 
 
 def test_remove_host_only_when_disabled(hosts):
