@@ -121,13 +121,19 @@ class Conductor:
         persisted, and the next start of this conductor resumes them.
         Returns how many were handed back.
         """
-        if grace is None:
-            grace = self.conf.conductor.graceful_shutdown_timeout
-        left = self.operations.drain(grace)
+        left = self.drain(grace)
         self.server.stop()
         self.server.wait()
         self.operations.shutdown(wait=not left)
         return left
+
+    def drain(self, grace=None):
+        """Take no more work and let running operations finish; return
+        how many still run after ``grace`` seconds (default:
+        graceful_shutdown_timeout), their flows persisted for a resume."""
+        if grace is None:
+            grace = self.conf.conductor.graceful_shutdown_timeout
+        return self.operations.drain(grace)
 
     # Hypervisors
 

@@ -41,13 +41,14 @@ def transport_url(conf):
     return probe.transport_url or None
 
 
-def connect(conf, read_only=False):
+def connect(conf, read_only=False, exits=False):
     """A client for one command; ``read_only`` commands in embedded
-    mode read the state database without starting a conductor."""
+    mode read the state database without starting a conductor; ``exits``:
+    the process exits after the command (see embedded.embedded)."""
     url = transport_url(conf)
     if url:
         return RemoteClient(conf, url)
-    return StateReader(conf) if read_only else EmbeddedClient(conf)
+    return StateReader(conf) if read_only else EmbeddedClient(conf, exits)
 
 
 class RemoteClient:
@@ -135,9 +136,9 @@ class EmbeddedClient:
 
     remote = False
 
-    def __init__(self, conf):
+    def __init__(self, conf, exits=False):
         from tenks.cli import embedded
-        self._context = embedded.embedded(conf)
+        self._context = embedded.embedded(conf, exits)
         self.conductor = None
 
     def __enter__(self):

@@ -133,7 +133,7 @@ class OperationCommand(Command):
         -> the line to print once it succeeded. A failure names
         ``source`` (the spec file), whose fields its error may name."""
         started = time.monotonic()
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             operation_id = start(tenks)
             if not args.wait:
                 self.app.stdout.write(operation_id + '\n')
@@ -193,7 +193,7 @@ class Plan(Lister):
 
     def take_action(self, args):
         spec = load_spec(args.spec)
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             plan = tenks.plan(spec, args.force)
         if not plan['changes'] and args.formatter == 'table':
             self.app.stderr.write('Cluster %s is as specified: nothing to '
@@ -408,7 +408,7 @@ class HypervisorList(Lister):
     def take_action(self, args):
         # Not read-only in embedded mode: the local hostagent registers
         # with its current facts.
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             hypervisors = tenks.list_hypervisors()
         return HYPERVISOR_COLUMNS, [hypervisor_row(h) for h in hypervisors]
 
@@ -423,7 +423,7 @@ class HypervisorShow(ShowOne):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             hypervisor = tenks.get_hypervisor(args.host)
         return HYPERVISOR_SHOW_COLUMNS, hypervisor_show_row(hypervisor)
 
@@ -483,7 +483,7 @@ class HypervisorSet(Command):
         if args.enabled and args.reason:
             raise exceptions.ConfigError(
                 reason='--reason goes with --disable')
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             tenks.admin('update_hypervisor', args.host, args.enabled,
                         args.reason)
 
@@ -497,7 +497,7 @@ class HypervisorDelete(Command):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             tenks.delete_hypervisor(args.host)
         self.app.stdout.write('Hypervisor %s deleted.\n' % args.host)
 
@@ -524,7 +524,7 @@ class AggregateShowCommand(ShowOne):
     """Aggregates are admin calls: this CLI acts as admin."""
 
     def admin(self, method, *args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             return tenks.admin(method, *args)
 
 
@@ -539,7 +539,7 @@ class AggregateList(Lister):
 
     def take_action(self, args):
         fields = AGGREGATE_LONG_COLUMNS if args.long else AGGREGATE_COLUMNS
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             aggregates = tenks.admin('list_aggregates')
         return fields, [aggregate_row(a, fields) for a in aggregates]
 
@@ -558,7 +558,7 @@ class AggregateCreate(AggregateShowCommand):
 
     def take_action(self, args):
         metadata = properties(args.property)
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             aggregate = tenks.admin('create_aggregate', args.name, args.zone)
             if metadata:
                 aggregate = tenks.admin('set_aggregate_metadata',
@@ -597,7 +597,7 @@ class AggregateSet(Command):
             ('name', args.name), ('availability_zone', args.zone))
             if value is not None}
         metadata = properties(args.property)
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             if values:
                 tenks.admin('update_aggregate', args.aggregate, values)
             if metadata:
@@ -618,7 +618,7 @@ class AggregateUnset(Command):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             if args.zone:
                 tenks.admin('update_aggregate', args.aggregate,
                             {'availability_zone': None})
@@ -636,7 +636,7 @@ class AggregateDelete(Command):
         return parser
 
     def take_action(self, args):
-        with client.connect(self.app.conf) as tenks:
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             for aggregate in args.aggregate:
                 tenks.admin('delete_aggregate', aggregate)
 

@@ -17,8 +17,14 @@ from tenks import rpc
 
 
 @contextlib.contextmanager
-def embedded(conf):
-    """Yield a started Conductor with a local hostagent beside it."""
+def embedded(conf, exits=False):
+    """Yield a started Conductor with a local hostagent beside it.
+
+    ``exits``: the process exits when this ends (the ``tenks`` command,
+    see tenks.cli.main.console_main), so once no operation runs, nothing
+    is left to do: the RPC servers are not stopped, which would only
+    wait for their listeners' next polls.
+    """
     # The RPC servers' idle worker threads poll for work every second,
     # and stopping a server (and exiting the process) joins them: that
     # second would be most of a short command's run time.
@@ -31,6 +37,9 @@ def embedded(conf):
     try:
         yield conductor
     finally:
-        conductor.stop()
-        agent.stop()
-        bus.cleanup()
+        if exits:
+            conductor.drain()
+        else:
+            conductor.stop()
+            agent.stop()
+            bus.cleanup()

@@ -24,7 +24,9 @@ class TenksApp(app.App):
     # Warnings and errors only; -v shows progress, -vv debug.
     DEFAULT_VERBOSE_LEVEL = 0
 
-    def __init__(self):
+    def __init__(self, exits=False):
+        # Whether the process exits after the command (console_main).
+        self.exits = exits
         super().__init__(
             description='Virtual bare metal clusters for OpenStack Ironic.',
             version=tenks.__version__,
@@ -92,11 +94,11 @@ class TenksApp(app.App):
         return conf
 
 
-def main(argv=None):
+def main(argv=None, exits=False):
     # oslo.service's backend is chosen where the bus is first used
     # (tenks.rpc): --version and the read-only commands never load it.
     runtime.hide_eventlet()
-    return TenksApp().run(sys.argv[1:] if argv is None else argv)
+    return TenksApp(exits).run(sys.argv[1:] if argv is None else argv)
 
 
 def console_main():
@@ -107,7 +109,7 @@ def console_main():
     command is done; by then every transaction is committed and the
     daemons Tenks runs are detached, so flush the output and go.
     """
-    code = main()
+    code = main(exits=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
