@@ -40,6 +40,9 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
             interfaces=sorted(interfaces),
             owner=names.owner(spec['cluster'], deployment),
+            # Only that driver's marks: a Linux bridge cluster never
+            # connects to Open vSwitch.
+            bridge_type=spec['bridge_type'],
             **inspection.redfish_endpoint(spec))
         for host, interfaces in sorted(wanted.items())}
     problems = scheduler.interface_conflicts(spec, wanted, found, resources)

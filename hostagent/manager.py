@@ -225,7 +225,8 @@ class HostAgentManager:
                     **self.provider_facts)
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
-                 interfaces, owner, redfish_address=None, redfish_port=None):
+                 interfaces, owner, redfish_address=None, redfish_port=None,
+                 bridge_type=None):
         """Facts, with this host's own mappings and BMC addresses (and
         Redfish port) applied to a spec's, and what of them is missing or
         taken here.
@@ -235,13 +236,16 @@ class HostAgentManager:
         (names a deploy would create) that exist without the mark
         ``owner`` (None: nothing is ours yet). Marks are interface
         aliases, as the network drivers set them, or what a driver keeps
-        elsewhere (Open vSwitch's external_ids). ``redfish_port_user``:
-        who holds the Redfish endpoint (see RedfishDriver.endpoint_user).
+        elsewhere (Open vSwitch's external_ids) for the driver of
+        ``bridge_type`` (the spec's; None: every driver).
+        ``redfish_port_user``: who holds the Redfish endpoint (see
+        RedfishDriver.endpoint_user).
         """
         facts = self.facts()
         marks = {}
-        for driver in self.networks.values():
-            marks.update(driver.marks(interfaces))
+        for kind, driver in self.networks.items():
+            if bridge_type in (None, kind):
+                marks.update(driver.marks(interfaces))
         mappings = dict(physnet_mappings, **facts['physnet_mappings'])
         address = facts['ipmi_address'] or ipmi_address
         redfish_address = facts['redfish_address'] or redfish_address
@@ -274,10 +278,10 @@ class HostAgentManager:
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner,
-                redfish_address=None, redfish_port=None):
+                redfish_address=None, redfish_port=None, bridge_type=None):
         self._run(request_id, reply_to, [], self._inspect, physnet_mappings,
                   ipmi_address, ipmi_ports, interfaces, owner,
-                  redfish_address, redfish_port)
+                  redfish_address, redfish_port, bridge_type)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):

@@ -69,7 +69,8 @@ API version history:
   uplink and port, on a node's NICs and, as ``remove.port_types``, on
   the ports a node request removes; the agent picks that network
   driver. ``inspect`` reports ``network_drivers`` (the list offered)
-  instead of ``network_driver``.
+  instead of ``network_driver``, and with ``bridge_type`` reads the
+  marks of that driver's interfaces only.
   Storage: ensure_pool and remove_pool take ``pool_type`` ('dir',
   the default, or 'logical': an LVM volume group) and ``devices`` (its
   block devices). A volume of ensure_node may have ``device`` ('disk'
@@ -125,7 +126,7 @@ OPTIONAL = dict({method: ('bridge_type',) for method in (
     'ensure_port', 'remove_port')},
     ensure_pool=('pool_type', 'devices'),
     remove_pool=('pool_type', 'devices'),
-    inspect=('redfish_address', 'redfish_port'))
+    inspect=('redfish_address', 'redfish_port', 'bridge_type'))
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.

@@ -274,6 +274,22 @@ def test_port_changes_read_ports_bridges_and_taps(conf, monkeypatch,
         'br0': OWNER, 'other': '', 'theirs': 'tenks:x:2'}
 
 
+def test_a_linux_bridge_deploy_reads_no_open_vswitch_marks(
+        typed_conductor, monkeypatch):
+    """Only the driver of the spec's bridge_type is asked for the marks
+    of the interfaces a deploy would make: a Linux bridge cluster never
+    connects to Open vSwitch."""
+    asked = []
+    monkeypatch.setattr(TypedNetwork, 'marks', lambda self, names: (
+        asked.append((self.name, sorted(names))) or {}))
+    typed_conductor.deploy(ovs_spec())
+    typed_conductor.deploy(dict(ovs_spec(), cluster='lb',
+                                bridge_prefix='brlb',
+                                bridge_type='linuxbridge'))
+    assert [name for name, names in asked if names] == [
+        'openvswitch', 'linuxbridge']
+
+
 def test_without_open_vswitch_nothing_connects(conf, tmp_path):
     conf.set_override('ovsdb_connection', 'unix:%s' % (tmp_path / 'db'),
                       group='hostagent')
