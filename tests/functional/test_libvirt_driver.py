@@ -444,6 +444,10 @@ def test_volume_made_by_a_killed_agent_is_made_again(driver, conn, conf,
     killed_while_making(conf, pool, 'hx-w')
     assert driver.remove_volume(pool, 'hx-w', fx.OWNER) is True
     assert not os.path.exists(os.path.join(directory, 'hx-w'))
+    # With its pool go the agent's notes on it.
+    assert driver.remove_volume(pool, 'hx-v', fx.OWNER) is True
+    assert driver.remove_pool(pool, directory, fx.OWNER) is True
+    assert not os.path.exists(os.path.join(conf.state_dir, 'making', pool))
 
 
 def test_hand_defined_pool_is_never_adopted(driver, conn, left):

@@ -444,6 +444,10 @@ class LibvirtDriver(base.VirtDriver):
                 self._libvirt('remove storage pool %s' % name) as conn:
             changed = False
             pool = self._pool_conflict(conn, name, path, owner, logical)
+            # What this agent noted of the pool's volumes (_intent): none
+            # is being made once the pool goes.
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self._intent(name, '-')))
             if pool is not None:
                 if pool.isActive():
                     pool.destroy()
