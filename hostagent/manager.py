@@ -40,6 +40,7 @@ from stevedore import driver as stevedore_driver
 from conductor import rpcapi as conductor_rpcapi
 from hostagent import nodes
 from hostagent import rpcapi
+from hostagent import transfer
 from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import resources
@@ -114,6 +115,10 @@ class HostAgentManager:
                                    conf.hostagent.redfish_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
                                  self.redfish, self.host)
+        # Volumes served to the hypervisors nodes move to.
+        self.exports = transfer.Exports(
+            conf.hostagent.transfer_address or conf.hostagent.ipmi_address
+            or '127.0.0.1', conf.hostagent.transfer_timeout)
         # Checked at start: a typo must not register a wrong inventory.
         self.provider_facts = resources.hostagent_facts(conf.hostagent)
         self._recent = collections.OrderedDict()
@@ -374,6 +379,18 @@ class HostAgentManager:
     def remove_node(self, context, request_id, reply_to, node, owner):
         self._run(request_id, reply_to, nodes.things(node) or [],
                   self.nodes.remove, node, owner)
+
+    def export_node(self, context, request_id, reply_to, node, owner):
+        self._run(request_id, reply_to, [('domain', node['name'])],
+                  self.nodes.export, node, owner, self.exports)
+
+    def close_export(self, context, request_id, reply_to, name):
+        self._run(request_id, reply_to, [],
+                  lambda: {'changed': self.exports.close(name)})
+
+    def power_node(self, context, request_id, reply_to, name, owner, on):
+        self._run(request_id, reply_to, [('domain', name)],
+                  self.nodes.power, name, owner, on)
 
     def inspect_nodes(self, context, request_id, reply_to, nodes, owner):
         self._run(request_id, reply_to, [], self.nodes.inspect, nodes,

@@ -73,6 +73,9 @@ NODE_SCHEMA = {
                                             'pattern': '^/'},
                                    'url': {'type': 'string',
                                            'pattern': '^https?://'},
+                                   # Sent in a header: a volume moving
+                                   # from another hypervisor.
+                                   'token': {'type': 'string'},
                                    'backing': {'type': 'boolean'}},
                     'oneOf': [{'required': ['path']},
                               {'required': ['url']}],
@@ -119,6 +122,20 @@ NODE_SCHEMA = {
 }
 
 
+# export_node: the node's name, and the pool and names of its volumes.
+EXPORT_SCHEMA = {
+    'type': 'object',
+    'required': ['name', 'pool', 'volumes'],
+    'properties': {
+        'name': {'type': 'string', 'minLength': 1},
+        'pool': {'type': 'string', 'minLength': 1},
+        'volumes': {'type': 'array', 'items': {
+            'type': 'object', 'required': ['name'],
+            'properties': {'name': {'type': 'string', 'minLength': 1}}}},
+    },
+}
+
+
 # remove_node needs less: the names of what to remove (the conductor
 # knows them from its records, not the sizes or MACs).
 REMOVE_SCHEMA = {
@@ -155,7 +172,8 @@ def check(node, schema=NODE_SCHEMA):
     if not problems:
         remove = node.get('remove') or {}
         for kind, wanted in (('volumes', [v['name'] for v in node['volumes']]),
-                             ('ports', [n['tap'] for n in node['nics']])):
+                             ('ports', [n['tap'] for n in node.get('nics',
+                                                                   ())])):
             problems += ['remove.%s: %s is also wanted' % (kind, name)
                          for name in sorted(set(remove.get(kind, ()))
                                             & set(wanted))]
@@ -523,6 +541,36 @@ class Nodes:
             replaced = self.redfish.remove_system(name, owner)
         # A node has one BMC: the one it changed type from went.
         return dict(result, changed=result['changed'] or replaced), undo
+
+    def export(self, node, owner, exports):
+        """Power the node's domain off and serve its volumes to the
+        hypervisor it moves to (``exports``: hostagent.transfer.Exports).
+
+        ``node``: {'name', 'pool', 'volumes': [{'name'}]}, our volumes
+        only. Reports {'changed', 'power_state' (before), 'volumes':
+        {name: {'url', 'token'}}}.
+        """
+        check(node, EXPORT_SCHEMA)
+        name = node['name']
+        state = self.virt.domain_state(name)
+        if state is None:
+            raise exceptions.DriverError(
+                driver='libvirt', action='move node %s' % name,
+                reason='its domain is not defined here')
+        # Its disks are copied: nothing may write to them meanwhile.
+        stopped = self.virt.stop_domain(name, owner)
+        paths = {vol['name']: self.virt.volume_path(node['pool'],
+                                                    vol['name'], owner)
+                 for vol in node['volumes']}
+        return {'changed': stopped, 'power_state': state,
+                'volumes': exports.open(name, paths)}
+
+    def power(self, name, owner, on):
+        """Start (``on``) or power off the node's domain; whether that
+        changed it."""
+        if on:
+            return {'changed': self.virt.start_domain(name, owner)}
+        return {'changed': self.virt.stop_domain(name, owner)}
 
     def remove_bmc(self, name, owner=None):
         """Remove the node's BMC, whichever its type; whether there was

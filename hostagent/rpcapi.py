@@ -89,11 +89,19 @@ API version history:
   by its owner's sushy-tools emulator (started on demand) and removes an
   IPMI BMC of the node, and the other way round; remove_node and
   inspect_nodes cover both types (a stopped emulator is ``stopped``).
+* 1.5 - Moves (host maintenance). ``export_node(node, owner)`` powers
+  the node's domain off and serves its volumes over HTTP
+  (hostagent.transfer), reporting ``{'changed', 'power_state' (before),
+  'volumes': {name: {'url', 'token'}}}``; ``node`` is ``{'name',
+  'pool', 'volumes': [{'name'}]}``. ``close_export(name)`` stops
+  serving them. ``power_node(name, owner, on)`` starts or powers off a
+  domain. A volume's ``source`` of ensure_node may carry the ``token``
+  an export gave (sent in the X-Tenks-Transfer-Token header).
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.4'
+RPC_API_VERSION = '1.5'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -116,6 +124,9 @@ METHODS = {
     'ensure_node': ('node', 'owner', 'force'),
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
+    'export_node': ('node', 'owner'),
+    'close_export': ('name',),
+    'power_node': ('name', 'owner', 'on'),
 }
 # Keyword arguments a method may also take (since 1.4), sent only when
 # they differ from the default: a bridge's type (Open vSwitch), a logical
@@ -131,7 +142,8 @@ OPTIONAL = dict({method: ('bridge_type',) for method in (
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
 SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
-         'inspect_nodes': '1.4'}
+         'inspect_nodes': '1.4', 'export_node': '1.5', 'close_export': '1.5',
+         'power_node': '1.5'}
 
 
 def node_request(view, passwords, gone=None):

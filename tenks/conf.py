@@ -161,6 +161,16 @@ hostagent_opts = [
     cfg.IPOpt('ipmi_address',
               help="Address this hypervisor's BMCs listen on, instead of "
                    "the cluster spec's ipmi_address."),
+    cfg.IPOpt('transfer_address',
+              help="Address this hypervisor serves the volumes of nodes "
+                   "moving away on (host maintenance), while they move; "
+                   "the other hypervisors must reach it. Default: "
+                   "ipmi_address, else 127.0.0.1 (moves only between "
+                   "hostagents of this machine)."),
+    cfg.IntOpt('transfer_timeout',
+               default=3600, min=1,
+               help='Seconds the volumes of a node moving away stay '
+                    'served, at most.'),
     cfg.IPOpt('redfish_address',
               help="Address this hypervisor's Redfish emulators listen on, "
                    "instead of the cluster spec's redfish_address. "

@@ -86,6 +86,11 @@ class VirtDriver(abc.ABC):
         """
 
     @abc.abstractmethod
+    def volume_path(self, pool, name, owner):
+        """The path of our volume ``name`` (a file or a block device),
+        for a move to copy it; DriverError when there is none."""
+
+    @abc.abstractmethod
     def existing_volumes(self, pool, names):
         """{name: {'capacity', 'format'} or None} of volumes that are not
         Tenks' (attached as they are); None when absent."""

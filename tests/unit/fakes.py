@@ -79,6 +79,12 @@ class FakeVirt(base.VirtDriver):
     def remove_volume(self, pool, name, owner):
         return self.hv.remove('volume', name)
 
+    def volume_path(self, pool, name, owner):
+        if ('volume', name) not in self.hv.things:
+            raise exceptions.DriverError(driver='fake', action='read volume '
+                                         '%s' % name, reason='no such volume')
+        return '/fake/%s/%s' % (pool, name)
+
     def volume_info(self, pool, name, owner):
         capacity = self.hv.things.get(('volume', name))
         return None if capacity is None else {'capacity': capacity,

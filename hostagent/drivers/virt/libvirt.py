@@ -674,6 +674,16 @@ class LibvirtDriver(base.VirtDriver):
                         _volume_words(wanted)))
         return base.ensured(False)
 
+    def volume_path(self, pool, name, owner):
+        action = 'read volume %s in storage pool %s' % (name, pool)
+        with self._volume_lock(pool, name), self._libvirt(action) as conn:
+            lvpool = conn.storagePoolLookupByName(pool)
+            vol = self._owned_volume(lvpool, pool, name, owner)
+            if vol is None:
+                raise exceptions.DriverError(driver='libvirt', action=action,
+                                             reason='there is no such volume')
+            return vol.path()
+
     def volume_info(self, pool, name, owner):
         action = 'read volume %s in storage pool %s' % (name, pool)
         with self._volume_lock(pool, name), self._libvirt(action) as conn:

@@ -16,6 +16,7 @@ import tempfile
 import urllib.error
 import urllib.request
 
+from hostagent import transfer
 from tenks import exceptions
 from tenks import fileutils
 
@@ -89,11 +90,16 @@ def local_image(source, directory):
         yield source['path']
         return
     url = source['url']
+    request = urllib.request.Request(url)
+    if source.get('token'):
+        # A volume another hypervisor serves for a move (hostagent.
+        # transfer): the token goes in a header, never in the URL.
+        request.add_header(transfer.TOKEN_HEADER, source['token'])
     fileutils.private_dir(directory)
     fd, path = tempfile.mkstemp(dir=directory, suffix='.image')
     try:
         with os.fdopen(fd, 'wb') as out, urllib.request.urlopen(
-                url, timeout=DOWNLOAD_TIMEOUT) as response:
+                request, timeout=DOWNLOAD_TIMEOUT) as response:
             shutil.copyfileobj(response, out, 1024 * 1024)
         yield path
     except (urllib.error.URLError, OSError) as e:
