@@ -75,8 +75,9 @@ def host_zones(aggregates, host, skip=None):
 
 
 def placement(aggregates, hypervisors, default_zone):
-    """{host: {'enabled', 'availability_zone', 'aggregates': [{name,
-    metadata}]}}: what the scheduler needs to know of each host."""
+    """{host: {'enabled', 'maintenance', 'availability_zone',
+    'aggregates': [{name, uuid, metadata}]}}: what the scheduler needs to
+    know of each host."""
     result = {}
     for hypervisor in hypervisors:
         host = hypervisor['host']
@@ -84,9 +85,10 @@ def placement(aggregates, hypervisors, default_zone):
         zones = sorted(host_zones(mine, host))
         result[host] = {
             'enabled': hypervisor['enabled'],
+            'maintenance': bool(hypervisor.get('maintenance')),
             'availability_zone': zones[0] if zones else default_zone,
-            'aggregates': [{'name': a['name'], 'metadata': a['metadata']}
-                           for a in mine],
+            'aggregates': [{'name': a['name'], 'uuid': a['uuid'],
+                            'metadata': a['metadata']} for a in mine],
         }
     return result
 

@@ -21,6 +21,8 @@ class HypervisorRegistry:
                - row.last_seen.replace(tzinfo=datetime.timezone.utc))
         if age.total_seconds() > self.conf.conductor.agent_down_time:
             return 'down'
+        if row.maintenance:
+            return 'maintenance'
         return 'up' if row.enabled else 'disabled'
 
     def list_hypervisors(self):

@@ -413,6 +413,14 @@ class StateDB:
             HYPERVISORS.c.host == host).values(
                 enabled=enabled, disabled_reason=None if enabled else reason))
 
+    def set_hypervisor_maintenance(self, host, maintenance, reason=None):
+        """Put ``host`` into maintenance (disabled, with ``reason``) or
+        take it out (enabled)."""
+        self._write(sa.update(HYPERVISORS).where(
+            HYPERVISORS.c.host == host).values(
+                maintenance=maintenance, enabled=not maintenance,
+                disabled_reason=reason if maintenance else None))
+
     # Aggregates
 
     def list_aggregates(self):
@@ -430,9 +438,11 @@ class StateDB:
 
     def list_memberships(self):
         """(aggregates as list_aggregates gives them, but only those
-        with hosts; hypervisors as {host, enabled}), in one query."""
+        with hosts; hypervisors as {host, enabled, maintenance}), in one
+        query."""
         query = sa.select(
-            HYPERVISORS.c.host, HYPERVISORS.c.enabled, AGGREGATES,
+            HYPERVISORS.c.host, HYPERVISORS.c.enabled,
+            HYPERVISORS.c.maintenance, AGGREGATES,
         ).select_from(HYPERVISORS.outerjoin(
             AGGREGATE_HOSTS, AGGREGATE_HOSTS.c.host == HYPERVISORS.c.host,
         ).outerjoin(
@@ -442,7 +452,8 @@ class StateDB:
         with self.engine.connect() as conn:
             for row in conn.execute(query):
                 hypervisors[row.host] = {'host': row.host,
-                                         'enabled': row.enabled}
+                                         'enabled': row.enabled,
+                                         'maintenance': row.maintenance}
                 if row.id is None:
                     continue
                 if row.id not in aggregates:

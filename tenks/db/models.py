@@ -178,7 +178,11 @@ class Hypervisor(Record):
         _column('last_seen', sa.DateTime()),
         # Why an operator disabled it ("tenks hypervisor set --disable
         # --reason").
-        _column('disabled_reason', sa.Text(), nullable=True))
+        _column('disabled_reason', sa.Text(), nullable=True),
+        # In maintenance ("tenks hypervisor maintenance start"): disabled,
+        # and its nodes moved to other hosts of its aggregates.
+        _column('maintenance', sa.Boolean(), default=False,
+                server_default=sa.false()))
 
 
 class Aggregate(Record):

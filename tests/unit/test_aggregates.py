@@ -144,10 +144,14 @@ def test_placement_reads_memberships_in_one_query(hosts):
     assert len(statements) == 1
     assert view == aggregates.placement(
         db.list_aggregates(),
-        [{'host': h.host, 'enabled': h.enabled}
+        [{'host': h.host, 'enabled': h.enabled,
+          'maintenance': h.maintenance}
          for h in db.list_hypervisors()], 'nova')
-    assert view['hv2'] == {'enabled': False, 'availability_zone': 'nova',
+    assert view['hv2'] == {'enabled': False, 'maintenance': False,
+                           'availability_zone': 'nova',
                            'aggregates': [{'name': 'a2',
+                                           'uuid': hosts.get_aggregate(
+                                               'a2')['uuid'],
                                            'metadata': {'rack': 'r1'}}]}
 
 
@@ -257,15 +261,18 @@ def test_hypervisor_show_has_its_resource_provider(conductor):
 
 def test_placement_view():
     view = aggregates.placement(
-        [{'id': 1, 'name': 'a', 'availability_zone': 'z', 'hosts': ['h1'],
-          'metadata': {'k': 'v'}}],
-        [{'host': 'h1', 'enabled': True}, {'host': 'h2', 'enabled': False}],
+        [{'id': 1, 'uuid': 'u1', 'name': 'a', 'availability_zone': 'z',
+          'hosts': ['h1'], 'metadata': {'k': 'v'}}],
+        [{'host': 'h1', 'enabled': True},
+         {'host': 'h2', 'enabled': False, 'maintenance': True}],
         'nova')
     assert view == {
-        'h1': {'enabled': True, 'availability_zone': 'z',
-               'aggregates': [{'name': 'a', 'metadata': {'k': 'v'}}]},
-        'h2': {'enabled': False, 'availability_zone': 'nova',
-               'aggregates': []}}
+        'h1': {'enabled': True, 'maintenance': False,
+               'availability_zone': 'z',
+               'aggregates': [{'name': 'a', 'uuid': 'u1',
+                               'metadata': {'k': 'v'}}]},
+        'h2': {'enabled': False, 'maintenance': True,
+               'availability_zone': 'nova', 'aggregates': []}}
 
 
 # Over the bus: admin only
