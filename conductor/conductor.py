@@ -23,6 +23,7 @@ from conductor import hypervisors
 from conductor import inspection
 from conductor import locks
 from conductor import manager
+from conductor import moves
 from conductor import operations
 from conductor import planner
 from conductor import preflight
@@ -207,6 +208,99 @@ class Conductor:
         """Forget hypervisor ``host``: it must be down and host nothing."""
         self.registry.delete_hypervisor(host)
 
+    # Host maintenance
+
+    def start_maintenance(self, host, reason=None):
+        """Put ``host`` into maintenance (disabled: no new nodes) and
+        move its nodes to other enabled hosts of its aggregates, one move
+        operation per cluster; see _submit_move.
+
+        Returns {'host', 'operations': [ids], 'refused': {cluster:
+        reason}} (a cluster busy with another operation is left for a
+        later "maintenance start").
+        """
+        self.registry.get_hypervisor(host)
+        self.db.set_hypervisor_maintenance(host, True, reason or
+                                           'in maintenance')
+        clusters = {}
+        for node in self.db.list_nodes(hypervisor=host):
+            clusters.setdefault(node.cluster, []).append(node.uuid)
+        return self._submit_moves(host, clusters, None)
+
+    def stop_maintenance(self, host, rebalance=False):
+        """Take ``host`` out of maintenance (enabled); with ``rebalance``,
+        move nodes of the other enabled hosts of its aggregates to it
+        until they differ by at most one node. Returns what
+        start_maintenance does."""
+        self.registry.get_hypervisor(host)
+        self.db.set_hypervisor_maintenance(host, False)
+        clusters = {}
+        if rebalance:
+            nodes = [n.as_dict() for n in self.db.list_nodes()]
+            for node in moves.rebalance(host, self.aggregates.placement(),
+                                        nodes):
+                clusters.setdefault(node['cluster'], []).append(node['uuid'])
+        return self._submit_moves(host, clusters, host)
+
+    def _submit_moves(self, host, clusters, target):
+        """Submit a move of the nodes {cluster: [uuid]} (to ``target``,
+        or where the scheduler chooses among the aggregate's hosts)."""
+        result = {'host': host, 'operations': [], 'refused': {}}
+        for name, uuids in sorted(clusters.items()):
+            try:
+                result['operations'].append(
+                    self._submit_move(name, host, uuids, target))
+            except (exceptions.ClusterBusy, exceptions.ConductorBusy) as e:
+                result['refused'][name] = str(e)
+        return result
+
+    def _submit_move(self, name, host, uuids, target):
+        self.operations.check_accepting()
+        self.locks.acquire(name)
+        try:
+            cluster = self.db.get_cluster(name)
+            operation_id = self.operations.create('move', name, cluster.spec)
+            return self.operations.submit(
+                operation_id, 'move', name, cluster.state, False,
+                self._run_move, host, uuids, target)
+        except BaseException:
+            self.locks.release(name)
+            raise
+
+    def _run_move(self, operation_id, host, uuids, target, on_progress):
+        """Plan the move of the nodes ``uuids`` of the operation's
+        cluster (to ``target``, or to other hosts of the aggregates of
+        ``host``, their host) and run it."""
+        operation = self.db.get_operation(operation_id)
+        cluster = self.db.get_cluster(operation.cluster)
+        spec = operation.spec
+        facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+        with self._allocating():
+            placement = self.aggregates.placement()
+            recorded = [n.as_dict() for n in self.db.list_nodes()]
+            moving = [n for n in recorded if n['uuid'] in uuids
+                      and n['hypervisor'] != target]
+            if not moving:
+                return NOTHING_CHANGED
+            allowed = ({target} if target is not None
+                       else moves.peers(host, placement))
+            plan = moves.plan_move(
+                spec, cluster, facts, recorded + self._moving(),
+                [r.as_dict() for r in self.db.list_resources(cluster.name)],
+                moving, allowed, placement, self.scheduler_options)
+            self.db.set_operation_plan(operation_id, plan)
+        from flows import move
+        return self.runner.run(
+            operation_id, 'move:%s' % cluster.name, move.get_move_flow,
+            {'operation_id': operation_id},
+            self._store(operation_id, cluster.name),
+            on_progress=on_progress)
+
+    def _moving(self):
+        """Records of the nodes running moves take to their new hosts."""
+        return moves.in_flight(self.db.list_operations(
+            state=db_api.OPERATION_RUNNING))
+
     # Operations
 
     def deploy(self, spec, force=False):
@@ -361,8 +455,9 @@ class Conductor:
             with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
                 resources = [r.as_dict() for r in self.db.list_resources()]
+                moving = self._moving()
                 plan, missing = planner.plan_deploy(
-                    spec, cluster, facts, recorded,
+                    spec, cluster, facts, recorded + moving,
                     [r for r in resources if r['cluster'] == name], force,
                     self.aggregates.placement, self.scheduler_options)
                 planner.add_drift(
@@ -483,6 +578,9 @@ class Conductor:
             operation = self.db.get_operation(operation_id)
             if self.db.get_cluster(operation.cluster) is None:
                 raise
+        if operation.kind == 'move':
+            # Planned again by a new "maintenance start".
+            raise exceptions.NothingToResume(id=operation_id)
         LOG.info('Operation %s had not begun its flow: starting it',
                  operation_id)
         run = (self._run_deploy if operation.kind == 'deploy'

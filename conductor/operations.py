@@ -268,6 +268,10 @@ class Operations:
     def _after_failure(self, kind, name, before, operation_id):
         if self.db.get_cluster(name) is None:
             return '. Everything this %s created was rolled back' % kind
+        if kind == 'move':
+            return ('. Nodes whose move failed were rolled back to their '
+                    'old hypervisor, those moved stay at their new one: '
+                    '"tenks node list" shows where each node is')
         if kind == 'teardown':
             left = len(self.db.list_resources(name))
             return ('. %d resource(s) remain recorded: run the teardown '

@@ -22,7 +22,9 @@ from tenks.exceptions, and they are all a caller can get:
   PolicyNotAuthorized (the context's roles are not allowed),
   AggregateNotFound, AggregateInvalid (a bad value), AggregateConflict
   (a rule of aggregates refuses the change), HypervisorNotFound,
-  HypervisorInvalid.
+  HypervisorInvalid;
+* start_host_maintenance, stop_host_maintenance (1.4, admin):
+  PolicyNotAuthorized, HypervisorNotFound.
 
 API version history:
 
@@ -47,12 +49,19 @@ API version history:
   of tenks.policy (default: the admin role). get_hypervisor also returns
   the hypervisor's inventories, usages, traits, allocations, aggregates
   and availability zone.
+* 1.4 - Host maintenance: start_host_maintenance (the hypervisor is
+  disabled and its nodes move to other enabled hosts of its aggregates)
+  and stop_host_maintenance (enabled again; ``rebalance`` moves nodes
+  back). Admin calls. Each returns {'host', 'operations': [ids of the
+  move operations, one per cluster], 'refused': {cluster: reason}}; a
+  move's failure is its operation's. Hypervisors have ``maintenance``,
+  and the state 'maintenance'.
 """
 
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.3'
+RPC_API_VERSION = '1.4'
 
 
 class ConductorAPI:
@@ -135,9 +144,19 @@ class ConductorAPI:
     # Admin calls (1.3): ``context`` is the caller's oslo.context
     # RequestContext (or its dict), checked against tenks.policy.
 
-    def _admin_call(self, context, method, **kwargs):
-        return self.client.prepare(version='1.3').call(
+    def _admin_call(self, context, method, version='1.3', **kwargs):
+        return self.client.prepare(version=version).call(
             policy.to_dict(context), method, **kwargs)
+
+    def start_host_maintenance(self, context, host, reason=None):
+        """Disable ``host`` and move its nodes away; see 1.4."""
+        return self._admin_call(context, 'start_host_maintenance', '1.4',
+                                host=host, reason=reason)
+
+    def stop_host_maintenance(self, context, host, rebalance=False):
+        """Enable ``host``; with ``rebalance`` move nodes back to it."""
+        return self._admin_call(context, 'stop_host_maintenance', '1.4',
+                                host=host, rebalance=rebalance)
 
     def update_hypervisor(self, context, host, enabled, reason=None):
         """Enable or disable ``host``; a disabled one takes no new node."""

@@ -257,23 +257,29 @@ class RemoveNode(task.Task):
                     **row['remove_args'])['changed'] or changed
                 svc.db.delete_resource(row['hypervisor'], row['kind'],
                                        row['name'])
-        here = [r for r in self.rows if r['hypervisor'] == self.host]
-        if here:
+        # Its host's, and those a move could not remove from its old
+        # host.
+        by_host = {}
+        for row in self.rows:
+            if row['kind'] != 'ironic_node':
+                by_host.setdefault(row['hypervisor'], []).append(row)
+        for host, here in sorted(by_host.items()):
             owner = next((r['remove_args']['owner'] for r in here
                           if 'owner' in r['remove_args']), None)
             try:
                 result = svc.agents.request(
-                    self.host, 'remove_node',
-                    base.request_id(operation_id, self.name),
+                    host, 'remove_node', base.request_id(
+                        operation_id, self.name,
+                        'execute' if host == self.host else host),
                     node=dict(parts_of(here), name=self.node_name),
                     owner=owner)
                 changed = result['changed'] or changed
             except exceptions.ResourceConflict as e:
                 warnings.append('Left parts of node %s on %s: they are no '
                                 'longer ours (%s); their records are '
-                                'dropped' % (self.node_name, self.host, e))
-            svc.db.delete_resources(self.host, [(r['kind'], r['name'])
-                                                for r in here])
+                                'dropped' % (self.node_name, host, e))
+            svc.db.delete_resources(host, [(r['kind'], r['name'])
+                                           for r in here])
         records.forget_node(svc, cluster, self.node_uuid)
         return {'changed': changed, 'warnings': warnings}
 

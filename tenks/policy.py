@@ -33,6 +33,9 @@ RULES = dict([
         ('remove_host', 'Remove a hypervisor from a host aggregate.'))
 ] + [
     ('tenks:hypervisor:update', (ADMIN, 'Enable or disable a hypervisor.')),
+    ('tenks:hypervisor:maintenance', (
+        ADMIN, 'Put a hypervisor into maintenance, moving its nodes away, '
+               'or take it out.')),
 ])
 
 

@@ -434,21 +434,7 @@ def schedule(spec, facts, recorded, placement=None, options=None):
     if callable(placement):
         placement = placement()
     placement = placement or {}
-    by_host = {}
-    taken_ports = {}
-    endpoint_users = {}
-    for node in recorded:
-        by_host.setdefault(node['hypervisor'], []).append(node)
-        endpoint = node['bmc_address'], node['bmc_port']
-        if node['bmc_type'] == 'redfish':
-            endpoint_users.setdefault(endpoint, set()).add(
-                (node['cluster'], node['hypervisor']))
-        else:
-            taken_ports.setdefault(endpoint[0], set()).add(endpoint[1])
-    taken_endpoints = {}
-    hosts = [HostState(f, by_host.get(name, []), spec, taken_ports,
-                       taken_endpoints, endpoint_users, placement.get(name))
-             for name, f in sorted(facts.items())]
+    hosts = host_states(spec, facts, recorded, placement)
     placer = Placer(hosts, options)
     taken_names = {n['name'] for n in recorded}
     taken_macs = {nic['mac'] for n in recorded for nic in n['nics']}
@@ -516,6 +502,63 @@ def schedule(spec, facts, recorded, placement=None, options=None):
                 'state': states.NODE_SCHEDULED,
             })
     return nodes
+
+
+def host_states(spec, facts, recorded, placement):
+    """A HostState for each host of ``facts``, with the ``recorded``
+    nodes (dicts of every cluster) taken."""
+    by_host = {}
+    taken_ports = {}
+    endpoint_users = {}
+    for node in recorded:
+        by_host.setdefault(node['hypervisor'], []).append(node)
+        endpoint = node['bmc_address'], node['bmc_port']
+        if node['bmc_type'] == 'redfish':
+            endpoint_users.setdefault(endpoint, set()).add(
+                (node['cluster'], node['hypervisor']))
+        else:
+            taken_ports.setdefault(endpoint[0], set()).add(endpoint[1])
+    taken_endpoints = {}
+    return [HostState(f, by_host.get(name, []), spec, taken_ports,
+                      taken_endpoints, endpoint_users, placement.get(name))
+            for name, f in sorted(facts.items())]
+
+
+def place_moves(spec, facts, recorded, moving, allowed, placement=None,
+                options=None):
+    """A new host for each of ``moving`` (node records of ``spec``'s
+    cluster, in the order given), chosen by the filters and weighers
+    among ``allowed`` (host names), never the node's own host; each
+    node placed counts for the next. ``recorded``: node records of every
+    cluster, the moving ones where they are now. Returns {uuid: (host,
+    (BMC address, port))}; NoValidHost names a node that fits nowhere.
+    """
+    options = options or DEFAULT_OPTIONS
+    if callable(placement):
+        placement = placement()
+    hosts = host_states(spec, {h: f for h, f in facts.items()
+                               if h in allowed}, recorded, placement or {})
+    placer = Placer(hosts, options)
+    placed = {}
+    for node in moving:
+        index = node['spec_index']
+        request = Request(spec, index, spec['specs'][index])
+        others = [h for h in hosts if h.name != node['hypervisor']]
+        heap = [(w, h) for w, h in placer.candidates(request)
+                if h.name != node['hypervisor']]
+        heapq.heapify(heap)
+        found = placer.place(heap, request)
+        if found is None:
+            if not others:
+                raise exceptions.NoValidHost(
+                    what='node %s' % node['name'],
+                    reason='no other hypervisor shares an aggregate with '
+                           '%s' % node['hypervisor'])
+            request.what = 'node %s (%s)' % (node['name'], request.what)
+            _no_valid_host(spec, request, others, options, recorded)
+        host, endpoint = found
+        placed[node['uuid']] = (host.name, endpoint)
+    return placed
 
 
 def _no_valid_host(spec, request, hosts, options, recorded):

@@ -488,6 +488,82 @@ class HypervisorSet(Command):
                         args.reason)
 
 
+class _Maintenance(OperationCommand):
+    """Runs a maintenance call, then follows its move operations."""
+
+    call = None
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('host', help='Host name of the hypervisor.')
+        return parser
+
+    def arguments(self, args):
+        return ()
+
+    def take_action(self, args):
+        started = time.monotonic()
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
+            answer = tenks.admin(self.call, args.host, *self.arguments(args))
+            operations = answer['operations']
+            if not args.wait:
+                for operation_id in operations:
+                    self.app.stdout.write(operation_id + '\n')
+            else:
+                operations = [tenks.wait(o) for o in operations]
+        failed = list(answer['refused'].items())
+        for operation in operations if args.wait else ():
+            for warning in operation['result'].get('warnings', []) if (
+                    operation['result']) else ():
+                self.app.stderr.write('Warning: %s\n' % warning)
+            if operation['state'] != 'succeeded':
+                failed.append((operation['cluster'], operation['error']))
+        if failed:
+            raise exceptions.OperationFailed('; '.join(
+                'cluster %s: %s' % item for item in failed))
+        if args.wait:
+            moved = sum(1 for o in operations
+                        for task in o['result']['changed']
+                        if task.endswith(':retire'))
+            self.app.stdout.write(self.done % (
+                args.host, moved, time.monotonic() - started) + '\n')
+
+
+class MaintenanceStart(_Maintenance):
+    """Put a hypervisor into maintenance: disable it and move its nodes
+    to other enabled hypervisors of its aggregates."""
+
+    call = 'start_host_maintenance'
+    done = 'Hypervisor %s in maintenance: %d node(s) moved in %.2f s.'
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--reason', help='Why it is in maintenance.')
+        return parser
+
+    def arguments(self, args):
+        return (args.reason,)
+
+
+class MaintenanceStop(_Maintenance):
+    """Take a hypervisor out of maintenance (enable it); with
+    --rebalance, move nodes back to it."""
+
+    call = 'stop_host_maintenance'
+    done = 'Hypervisor %s out of maintenance: %d node(s) moved in %.2f s.'
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            '--rebalance', action='store_true',
+            help='Move nodes of the other enabled hypervisors of its '
+                 'aggregates to it until they differ by one node at most.')
+        return parser
+
+    def arguments(self, args):
+        return (args.rebalance,)
+
+
 class HypervisorDelete(Command):
     """Forget a hypervisor whose hostagent is down and that hosts nothing."""
 

@@ -76,6 +76,8 @@ class ClusterEnv:
         self.conf.set_override('state_dir', self.state_dir)
         self.conf.set_override('vbmcd_control_port', free_tcp_port(),
                                group='hostagent')
+        # libvirt daemons this cluster's hypervisors use.
+        self.uris = [URI]
 
     def spec(self, count=2, **top):
         data = {
@@ -127,15 +129,17 @@ class ClusterEnv:
     def leftovers(self):
         """Everything of this cluster still on the machine."""
         found = []
-        conn = libvirt.open(URI)
-        try:
-            found += ['domain %s' % d.name() for d in conn.listAllDomains()
-                      if self._ours(d.name())]
-            found += ['pool %s' % p.name()
-                      for p in conn.listAllStoragePools()
-                      if self._ours(p.name())]
-        finally:
-            conn.close()
+        for uri in self.uris:
+            conn = libvirt.open(uri)
+            try:
+                found += ['domain %s' % d.name()
+                          for d in conn.listAllDomains()
+                          if self._ours(d.name())]
+                found += ['pool %s' % p.name()
+                          for p in conn.listAllStoragePools()
+                          if self._ours(p.name())]
+            finally:
+                conn.close()
         with IPRoute() as ipr:
             found += ['link %s' % link.get('ifname')
                       for link in self._links(ipr)]
@@ -161,7 +165,23 @@ class ClusterEnv:
             if pid:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
-        conn = libvirt.open(URI)
+        for uri in self.uris:
+            self._force_clean_libvirt(uri)
+        with IPRoute() as ipr:
+            for link in self._links(ipr):
+                with contextlib.suppress(Exception):
+                    ipr.link('del', index=link['index'])
+        for path in self._nvram_files():
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        pool_root = self.conf.hostagent.pool_dir
+        for name in os.listdir(pool_root):
+            if self.cluster in name:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(pool_root, name))
+
+    def _force_clean_libvirt(self, uri):
+        conn = libvirt.open(uri)
         try:
             for dom in conn.listAllDomains():
                 if self._ours(dom.name()):
@@ -181,15 +201,3 @@ class ClusterEnv:
                         pool.undefine()
         finally:
             conn.close()
-        with IPRoute() as ipr:
-            for link in self._links(ipr):
-                with contextlib.suppress(Exception):
-                    ipr.link('del', index=link['index'])
-        for path in self._nvram_files():
-            with contextlib.suppress(OSError):
-                os.remove(path)
-        pool_root = self.conf.hostagent.pool_dir
-        for name in os.listdir(pool_root):
-            if self.cluster in name:
-                with contextlib.suppress(OSError):
-                    os.rmdir(os.path.join(pool_root, name))

@@ -225,6 +225,7 @@ def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
                                             **args)
     [(_, _, _, options)] = bus.sent
     since = {'ensure_node': '1.4', 'remove_node': '1.4',
-             'inspect_nodes': '1.4'}
+             'inspect_nodes': '1.4', 'export_node': '1.5',
+             'close_export': '1.5', 'power_node': '1.5'}
     assert options['version'] == since.get(method, '1.0')
     assert hostagent_rpcapi.SINCE == since

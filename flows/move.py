@@ -1,0 +1,300 @@
+"""The move flow: nodes of one cluster moved to other hypervisors (host
+maintenance), built from the operation's plan (conductor.moves).
+
+For each node, in a chain: power it off at its old host and serve its
+volumes there; make it at the new host from them (volumes, ports,
+domain, BMC); point its Ironic node at the new BMC and ports; record it
+at the new host and remove it from the old one; power it on again if it
+ran. Then the cluster's pool and bridges go from hosts it left.
+
+A node whose record names its new host has moved: no revert touches it
+again, so a failure of one node's move leaves the nodes that moved
+where they are and the others whole at their old place.
+"""
+
+from oslo_log import log as logging
+from taskflow import task
+from taskflow.patterns import linear_flow
+from taskflow.patterns import unordered_flow
+
+from flows import base
+from flows import context
+from flows import deploy
+from flows import host_setup
+from flows import nodes
+from flows import records
+from flows import registration
+from flows import teardown
+from hostagent import rpcapi as hostagent_rpcapi
+from tenks import exceptions
+from tenks import reconcile
+
+LOG = logging.getLogger(__name__)
+
+# Domain states in which a node counts as powered off.
+POWERED_OFF = (None, 'shut off', 'crashed')
+
+
+def get_move_flow(operation_id):
+    """Flow factory (module level: it is saved by import path)."""
+    operation = context.get().db.get_operation(operation_id)
+    plan = operation.plan
+    passwords = reconcile.bmc_passwords(operation.spec)
+    flow = linear_flow.Flow('move:%s' % plan['cluster'])
+    if plan['host_ensure']:
+        flow.add(host_setup.host_setup_flow(plan['host_ensure']))
+    moving = unordered_flow.Flow('moves')
+    for move in plan['moves']:
+        moving.add(move_flow(move, passwords))
+    flow.add(moving)
+    for kind in deploy.HOST_REMOVAL:
+        rows = [row for row in plan['host_remove'] if row['kind'] == kind]
+        if rows:
+            removing = unordered_flow.Flow('remove:%s' % kind)
+            removing.add(*[teardown.RemoveResource(row) for row in rows])
+            flow.add(removing)
+    return flow
+
+
+def move_flow(move, passwords):
+    flow = linear_flow.Flow('move-node:%s' % move['uuid'])
+    flow.add(ExportNode(move), PlaceNode(move, passwords))
+    if move['new']['ironic'] is not None:
+        flow.add(MoveIronicNode(move))
+    flow.add(RetireNode(move), StartNode(move))
+    return flow
+
+
+def has_moved(svc, move):
+    """Whether the node's record names its new host."""
+    node = svc.db.get_node(move['uuid'])
+    return node is not None and node.hypervisor == move['target']
+
+
+class _MoveTask(task.Task):
+    """A step of one node's move, named ``<node>:<step>`` so that the
+    operation's progress counts each node's steps."""
+
+    step = None
+
+    def __init__(self, move, **kwargs):
+        super().__init__(name='%s:%s' % (move['name'], self.step),
+                         requires=(base.OPERATION_ID, base.CLUSTER),
+                         **kwargs)
+        self.move = move
+
+    def request(self, svc, host, method, operation_id, phase='execute',
+                **kwargs):
+        return svc.agents.request(
+            host, method, base.request_id(operation_id, self.name, phase),
+            **kwargs)
+
+
+def export_key(move):
+    return 'export:%s' % move['uuid']
+
+
+class ExportNode(_MoveTask):
+    """Power the node off at its old host, which then serves its volumes.
+
+    Reversion strategy: unless the node has moved, stop serving them and
+    power it on again where it was if it ran.
+    """
+
+    step = 'export'
+
+    def __init__(self, move):
+        super().__init__(move, provides=export_key(move))
+
+    def execute(self, operation_id, cluster):
+        old = self.move['old']
+        return self.request(
+            context.get(), self.move['source'], 'export_node', operation_id,
+            node={'name': old['name'], 'pool': old['pool'],
+                  'volumes': [{'name': vol['name']}
+                              for vol in old['volumes']]},
+            owner=old['owner'])
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        svc = context.get()
+        if has_moved(svc, self.move):
+            return
+        source, name = self.move['source'], self.move['name']
+        try:
+            self.request(svc, source, 'close_export', operation_id,
+                         'revert', name=name)
+            if isinstance(result, dict) and (result['power_state']
+                                             not in POWERED_OFF):
+                self.request(svc, source, 'power_node', operation_id,
+                             'revert-power', name=name,
+                             owner=self.move['old']['owner'], on=True)
+        except Exception as e:
+            LOG.warning('Could not give node %s back its power state on %s '
+                        'while reverting its move: %s', name, source, e)
+
+
+class PlaceNode(_MoveTask):
+    """Make the node at its new host: its volumes copied from the old
+    host, its ports, domain and BMC.
+
+    Reversion strategy: unless the node has moved, remove from the new
+    host what this operation made there (by owner mark).
+    """
+
+    step = 'place'
+
+    def __init__(self, move, passwords):
+        super().__init__(move, rebind={'export': export_key(move)})
+        self.passwords = passwords
+
+    def execute(self, operation_id, cluster, export):
+        svc = context.get()
+        new, host = self.move['new'], self.move['target']
+        served = export['volumes']
+        volumes = [dict(vol, source={'url': served[vol['name']]['url'],
+                                     'token': served[vol['name']]['token'],
+                                     'backing': False})
+                   for vol in new['volumes']]
+        wanted = nodes.node_resources(new)
+        before = svc.db.begin_resources(cluster, host, operation_id, wanted,
+                                        node=self.move['uuid'], new=True)
+        try:
+            result = self.request(
+                svc, host, 'ensure_node', operation_id,
+                node=hostagent_rpcapi.node_request(
+                    dict(new, volumes=volumes), self.passwords),
+                owner=new['owner'], force=False)
+        except nodes.REFUSALS:
+            svc.db.delete_resources(host, [
+                (kind, name) for kind, name, _ in wanted
+                if (kind, name) not in before])
+            raise
+        created = {tuple(pair) for pair in result['created']}
+        credits = {}
+        for kind, name, _ in wanted:
+            row = before.get((kind, name))
+            if row is not None and row['state'] == 'present':
+                credits[(kind, name)] = row['operation']
+            elif (kind, name) in created or row is not None and (
+                    row['operation'] == operation_id):
+                credits[(kind, name)] = operation_id
+            else:
+                credits[(kind, name)] = None
+        svc.db.finish_resources(host, credits)
+        return {'changed': True, 'created': sorted(created)}
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        svc = context.get()
+        if has_moved(svc, self.move):
+            return
+        host = self.move['target']
+        rows = [r.as_dict() for r in svc.db.list_resources(
+            node=self.move['uuid'], operation=operation_id, hypervisor=host)]
+        if not rows:
+            return
+        try:
+            self.request(svc, host, 'remove_node', operation_id, 'revert',
+                         node=dict(nodes.parts_of(rows),
+                                   name=self.move['name']),
+                         owner=self.move['new']['owner'])
+        except exceptions.ResourceConflict as e:
+            LOG.warning('Leaving parts of node %s on %s while reverting its '
+                        'move: %s', self.move['name'], host, e)
+        except Exception as e:
+            # Kept recorded: a teardown finishes the job.
+            LOG.warning('Could not remove node %s from %s while reverting '
+                        'its move: %s', self.move['name'], host, e)
+            return
+        svc.db.delete_resources(host, [(r['kind'], r['name'])
+                                       for r in rows])
+
+
+class MoveIronicNode(registration.EnsureIronicNode):
+    """Point the node's Ironic node at its new BMC and ports; its
+    provision state stays.
+
+    Reversion strategy: unless the node has moved, its old driver_info
+    and ports back.
+    """
+
+    def __init__(self, move):
+        super().__init__({'uuid': move['uuid'], 'action': 'update',
+                          'old': move['old'], 'new': move['new']},
+                         finishes=False)
+        self.move = move
+        self.name = '%s:ironic' % move['name']
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        if not has_moved(context.get(), self.move):
+            super().revert(result, operation_id, cluster, **kwargs)
+
+
+class RetireNode(_MoveTask):
+    """Record the node at its new host, then remove it from the old one
+    and stop serving its volumes there.
+
+    Reversion strategy: none. Once recorded at its new host the node has
+    moved; what cannot be removed from the old host stays recorded, with
+    a warning, for a teardown to finish.
+    """
+
+    step = 'retire'
+
+    def execute(self, operation_id, cluster):
+        svc = context.get()
+        record = self.move['new']['record']
+        svc.db.update_node(self.move['uuid'], hypervisor=self.move['target'],
+                           **{k: record[k] for k in records.RECORD_FIELDS})
+        source, name = self.move['source'], self.move['name']
+        rows = [r.as_dict() for r in svc.db.list_resources(
+            node=self.move['uuid'], hypervisor=source)]
+        warnings = []
+        try:
+            self.request(svc, source, 'remove_node', operation_id,
+                         node=dict(nodes.parts_of(rows), name=name),
+                         owner=self.move['old']['owner'])
+            svc.db.delete_resources(source, [(r['kind'], r['name'])
+                                             for r in rows])
+        except exceptions.ResourceConflict as e:
+            warnings.append('Left parts of node %s on %s: they are no '
+                            'longer ours (%s)' % (name, source, e))
+            svc.db.delete_resources(source, [(r['kind'], r['name'])
+                                             for r in rows])
+        except Exception as e:
+            warnings.append('Node %s moved to %s, but its old parts on %s '
+                            'could not be removed (%s): they stay recorded, '
+                            'and a teardown removes them' % (
+                                name, self.move['target'], source, e))
+        try:
+            self.request(svc, source, 'close_export', operation_id,
+                         name=name)
+        except Exception as e:
+            warnings.append('Could not stop serving the volumes of node %s '
+                            'on %s: %s' % (name, source, e))
+        return {'changed': True, 'warnings': warnings}
+
+    def revert(self, result, **kwargs):
+        pass
+
+
+class StartNode(_MoveTask):
+    """Power the node on at its new host if it ran at the old one.
+
+    Reversion strategy: none; the node has moved.
+    """
+
+    step = 'start'
+
+    def __init__(self, move):
+        super().__init__(move, rebind={'export': export_key(move)})
+
+    def execute(self, operation_id, cluster, export):
+        if export['power_state'] in POWERED_OFF:
+            return {'changed': False}
+        new = self.move['new']
+        return self.request(context.get(), self.move['target'],
+                            'power_node', operation_id, name=new['name'],
+                            owner=new['owner'], on=True)
+
+    def revert(self, result, **kwargs):
+        pass

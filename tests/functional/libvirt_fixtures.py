@@ -1,0 +1,112 @@
+"""A second libvirt daemon on this machine, so that two hostagents act
+as distinct hypervisors down to libvirt: a domain of one name and UUID
+can exist in both at once, as on two machines (a move needs that).
+
+It runs in a mount namespace of its own, where its directories
+(/run/libvirt, /var/lib/libvirt, /etc/libvirt, /var/cache/libvirt,
+/var/log/libvirt) are bind mounts of a private directory; its socket is
+reached from here at ``<dir>/run/libvirt-sock``. The network namespace
+is this one: its domains' taps join this machine's bridges. Its QEMU
+gets no cgroups of its own (they would clash with the system daemon's
+of the same domain names and ids) and runs as root.
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import libvirt
+
+DIRS = {'run': '/run/libvirt', 'lib': '/var/lib/libvirt',
+        'etc': '/etc/libvirt', 'cache': '/var/cache/libvirt',
+        'log': '/var/log/libvirt'}
+
+START = '''set -e
+mount --make-rprivate /
+%s
+virtlogd -d -p "$ROOT/virtlogd.pid"
+exec libvirtd -d --pid-file "$ROOT/libvirtd.pid"
+'''
+
+
+def _pid(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def private_libvirtd(root, timeout=90):
+    """Run a libvirtd with its state under ``root`` (a path); yield its
+    URI. On exit its domains are destroyed and undefined, and both of
+    its daemons stopped."""
+    root = str(root)
+    for name in DIRS:
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+    shutil.rmtree(os.path.join(root, 'etc'))
+    shutil.copytree('/etc/libvirt', os.path.join(root, 'etc'))
+    with open(os.path.join(root, 'etc', 'qemu.conf'), 'a') as f:
+        # Root: its QEMU reaches the tests' private temporary
+        # directories.
+        f.write('\ncgroup_controllers = [ ]\nuser = "root"\n'
+                'group = "root"\n')
+    # QEMU's capabilities, probed already by the system daemon: saves
+    # the new daemon its ~10 s probe.
+    with contextlib.suppress(OSError):
+        shutil.copytree('/var/cache/libvirt/qemu',
+                        os.path.join(root, 'cache', 'qemu'),
+                        dirs_exist_ok=True)
+    mounts = '\n'.join('mount --bind "$ROOT/%s" %s' % (name, target)
+                       for name, target in DIRS.items())
+    subprocess.run(['unshare', '-m', 'sh', '-c', START % mounts],
+                   check=True, timeout=60, env=dict(os.environ, ROOT=root))
+    uri = 'qemu:///system?socket=%s/run/libvirt-sock' % root
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                libvirt.open(uri).close()
+                break
+            except libvirt.libvirtError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield uri
+    finally:
+        _stop(root, uri)
+
+
+def _stop(root, uri):
+    with contextlib.suppress(libvirt.libvirtError):
+        conn = libvirt.open(uri)
+        try:
+            for dom in conn.listAllDomains():
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.destroy()
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+            for pool in conn.listAllStoragePools():
+                with contextlib.suppress(libvirt.libvirtError):
+                    pool.destroy()
+                with contextlib.suppress(libvirt.libvirtError):
+                    pool.undefine()
+        finally:
+            conn.close()
+    for name in ('libvirtd.pid', 'virtlogd.pid'):
+        pid = _pid(os.path.join(root, name))
+        if pid is None:
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
