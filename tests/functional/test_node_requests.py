@@ -11,6 +11,7 @@ import itertools
 import os
 import secrets
 import socket
+import subprocess
 import threading
 import uuid
 from xml.etree import ElementTree as ET
@@ -277,6 +278,37 @@ def test_foreign_domain_of_the_same_name_is_never_touched(hv):
     assert ET.tostring(hv.domain(node['name'])) == before
     assert hv.volume_files() == []
     assert not link_exists(node['nics'][0]['tap'])
+
+
+def test_hand_made_volume_is_never_used_nor_removed(hv):
+    """A qcow2 file made by hand with the name of a node's volume: the
+    node is refused naming it, and neither ensure nor remove touches it
+    (nor leaves anything else)."""
+    # A port of this helper's range (9450-9479).
+    node = hv.node(volumes=(16, 16), port=9450)
+    name = node['volumes'][1]['name']
+    path = os.path.join(hv.pool_dir, name)
+    subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', path, '1M'],
+                   check=True)
+    subprocess.run(['qemu-io', '-f', 'qcow2', '-c', 'write -P 0x5a 0 64k',
+                    path], check=True, capture_output=True)
+    with open(path, 'rb') as f:
+        data = f.read()
+    try:
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            hv.nodes.ensure(node, fx.OWNER, False)
+        assert name in str(refused.value)
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            hv.nodes.remove(node, fx.OWNER)
+        assert name in str(refused.value)
+        assert hv.volume_files() == [name]
+        with open(path, 'rb') as f:
+            assert f.read() == data
+        assert hv.domain(node['name']) is None
+        assert not link_exists(node['nics'][0]['tap'])
+        assert hv.agent.bmc.list_bmcs() == []
+    finally:
+        os.remove(path)
 
 
 class Reports:

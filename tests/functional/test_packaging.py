@@ -12,6 +12,7 @@ import zipfile
 import pytest
 
 import tenks
+from tenks.db import migrations
 
 pytestmark = pytest.mark.functional
 
@@ -115,3 +116,9 @@ def test_installed_tenks_works(dist, tmp_path, which):
                'print(spec.validate(yaml.safe_load(open(sys.argv[1])), '
                'source=sys.argv[1])["cluster"])',
                str(example)).strip() == 'quickstart'
+    # Its migrations make a state database, as a first command does.
+    assert run(python, '-c', 'import sys; from tenks.db import api, '
+               'migration; engine = api.create_engine(api.default_url('
+               'sys.argv[1])); migration.upgrade(engine); '
+               'print(api.schema_version(engine))',
+               str(tmp_path)).strip() == migrations.HEAD

@@ -3,6 +3,7 @@ made; advisory checks only warn; options do what their help says."""
 
 import random
 import threading
+import time
 
 import pytest
 from keystoneauth1 import exceptions as ksa_exceptions
@@ -304,6 +305,40 @@ def test_operations_beyond_max_operations_wait_their_turn(conf, hypervisor):
         assert conductor.wait(second)['changed']
     assert started.index(('pool', 'tenks-second')) > started.index(
         ('pool', 'tenks-first'))
+
+
+@pytest.mark.parametrize('workers', [1, 3])
+def test_workers_bound_the_tasks_running_at_once(conf, hypervisor, workers):
+    """[conductor] workers: tasks running at the same time, across the
+    flows of the conductor."""
+    from tenks.cli import embedded
+    conf.set_override('workers', workers, group='conductor')
+    lock = threading.Lock()
+    running, most = [0], [0]
+    real_ensure = hypervisor.ensure
+
+    def slow_ensure(kind, name, value=True):
+        if kind == 'domain':
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.2)
+            with lock:
+                running[0] -= 1
+        return real_ensure(kind, name, value)
+
+    hypervisor.ensure = slow_ensure
+    with embedded.embedded(conf) as conductor:
+        first = conductor.submit_deploy(make_spec(count=3, cluster='first'))
+        second = conductor.submit_deploy(make_spec(
+            count=3, cluster='second', bridge_prefix='brs'))
+        # Polled: wait() knows only operations still running.
+        for operation_id in (first, second):
+            while conductor.get_operation(operation_id)['state'] == 'running':
+                time.sleep(0.05)
+            assert conductor.get_operation(operation_id)['state'] == (
+                'succeeded')
+    assert most[0] == workers
 
 
 # Advisory checks

@@ -10,6 +10,7 @@ from oslo_config import generator
 from oslo_log import log as logging
 
 from tenks import conf as tenks_conf
+from tenks import policy
 from tenks import rpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -27,10 +28,13 @@ def test_sample_config_is_current(tmp_path):
 
 
 def service_conf():
-    """The options a tenks-conductor or tenks-hostagent reads."""
+    """The options a tenks-conductor or tenks-hostagent reads: those
+    tenks.daemon registers, and [oslo_policy], which the conductor's
+    policy enforcer registers when it starts."""
     conf = tenks_conf.new_conf()
     logging.register_options(conf)
     rpc.register_opts(conf)
+    policy.Enforcer(conf)
     return conf
 
 
@@ -56,6 +60,7 @@ def test_sample_lists_every_option_a_service_reads():
     for option in ('transport_url', 'debug', 'log_file', 'host'):
         assert option in sample.defaults()
     assert sample.has_option('oslo_messaging_rabbit', 'heartbeat_rate')
+    assert sample.has_option('oslo_policy', 'policy_file')
 
 
 def test_readme_ini_examples_have_no_inline_comments():
