@@ -132,7 +132,7 @@ class Operations:
         with self._running_mutex:
             future = self._running.get(operation_id)
         if future is None:
-            raise exceptions.OperationNotFound(id=operation_id)
+            return self._ended(operation_id)
         try:
             return future.result()
         except futures.CancelledError:
@@ -146,6 +146,17 @@ class Operations:
                 reason='conductor %s stopped before it could resume it; it '
                        'resumes when that conductor starts again'
                        % self.host) from None
+
+    def _ended(self, operation_id):
+        """What wait gives of an operation that has ended already."""
+        operation = self.db.get_operation(operation_id)
+        if operation is None or operation.state == db_api.OPERATION_RUNNING:
+            # Unknown, or another process runs it.
+            raise exceptions.OperationNotFound(id=operation_id)
+        if operation.state != SUCCEEDED:
+            raise exceptions.OperationFailed(operation.error or (
+                'operation %s ended %s' % (operation_id, operation.state)))
+        return dict(operation.result or {}, operation=operation_id)
 
     def resume_interrupted(self, resume):
         """Submit ``resume`` for what this conductor was running when it

@@ -499,3 +499,23 @@ def test_teardown_leaves_a_replaced_thing_and_warns(conductor, hypervisor,
     assert conductor.db.list_nodes() == []
     operation = conductor.list_operations()[-1]
     assert operation['result']['warnings'] == [warning]
+
+
+def test_waiting_on_an_operation_that_has_ended_gives_its_outcome(
+        conductor, hypervisor):
+    """wait() of an operation that ended before the call (a caller
+    waiting on several in turn) reads it from its record."""
+    operation_id = conductor.submit_deploy(make_spec(count=1))
+    first = conductor.wait(operation_id)
+    again = conductor.wait(operation_id)
+    assert again['operation'] == operation_id
+    assert again['changed'] == first['changed']
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    failed = conductor.submit_deploy(make_spec(count=2))
+    with pytest.raises(exceptions.OperationFailed):
+        conductor.wait(failed)
+    with pytest.raises(exceptions.OperationFailed, match='disk full'):
+        conductor.wait(failed)
+    with pytest.raises(exceptions.OperationNotFound):
+        conductor.wait('no-such-operation')

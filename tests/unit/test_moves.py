@@ -1,0 +1,183 @@
+"""Host maintenance: which nodes move where (pure), and the move
+operations of a conductor with two hostagents on the in-memory bus in
+front of fake drivers."""
+
+import pytest
+
+from conductor import moves
+from hostagent import manager
+from hostagent import server as hostagent_server
+from tenks import conf as tenks_conf
+from tenks import exceptions
+from tenks import scheduler
+from tests.unit import fakes
+from tests.unit.conftest import make_spec
+
+
+def view(aggregates=(), enabled=True, maintenance=False):
+    return {'enabled': enabled, 'maintenance': maintenance,
+            'availability_zone': 'nova',
+            'aggregates': [{'name': a, 'uuid': 'uuid-' + a, 'metadata': {}}
+                           for a in aggregates]}
+
+
+def node(name, host, created='2026-12-01 00:00:00'):
+    return {'name': name, 'uuid': 'u-' + name, 'hypervisor': host,
+            'created_at': created}
+
+
+def test_peers_are_the_hosts_of_its_aggregates():
+    placement = {'h1': view(['a']), 'h2': view(['a', 'b']), 'h3': view(['b']),
+                 'h4': view()}
+    assert moves.peers('h1', placement) == {'h1', 'h2'}
+    assert moves.peers('h2', placement) == {'h1', 'h2', 'h3'}
+    # In no aggregate: every host.
+    assert moves.peers('h4', placement) == {'h1', 'h2', 'h3', 'h4'}
+
+
+def test_rebalance_takes_from_the_fullest_newest_first():
+    placement = {'h1': view(['a']), 'h2': view(['a']), 'h3': view(['a']),
+                 'off': view(['a'], enabled=False),
+                 'other': view(['b'])}
+    nodes = ([node('x%d' % i, 'h2') for i in range(4)]
+             + [node('y%d' % i, 'h3') for i in range(2)]
+             + [node('z%d' % i, 'off') for i in range(5)]
+             + [node('w%d' % i, 'other') for i in range(5)])
+    chosen = moves.rebalance('h1', placement, nodes)
+    # 0/4/2 -> 2/2/2: the disabled host and another aggregate's are left.
+    assert [n['name'] for n in chosen] == ['x3', 'x2']
+    assert moves.rebalance('h1', placement, [node('x0', 'h2')]) == []
+
+
+def facts(host, prefix, memory_mb=4096):
+    return {'host': host, 'resource_prefix': prefix, 'ipmi_address':
+            '10.0.0.%d' % (1 + ord(prefix) - ord('a')),
+            'busy_ports': [], 'pool_free_bytes': 10 ** 12,
+            'pool_dir': '/var/lib/pool', 'cpus': 8, 'memory_mb': memory_mb,
+            'network_driver': 'linuxbridge', 'missing_interfaces': [],
+            'physnet_mappings': {}}
+
+
+def test_place_moves_never_picks_the_nodes_host_and_spreads():
+    spec = make_spec(count=2)
+    hosts = {'h1': facts('h1', 'a'), 'h2': facts('h2', 'b'),
+             'h3': facts('h3', 'c')}
+    recorded = scheduler.schedule(spec, {'h1': hosts['h1']}, [])
+    placed = moves.scheduler.place_moves(
+        spec, hosts, recorded, recorded, {'h1', 'h2', 'h3'})
+    assert sorted(host for host, _ in placed.values()) == ['h2', 'h3']
+    assert {endpoint for _, endpoint in placed.values()} == {
+        ('10.0.0.2', 6230), ('10.0.0.3', 6230)}
+    with pytest.raises(exceptions.NoValidHost,
+                       match='no other hypervisor shares an aggregate'):
+        scheduler.place_moves(spec, hosts, recorded, recorded[:1], {'h1'})
+    small = dict(hosts, h2=facts('h2', 'b', memory_mb=64))
+    with pytest.raises(exceptions.NoValidHost,
+                       match='node tk0 .*MEMORY_MB removed 1'):
+        scheduler.place_moves(spec, small, recorded, recorded[:1],
+                              {'h1', 'h2'})
+
+
+def test_a_node_on_an_existing_volume_cannot_move():
+    spec = make_spec(count=1)
+    with pytest.raises(exceptions.ChangeRefused, match='existing volume'):
+        moves.movable(spec, {'name': 'tk0', 'volumes': [
+            {'name': 'v', 'pool': 'p', 'existing': True}]})
+
+
+@pytest.fixture
+def hv2(conf, conductor, monkeypatch, tmp_path):
+    """A second hypervisor, 'hv2' (resource prefix b), on the same bus;
+    the conductor inspects both."""
+    hv = fakes.Hypervisor()
+    drivers = {'tenks.virt_drivers': fakes.FakeVirt,
+               'tenks.network_drivers': fakes.FakeNetwork,
+               'tenks.bmc_drivers': fakes.FakeBmc,
+               'tenks.redfish_drivers': fakes.FakeRedfish}
+    monkeypatch.setattr(
+        manager, 'load_driver',
+        lambda namespace, name, conf: drivers[namespace](conf, hv))
+    conf2 = tenks_conf.new_conf()
+    conf2([], default_config_files=[])
+    conf2.set_override('state_dir', str(tmp_path / 'hv2'))
+    conf2.set_override('host', 'hv2', group='hostagent')
+    conf2.set_override('resource_prefix', 'b', group='hostagent')
+    agent = hostagent_server.HostAgent(conf2, conductor.bus)
+    agent.start()
+    monkeypatch.setattr(conductor.registry, 'hypervisors',
+                        lambda: ['hv1', 'hv2'])
+    conductor.register_agent('hv2', agent.manager.facts())
+    yield hv
+    agent.stop()
+
+
+def wait_all(conductor, answer):
+    """The move operations of ``answer``, once ended."""
+    ended = []
+    for operation_id in answer['operations']:
+        try:
+            conductor.wait(operation_id)
+        except exceptions.OperationFailed:
+            pass  # recorded in the operation
+        ended.append(conductor.get_operation(operation_id))
+    return ended
+
+
+def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
+        conductor, hypervisor, hv2):
+    conductor.update_hypervisor('hv2', False, 'later')
+    conductor.deploy(make_spec(count=2))
+    hypervisor.running.add('tk0')
+    conductor.update_hypervisor('hv2', True)
+
+    answer = conductor.start_maintenance('hv1', 'fans')
+    [operation] = wait_all(conductor, answer)
+    assert operation['state'] == 'succeeded', operation['error']
+    assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
+        'tk0': 'hv2', 'tk1': 'hv2'}
+    # Everything of the cluster left hv1, pool and bridge included.
+    assert hypervisor.things == {}
+    assert hv2.names('domain') == ['tk0', 'tk1']
+    assert hv2.names('port') == ['p-btk0-0', 'p-btk1-0']
+    assert hv2.names('bridge') == ['bbrtenks0']
+    assert hv2.running == {'tk0'}
+    assert {r.hypervisor for r in conductor.db.list_resources('unit')} == {
+        'hv2'}
+    assert conductor.get_hypervisor('hv1')['state'] == 'maintenance'
+    # The deploy sees the nodes where they are now: nothing to change.
+    assert conductor.deploy(make_spec(count=2))['changed'] == []
+
+    answer = conductor.stop_maintenance('hv1', rebalance=True)
+    [operation] = wait_all(conductor, answer)
+    assert operation['state'] == 'succeeded', operation['error']
+    assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
+        'tk0': 'hv2', 'tk1': 'hv1'}
+    assert hypervisor.names('port') == ['p-tk1-0']
+    assert conductor.get_hypervisor('hv1')['state'] == 'up'
+
+
+def test_a_failed_move_leaves_the_node_whole_where_it_was(
+        conductor, hypervisor, hv2):
+    conductor.update_hypervisor('hv2', False, 'later')
+    conductor.deploy(make_spec(count=1))
+    hypervisor.running.add('tk0')
+    conductor.update_hypervisor('hv2', True)
+    before = dict(hypervisor.things)
+    hv2.fail[('bmc', 'tk0')] = exceptions.DriverError(
+        driver='fake', action='start a BMC', reason='port taken')
+    [operation] = wait_all(conductor, conductor.start_maintenance('hv1'))
+    assert operation['state'] == 'failed'
+    assert 'port taken' in operation['error']
+    assert 'rolled back to their old hypervisor' in operation['error']
+    [tk0] = conductor.db.list_nodes()
+    assert tk0.hypervisor == 'hv1'
+    # Whole at hv1 and running again; nothing of it at hv2 but the
+    # cluster's bridge and pool, which the revert removed too.
+    assert hypervisor.things == before
+    assert hypervisor.running == {'tk0'}
+    assert hv2.things == {}
+    assert {r.hypervisor for r in conductor.db.list_resources('unit')} == {
+        'hv1'}
+    teardown = conductor.teardown('unit')
+    assert teardown['changed']
+    assert hypervisor.things == {}
