@@ -250,7 +250,8 @@ class Conductor:
             try:
                 result['operations'].append(
                     self._submit_move(name, host, uuids, target))
-            except (exceptions.ClusterBusy, exceptions.ConductorBusy) as e:
+            except (exceptions.ClusterBusy, exceptions.ConductorBusy,
+                    exceptions.ChangeRefused) as e:
                 result['refused'][name] = str(e)
         return result
 
@@ -258,6 +259,10 @@ class Conductor:
         self.operations.check_accepting()
         self.locks.acquire(name)
         try:
+            if self.operations.interrupted(name) is not None:
+                raise exceptions.ChangeRefused(
+                    name=name, reason='a deploy of it was interrupted: run '
+                    '"tenks deploy" to finish it first')
             cluster = self.db.get_cluster(name)
             operation_id = self.operations.create('move', name, cluster.spec)
             return self.operations.submit(
@@ -278,8 +283,12 @@ class Conductor:
         with self._allocating():
             placement = self.aggregates.placement()
             recorded = [n.as_dict() for n in self.db.list_nodes()]
+            # Only deployed nodes still where the request found them: a
+            # node half made or removed is its next deploy's business.
             moving = [n for n in recorded if n['uuid'] in uuids
-                      and n['hypervisor'] != target]
+                      and n['state'] == states.NODE_DEPLOYED
+                      and n['hypervisor'] != target
+                      and (target is not None or n['hypervisor'] == host)]
             if not moving:
                 return NOTHING_CHANGED
             allowed = ({target} if target is not None

@@ -181,3 +181,22 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
     teardown = conductor.teardown('unit')
     assert teardown['changed']
     assert hypervisor.things == {}
+
+
+def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,
+                                                      hv2):
+    conductor.update_hypervisor('hv2', False, 'later')
+    conductor.deploy(make_spec(count=1))
+    conductor.update_hypervisor('hv2', True)
+    conductor.locks.acquire('unit')
+    try:
+        answer = conductor.start_maintenance('hv1')
+    finally:
+        conductor.locks.release('unit')
+    assert answer['operations'] == []
+    assert 'locked by another operation' in answer['refused']['unit']
+    # In maintenance all the same: a second start moves what is left.
+    assert conductor.get_hypervisor('hv1')['state'] == 'maintenance'
+    [operation] = wait_all(conductor, conductor.start_maintenance('hv1'))
+    assert operation['state'] == 'succeeded', operation['error']
+    assert [n.hypervisor for n in conductor.db.list_nodes()] == ['hv2']
