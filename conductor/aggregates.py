@@ -6,11 +6,22 @@ most one availability zone, and a hypervisor to at most one zone: the
 zone of its aggregates that have one, else the default zone. Every
 change is checked and made under the lock scheduling holds, so a
 deploy never sees half a change.
+
+Placement follows (tenks.placement_aggregates): when a host joins or
+leaves an aggregate, the resource providers of its enrolled nodes join
+or leave the Placement aggregate of the same UUID; a deleted
+aggregate's UUID leaves every provider of Tenks' nodes. That is
+advisory: the change stands, and what Placement refused comes back as
+``warnings``.
 """
 
 import sqlalchemy as sa
+from oslo_log import log as logging
 
 from tenks import exceptions
+from tenks import placement_aggregates
+
+LOG = logging.getLogger(__name__)
 
 NAME_MAX = 255
 # An argument not given (None clears the zone).
@@ -95,13 +106,45 @@ class Aggregates:
     """The aggregate API of the conductor, on its state database.
 
     ``lock``: a context manager factory held around every change (the
-    conductor's scheduling lock).
+    conductor's scheduling lock); ``cloud``: the tenks.cloud.Cloud whose
+    Placement mirrors the aggregates, if any.
     """
 
-    def __init__(self, db, lock, default_zone):
+    def __init__(self, db, lock, default_zone, cloud=None):
         self.db = db
         self.lock = lock
         self.default_zone = default_zone
+        self.cloud = cloud
+
+    def _mirror(self, host=None, gone=None):
+        """Placement in step for the enrolled nodes of ``host``, or
+        those in the aggregate ``gone`` (a UUID) being deleted; the
+        warnings."""
+        nodes = placement_aggregates.enrolled(self.db, host)
+        if not nodes or self.cloud is None:
+            return []
+        try:
+            conn = self.cloud.connection
+            if not conn.endpoint_for('placement'):
+                return []
+            if gone is not None:
+                members = placement_aggregates.members(conn, gone)
+                nodes = {u: h for u, h in nodes.items() if u in members}
+            names = {n.uuid: n.name for n in self.db.list_nodes(
+                hypervisor=host) if n.uuid in nodes}
+            warnings = placement_aggregates.sync(
+                self.db, conn, nodes, () if gone is None else (gone,),
+                names).warnings
+        except Exception as e:
+            if not isinstance(e, placement_aggregates.Failed):
+                e = 'could not be asked (%s: %s)' % (type(e).__name__, e)
+            warnings = ['Placement %s; the resource providers of the nodes '
+                        'of %s may not follow the change' % (
+                            e, 'host %s' % host if host else
+                            'aggregate %s' % gone)]
+        for warning in warnings:
+            LOG.warning('%s', warning)
+        return warnings
 
     def list(self):
         return self.db.list_aggregates()
@@ -209,6 +252,9 @@ class Aggregates:
                     reason='it still has hosts (%s): remove them first'
                            % ', '.join(aggregate['hosts']))
             self.db.delete_aggregate(aggregate['id'])
+            # Its hosts went, and their providers with them, unless
+            # Placement failed then: try again.
+            return {'warnings': self._mirror(gone=aggregate['uuid'])}
 
     def add_host(self, ident, host):
         with self.lock():
@@ -229,7 +275,8 @@ class Aggregates:
                 raise exceptions.AggregateConflict(
                     aggregate=aggregate['name'],
                     reason='host %s is in it already' % host) from None
-            return self.get(aggregate['id'])
+            return dict(self.get(aggregate['id']),
+                        warnings=self._mirror(host))
 
     def remove_host(self, ident, host):
         with self.lock():
@@ -245,7 +292,8 @@ class Aggregates:
                     reason='host %s is enabled: disable it first ("tenks '
                            'hypervisor set --disable %s")' % (host, host))
             self.db.remove_aggregate_host(aggregate['id'], host)
-            return self.get(aggregate['id'])
+            return dict(self.get(aggregate['id']),
+                        warnings=self._mirror(host))
 
     def placement(self):
         """The scheduler's view of every registered hypervisor."""

@@ -47,6 +47,11 @@ API version history:
   of tenks.policy (default: the admin role). get_hypervisor also returns
   the hypervisor's inventories, usages, traits, allocations, aggregates
   and availability zone.
+* (placeagg, the next minor version: its number is set at merge)
+  add_aggregate_host and remove_aggregate_host also return
+  ``warnings``, and delete_aggregate returns {'warnings': [...]}: what
+  Placement refused while the resource providers of the host's
+  enrolled nodes followed the change (advisory; the change stands).
 """
 
 from tenks import policy
@@ -168,13 +173,18 @@ class ConductorAPI:
                                 aggregate=aggregate, metadata=metadata)
 
     def delete_aggregate(self, context, aggregate):
+        """{'warnings': [...]} (see add_aggregate_host)."""
         return self._admin_call(context, 'delete_aggregate',
                                 aggregate=aggregate)
 
     def add_aggregate_host(self, context, aggregate, host):
+        """The aggregate (see get_aggregate), with ``warnings``: what
+        Placement refused while the providers of the host's enrolled
+        nodes joined the Placement aggregate of the same UUID."""
         return self._admin_call(context, 'add_aggregate_host',
                                 aggregate=aggregate, host=host)
 
     def remove_aggregate_host(self, context, aggregate, host):
+        """The aggregate, with ``warnings`` (see add_aggregate_host)."""
         return self._admin_call(context, 'remove_aggregate_host',
                                 aggregate=aggregate, host=host)
