@@ -4,6 +4,7 @@ the nodes (made here as nova-compute makes them) join the Placement
 aggregates of their hypervisor's aggregates, keep the aggregates others
 set, follow hosts joining and leaving, and leave with the nodes."""
 
+import re
 import secrets
 import threading
 import time
@@ -17,8 +18,11 @@ from tests.functional import openstack_fixtures as of
 
 pytestmark = pytest.mark.functional
 
-# IPMI ports of this file: 9500-9519.
-PORT_BASE = 9500
+# IPMI ports of this file: 9500-9519, by test.
+PORTS = {'test_providers_follow_their_hypervisors_aggregates': (9500, 9509),
+         'test_a_provider_made_after_the_deploy_joins_at_the_next': (
+             9510, 9514),
+         'test_placement_refusing_the_mirror_only_warns': (9515, 9519)}
 VERSION = '1.19'
 
 
@@ -145,8 +149,9 @@ class Nova:
 
 @pytest.fixture
 def env(request, tmp_path, openstack_services, cloud):
-    port_base = PORT_BASE + 10 * TESTS.index(request.node.originalname)
-    cluster = cf.ClusterEnv(tmp_path, port_base=port_base)
+    start, end = PORTS[request.node.originalname]
+    cluster = cf.ClusterEnv(tmp_path, port_base=start)
+    cluster.port_end = end
     of.use_services(cluster, openstack_services)
     token = secrets.token_hex(3).upper()
     nova = Nova(cloud, cluster.node_prefix, 'CUSTOM_PA_%s' % token,
@@ -165,7 +170,7 @@ def spec(env, count, **top):
                 'node_name_prefix': env.node_prefix,
                 'ironic_config': {'resource_class': env.nova.rc[7:],
                                   'traits': [env.nova.trait]}}],
-        **top)
+        ipmi_port_range_end=env.port_end, **top)
 
 
 def admin(env, method, *args):
@@ -260,5 +265,42 @@ def test_a_provider_made_after_the_deploy_joins_at_the_next(env, cloud):
     assert env.leftovers() == []
 
 
-TESTS = ['test_providers_follow_their_hypervisors_aggregates',
-         'test_a_provider_made_after_the_deploy_joins_at_the_next']
+
+def test_placement_refusing_the_mirror_only_warns(
+        env, cloud, tmp_path, monkeypatch, openstack_services):
+    # A cloud without a token: Ironic (noauth) serves it, Placement
+    # refuses it. The deploy keeps its nodes and says what it did not do.
+    clouds = tmp_path / 'clouds.yaml'
+    clouds.write_text(
+        'clouds:\n  tokenless:\n    auth_type: none\n'
+        '    baremetal_endpoint_override: %s\n'
+        '    placement_endpoint_override: %s\n' % (
+            openstack_services['baremetal'],
+            openstack_services['placement']))
+    monkeypatch.setenv('OS_CLIENT_CONFIG_FILE', str(clouds))
+    host = admin(env, 'host')
+    a = admin(env, 'create_aggregate', env.cluster + '-a')
+    admin(env, 'add_aggregate_host', a['name'], host)
+    env.conf.set_override('cloud', 'tokenless', group='openstack')
+    result = env.deploy(spec(env, 1))
+    [node] = env.nodes()
+    # Placement's noauth2 answers 403 to a request without a token (401
+    # to a bad one).
+    assert re.fullmatch(
+        'Placement answered HTTP 40[13] to GET /resource_providers/%s/'
+        'aggregates; the resource provider of node %s \\(%s\\) may not be '
+        "in its hypervisor's aggregates: run the deploy again to retry"
+        % (node['uuid'], node['name'], node['uuid']), result['warnings'][0])
+    assert cloud.baremetal.get_node(node['uuid']).provision_state == (
+        'available')
+    # Removing the host from the aggregate, then the teardown, only warn.
+    admin(env, 'update_hypervisor', host, False, 'test')
+    left = admin(env, 'remove_aggregate_host', a['name'], host)
+    assert left['hosts'] == [] and 'HTTP 40' in left['warnings'][0]
+    result = env.teardown()
+    assert re.fullmatch(
+        'Placement answered HTTP 40[13] to GET /resource_providers/%s/'
+        "aggregates; the resource provider of node %s \\(%s\\) may still "
+        "be in Tenks' aggregates" % ((node['uuid'],) * 3),
+        result['warnings'][0])
+    assert env.leftovers() == []
