@@ -12,8 +12,12 @@ leaves an aggregate, the resource providers of its enrolled nodes join
 or leave the Placement aggregate of the same UUID; a deleted
 aggregate's UUID leaves every provider of Tenks' nodes. That is
 advisory: the change stands, and what Placement refused comes back as
-``warnings``.
+``warnings``. A running conductor also passes over every enrolled node
+now and then (``[openstack] placement_aggregates_interval``), for the
+providers nova-compute made since and the changes Placement refused.
 """
+
+import threading
 
 import sqlalchemy as sa
 from oslo_log import log as logging
@@ -115,6 +119,56 @@ class Aggregates:
         self.lock = lock
         self.default_zone = default_zone
         self.cloud = cloud
+        self._stopping = threading.Event()
+        self._passes = None
+
+    def start_mirror(self, interval):
+        """Pass over every enrolled node every ``interval`` seconds (0:
+        never), in a thread of its own, until stop_mirror."""
+        if interval:
+            self._passes = threading.Thread(
+                target=self._mirror_forever, args=(interval,),
+                name='placement-aggregates', daemon=True)
+            self._passes.start()
+
+    def stop_mirror(self):
+        self._stopping.set()
+        if self._passes is not None:
+            self._passes.join()
+
+    def _mirror_forever(self, interval):
+        logged = set()
+        while not self._stopping.wait(interval):
+            try:
+                warnings = self.mirror_all()
+            except Exception as e:
+                warnings = ['Placement aggregates not checked (%s: %s)' % (
+                    type(e).__name__, e)]
+            # The same refusal every pass is said once.
+            for warning in sorted(set(warnings) - logged):
+                LOG.warning('%s', warning)
+            logged = set(warnings)
+
+    def mirror_all(self):
+        """Bring in step the providers of all enrolled nodes that are
+        not (one member_of query per aggregate when all are); the
+        warnings."""
+        nodes = placement_aggregates.enrolled(self.db)
+        aggregates = self.db.list_aggregates()
+        if not nodes or not aggregates or self.cloud is None:
+            return []
+        conn = self.cloud.connection
+        if not conn.endpoint_for('placement'):
+            return []
+        try:
+            stale = placement_aggregates.out_of_step(conn, aggregates, nodes)
+        except placement_aggregates.Failed as e:
+            return ['Placement %s; did not check the aggregates of the '
+                    'nodes\' resource providers' % e]
+        names = {n.uuid: n.name for n in self.db.list_nodes()
+                 if n.uuid in stale}
+        return placement_aggregates.sync(self.db, conn, stale,
+                                         names=names).warnings
 
     def _mirror(self, host=None, gone=None):
         """Placement in step for the enrolled nodes of ``host``, or

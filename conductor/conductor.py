@@ -107,6 +107,8 @@ class Conductor:
         if self.bus.embedded:
             # Its one hostagent runs in this process and is not waited on.
             return
+        self.aggregates.start_mirror(
+            self.conf.openstack.placement_aggregates_interval)
         # Hostagents that started first registered with nobody: their
         # casts found no queue. Ask them to register now.
         try:
@@ -123,6 +125,7 @@ class Conductor:
         Returns how many were handed back.
         """
         left = self.drain(grace)
+        self.aggregates.stop_mirror()
         self.server.stop()
         self.server.wait()
         self.operations.shutdown(wait=not left)

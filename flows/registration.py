@@ -360,11 +360,13 @@ def bmc_driver_info(bmc, spec):
 
 
 def remove_node(svc, uuid, force=False):
-    """Delete the node (and so its ports), then take its resource
-    provider out of Tenks' aggregates (warnings if Placement fails:
-    nova-compute deletes the provider anyway)."""
+    """Delete the node (and so its ports) and its record, then take its
+    resource provider out of Tenks' aggregates (warnings if Placement
+    fails: nova-compute deletes the provider anyway). Without the
+    record, no pass of the aggregate mirror puts it back."""
     conn = svc.cloud.connection
     changed = delete_node(conn, svc.cloud.conf, uuid, force)
+    svc.db.delete_resource(CLOUD_HOST, 'ironic_node', uuid)
     return {'changed': changed,
             'warnings': placement_aggregates.leave(svc.db, conn, uuid)}
 

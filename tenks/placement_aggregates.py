@@ -38,6 +38,10 @@ class Failed(Exception):
     """An answer the mirror cannot use; its message says which."""
 
 
+# Where the records of Ironic nodes are (flows.registration.CLOUD_HOST).
+CLOUD_HOST = 'openstack'
+
+
 def enrolled(db, host=None, cluster=None):
     """{node uuid: hypervisor} of the nodes Tenks enrolled in Ironic
     (on ``host``, of ``cluster``)."""
@@ -55,6 +59,14 @@ def wanted(db, host, gone=()):
     aggregates = db.list_aggregates()
     mine = {a['uuid'] for a in aggregates if host in a['hosts']}
     return mine - set(gone), {a['uuid'] for a in aggregates} | set(gone)
+
+
+def _wanted(db, uuid, host, gone):
+    """wanted() for node ``uuid``; none once its Ironic record is gone
+    (the node is being removed: its provider leaves)."""
+    if db.get_resource(CLOUD_HOST, 'ironic_node', uuid) is None:
+        return (), wanted(db, None, gone)[1]
+    return wanted(db, host, gone)
 
 
 def _path(uuid):
@@ -97,6 +109,22 @@ def members(conn, aggregate_uuid):
     except (ValueError, KeyError, TypeError) as e:
         raise Failed('answered HTTP 200 to GET %s without providers (%s: '
                      '%s)' % (path, type(e).__name__, e)) from e
+
+
+def out_of_step(conn, aggregates, nodes):
+    """The nodes of ``nodes`` ({uuid: hypervisor}) whose providers are
+    not in exactly their hypervisor's ``aggregates`` (as
+    list_aggregates gives them) among these; a node whose provider does
+    not exist counts when it should be in one. One member_of query per
+    aggregate."""
+    have, wanted_by_host = {}, {}
+    for aggregate in aggregates:
+        for uuid in members(conn, aggregate['uuid']) & nodes.keys():
+            have.setdefault(uuid, set()).add(aggregate['uuid'])
+        for host in aggregate['hosts']:
+            wanted_by_host.setdefault(host, set()).add(aggregate['uuid'])
+    return {uuid: host for uuid, host in nodes.items()
+            if have.get(uuid, set()) != wanted_by_host.get(host, set())}
 
 
 def merge(conn, uuid, want):
@@ -157,10 +185,11 @@ def sync(db, conn, nodes, gone=(), names=None):
     names = names or {}
     if not nodes or not (gone or db.list_aggregates()):
         return outcome
-    for uuid, host in sorted(nodes.items()):
+    for uuid, host in sorted(nodes.items(),
+                             key=lambda n: (names.get(n[0], n[0]), n[0])):
         try:
             changed = merge(conn, uuid,
-                            lambda host=host: wanted(db, host, gone))
+                            lambda u=uuid, h=host: _wanted(db, u, h, gone))
         except Exception as e:
             outcome.warnings.append(warning(
                 e, names.get(uuid, uuid), uuid, IN_STEP))

@@ -4,12 +4,14 @@ concurrent writers are merged with, and Placement's refusals become
 warnings."""
 
 import re
+import time
 import uuid
 
 import pytest
 
 from flows import registration
 from tenks import placement_aggregates as pa
+from tenks.cli import embedded
 from tests.unit.conftest import make_spec
 
 FOREIGN = str(uuid.uuid4())
@@ -90,6 +92,14 @@ class Conn:
 
 
 @pytest.fixture
+def conductor(conf, hypervisor):
+    """The conductor of conftest, whose hostagent registers at once."""
+    conf.set_override('heartbeat_interval', 1, group='hostagent')
+    with embedded.embedded(conf) as conductor:
+        yield conductor
+
+
+@pytest.fixture
 def cloud(conductor, monkeypatch):
     """The conductor's cloud, with a fake Placement."""
     placement = Placement()
@@ -101,10 +111,14 @@ def cloud(conductor, monkeypatch):
 def nodes(conductor, cloud):
     """Two nodes on hv1, recorded as enrolled in Ironic, each with a
     provider (as nova-compute makes them) in a foreign aggregate."""
-    conductor.register_agent('hv2', {'host': 'hv2', 'cpus': 4,
-                                     'memory_mb': 4096})
+    # The embedded hostagent registers as it starts.
+    while not conductor.list_hypervisors():
+        time.sleep(0.01)
     conductor.deploy(make_spec(count=2))
     uuids = [n.uuid for n in conductor.db.list_nodes()]
+    assert {n.hypervisor for n in conductor.db.list_nodes()} == {'hv1'}
+    conductor.register_agent('hv2', {'host': 'hv2', 'cpus': 4,
+                                     'memory_mb': 4096})
     conductor.db.begin_resources('unit', 'openstack', 'op', [
         ('ironic_node', u, {'uuid': u}) for u in uuids])
     for u in uuids:
@@ -269,3 +283,67 @@ def test_a_removed_node_leaves_tenks_aggregates_only(conductor, cloud,
         'Placement answered HTTP 401 to GET /resource_providers/%s/'
         'aggregates; the resource provider of node %s (%s) may still be '
         "in Tenks' aggregates" % (nodes[1], nodes[1], nodes[1])]
+
+
+def test_a_pass_changes_only_the_providers_out_of_step(conductor, cloud,
+                                                       nodes):
+    a1 = conductor.create_aggregate('a1')
+    a2 = conductor.create_aggregate('a2')
+    conductor.add_aggregate_host('a1', 'hv1')
+    cloud.calls.clear()
+    # All in step: one member_of query per aggregate, nothing else.
+    assert conductor.aggregates.mirror_all() == []
+    assert sorted(cloud.calls) == sorted(
+        ('GET', '/resource_providers?member_of=%s' % a['uuid'])
+        for a in (a1, a2))
+    # nova-compute made a provider again (or a change failed): only it
+    # is read and written.
+    cloud.aggregates(nodes[1]).clear()
+    cloud.aggregates(nodes[0]).add(a2['uuid'])
+    cloud.calls.clear()
+    assert conductor.aggregates.mirror_all() == []
+    assert [c for c in cloud.calls if 'member_of' not in c[1]] == [
+        ('GET', '/resource_providers/%s/aggregates' % nodes[0]),
+        ('PUT', '/resource_providers/%s/aggregates' % nodes[0]),
+        ('GET', '/resource_providers/%s/aggregates' % nodes[1]),
+        ('PUT', '/resource_providers/%s/aggregates' % nodes[1])]
+    assert cloud.aggregates(nodes[0]) == {FOREIGN, a1['uuid']}
+    assert cloud.aggregates(nodes[1]) == {a1['uuid']}
+    # A provider not made yet is no warning.
+    del cloud.providers[nodes[1]]
+    assert conductor.aggregates.mirror_all() == []
+    cloud.refuse = 403
+    assert conductor.aggregates.mirror_all() == [
+        'Placement answered HTTP 403 to GET /resource_providers?member_of=%s;'
+        " did not check the aggregates of the nodes' resource providers"
+        % a1['uuid']]
+
+
+def test_passes_run_until_the_mirror_stops(conductor, cloud, nodes):
+    a1 = conductor.create_aggregate('a1')
+    conductor.add_aggregate_host('a1', 'hv1')
+    cloud.aggregates(nodes[0]).clear()
+    conductor.aggregates.start_mirror(0.05)
+    try:
+        deadline = time.monotonic() + 10
+        while cloud.aggregates(nodes[0]) != {a1['uuid']}:
+            assert time.monotonic() < deadline, 'no pass brought it back'
+            time.sleep(0.05)
+    finally:
+        conductor.aggregates.stop_mirror()
+    cloud.aggregates(nodes[0]).clear()
+    time.sleep(0.2)
+    assert cloud.aggregates(nodes[0]) == set()
+
+
+def test_a_node_without_its_ironic_record_leaves(conductor, cloud, nodes):
+    # Its removal deleted the Ironic node and its record: a pass that
+    # read the node list before must not put its provider back.
+    a1 = conductor.create_aggregate('a1')
+    conductor.add_aggregate_host('a1', 'hv1')
+    conductor.db.delete_resource('openstack', 'ironic_node', nodes[0])
+    outcome = pa.sync(conductor.db, conductor.cloud.connection,
+                      {u: 'hv1' for u in nodes})
+    assert outcome.changed == [nodes[0]]
+    assert cloud.aggregates(nodes[0]) == {FOREIGN}
+    assert cloud.aggregates(nodes[1]) == {FOREIGN, a1['uuid']}
