@@ -12,8 +12,10 @@ import uuid
 
 import pytest
 
+from tenks import policy
 from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
+from tests.functional import distributed_fixtures as df
 from tests.functional import openstack_fixtures as of
 
 pytestmark = pytest.mark.functional
@@ -22,7 +24,9 @@ pytestmark = pytest.mark.functional
 PORTS = {'test_providers_follow_their_hypervisors_aggregates': (9500, 9509),
          'test_a_provider_made_after_the_deploy_joins_at_the_next': (
              9510, 9514),
-         'test_placement_refusing_the_mirror_only_warns': (9515, 9519)}
+         'test_placement_refusing_the_mirror_only_warns': (9515, 9519),
+         # After the first, on its ports.
+         'test_a_running_conductor_puts_providers_back': (9500, 9504)}
 VERSION = '1.19'
 
 
@@ -303,4 +307,45 @@ def test_placement_refusing_the_mirror_only_warns(
         "aggregates; the resource provider of node %s \\(%s\\) may still "
         "be in Tenks' aggregates" % ((node['uuid'],) * 3),
         result['warnings'][0])
+    assert env.leftovers() == []
+
+
+def test_a_running_conductor_puts_providers_back(env, cloud, tmp_path,
+                                                 openstack_services):
+    # A provider out of its aggregates (nova-compute made it after the
+    # deploy, or made it again) is put back by the conductor's passes,
+    # with no deploy.
+    nova = env.nova
+    d = df.Deployment(tmp_path / 'distributed')
+    with open(d.conductor.config, 'a') as f:
+        f.write('[openstack]\nironic_url = %s\nplacement_url = %s\n'
+                'placement_aggregates_interval = 1\n' % (
+                    openstack_services['baremetal'],
+                    openstack_services['placement']))
+    env.state_dirs += list(d.state_dirs.values())
+    admin_context = policy.admin_context()
+    with d:
+        api = d.api
+        a = api.create_aggregate(admin_context, env.cluster + '-a')
+        for host in d.hosts:
+            api.add_aggregate_host(admin_context, a['name'], host)
+        operation = d.wait(api.deploy_cluster(spec(env, 1)), timeout=300)
+        assert operation['state'] == 'succeeded', operation['error']
+        [node] = api.list_nodes(env.cluster)
+        if not nova.exists(node['uuid']):
+            nova.make(node['uuid'])
+        nova.merge('/resource_providers/%s/aggregates' % node['uuid'],
+                   lambda have: [nova.foreign])
+        deadline = time.monotonic() + 30
+        while nova.aggregates(node['uuid']) != {nova.foreign, a['uuid']}:
+            assert time.monotonic() < deadline, (
+                'the provider is still in %s' % nova.aggregates(
+                    node['uuid']))
+            time.sleep(0.2)
+        operation = d.wait(api.teardown_cluster(env.cluster))
+        assert operation['state'] == 'succeeded', operation['error']
+        assert nova.aggregates(node['uuid']) in ({nova.foreign}, None)
+        # No pass puts it back.
+        time.sleep(2)
+        assert nova.aggregates(node['uuid']) in ({nova.foreign}, None)
     assert env.leftovers() == []
