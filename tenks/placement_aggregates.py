@@ -16,10 +16,10 @@ Placement answer 409, after which the merge starts again.
 
 Advisory: the nodes, their VMs and their Ironic records are whole
 without this mirror, and it can be redone at any time (a deploy, an
-aggregate change of the host). So a Placement that cannot be reached,
-refuses (401, 403) or keeps conflicting never fails or undoes an
-operation: every such answer becomes a warning naming the service, the
-status and the node.
+aggregate change of the host, a running conductor's next pass). So a
+Placement that cannot be reached, refuses (401, 403) or keeps
+conflicting never fails or undoes an operation: every such answer
+becomes a warning naming the service, the status and the node.
 """
 
 import dataclasses
@@ -32,6 +32,10 @@ LOG = logging.getLogger(__name__)
 # The provider's generation in a PUT of its aggregates: 1.19.
 VERSION = '1.19'
 ATTEMPTS = 5  # merges tried against concurrent writers (409)
+# What a warning says of a provider Placement refused to change.
+IN_STEP = ('may not be in its hypervisor\'s aggregates: run the deploy '
+           'again to retry')
+LEFT = 'may still be in Tenks\' aggregates'
 
 
 class Failed(Exception):
@@ -214,11 +218,6 @@ def leave(db, conn, uuid, name=None):
     return []
 
 
-IN_STEP = ('may not be in its hypervisor\'s aggregates: run the deploy '
-           'again to retry')
-LEFT = 'may still be in Tenks\' aggregates'
-
-
 def warning(error, name, uuid, what):
     if not isinstance(error, Failed):
         LOG.debug('Placement aggregates of %s failed', uuid, exc_info=True)
@@ -253,8 +252,9 @@ def join(db, conn, names, wait=None, interval=1.0):
     return warnings + [
         'Placement has no resource provider yet for node %s (%s; '
         'nova-compute makes it): it is not in its hypervisor\'s '
-        'aggregates, and joins them at the next deploy or aggregate '
-        'change of its host (wait_for_placement waits for it)'
+        'aggregates, and joins them at the conductor\'s next pass, '
+        'deploy or aggregate change of its host (wait_for_placement '
+        'waits for it)'
         % (names[uuid], uuid) for uuid in outcome.missing]
 
 

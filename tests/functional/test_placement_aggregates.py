@@ -254,8 +254,9 @@ def test_a_provider_made_after_the_deploy_joins_at_the_next(env, cloud):
     assert result['warnings'] == [
         'Placement has no resource provider yet for node %s (%s; '
         'nova-compute makes it): it is not in its hypervisor\'s '
-        'aggregates, and joins them at the next deploy or aggregate '
-        'change of its host (wait_for_placement waits for it)'
+        'aggregates, and joins them at the conductor\'s next pass, '
+        'deploy or aggregate change of its host (wait_for_placement '
+        'waits for it)'
         % (node['name'], node['uuid'])]
     # Tenks never makes a provider itself.
     assert not nova.exists(node['uuid'])

@@ -234,8 +234,9 @@ def test_join_after_a_deploy(conductor, cloud, nodes):
     assert pa.join(conductor.db, conductor.cloud.connection, names) == [
         'Placement has no resource provider yet for node tk1 (%s; '
         'nova-compute makes it): it is not in its hypervisor\'s '
-        'aggregates, and joins them at the next deploy or aggregate '
-        'change of its host (wait_for_placement waits for it)' % nodes[1]]
+        'aggregates, and joins them at the conductor\'s next pass, '
+        'deploy or aggregate change of its host (wait_for_placement '
+        'waits for it)' % nodes[1]]
     assert cloud.aggregates(nodes[0]) == {FOREIGN, a1['uuid']}
     # With a wait, a provider that appears meanwhile joins too.
     polls = []
