@@ -148,7 +148,11 @@ def env(request, tmp_path, openstack_services, cloud):
     start, end = PORTS[request.node.originalname]
     cluster = cf.ClusterEnv(tmp_path, port_base=start)
     cluster.port_end = end
-    of.use_services(cluster, openstack_services)
+    # Ironic and Placement only: a Nova API is not needed here.
+    for option, service in (('ironic_url', 'baremetal'),
+                            ('placement_url', 'placement')):
+        cluster.conf.set_override(option, openstack_services[service],
+                                  group='openstack')
     token = secrets.token_hex(3).upper()
     nova = Nova(cloud, cluster.node_prefix, 'CUSTOM_PA_%s' % token,
                 'CUSTOM_PA_%s' % token)
