@@ -181,8 +181,8 @@ class JoinAggregates(task.Task):
     nova-compute makes a provider some time after its node is
     available: with ``wait`` (seconds; the deploy waits for Placement),
     providers not there yet are waited for; without, they are named in
-    a warning, and join at the next deploy or aggregate change of their
-    host.
+    a warning, and join at a running conductor's next pass, the next
+    deploy or an aggregate change of their host.
 
     Advisory: a Placement that refuses or fails gives a warning, never
     a failed deploy (see tenks.placement_aggregates).
