@@ -126,6 +126,10 @@ class Nova:
         response.raise_for_status()
         return set(response.json()['aggregates'])
 
+    def members(self, query):
+        return {p['uuid'] for p in self.get(
+            '/resource_providers?member_of=%s' % query)['resource_providers']}
+
     def exists(self, node_uuid):
         response = self.conn.placement.get(
             '/resource_providers/%s' % node_uuid, microversion=VERSION,
