@@ -6,11 +6,26 @@ most one availability zone, and a hypervisor to at most one zone: the
 zone of its aggregates that have one, else the default zone. Every
 change is checked and made under the lock scheduling holds, so a
 deploy never sees half a change.
+
+Placement follows (tenks.placement_aggregates): when a host joins or
+leaves an aggregate, the resource providers of its enrolled nodes join
+or leave the Placement aggregate of the same UUID; a deleted
+aggregate's UUID leaves every provider of Tenks' nodes. That is
+advisory: the change stands, and what Placement refused comes back as
+``warnings``. A running conductor also passes over every enrolled node
+now and then (``[openstack] placement_aggregates_interval``), for the
+providers nova-compute made since and the changes Placement refused.
 """
 
+import threading
+
 import sqlalchemy as sa
+from oslo_log import log as logging
 
 from tenks import exceptions
+from tenks import placement_aggregates
+
+LOG = logging.getLogger(__name__)
 
 NAME_MAX = 255
 # An argument not given (None clears the zone).
@@ -97,13 +112,95 @@ class Aggregates:
     """The aggregate API of the conductor, on its state database.
 
     ``lock``: a context manager factory held around every change (the
-    conductor's scheduling lock).
+    conductor's scheduling lock); ``cloud``: the tenks.cloud.Cloud whose
+    Placement mirrors the aggregates, if any.
     """
 
-    def __init__(self, db, lock, default_zone):
+    def __init__(self, db, lock, default_zone, cloud=None):
         self.db = db
         self.lock = lock
         self.default_zone = default_zone
+        self.cloud = cloud
+        self._stopping = threading.Event()
+        self._passes = None
+
+    def start_mirror(self, interval):
+        """Pass over every enrolled node every ``interval`` seconds (0:
+        never), in a thread of its own, until stop_mirror."""
+        if interval:
+            self._passes = threading.Thread(
+                target=self._mirror_forever, args=(interval,),
+                name='placement-aggregates', daemon=True)
+            self._passes.start()
+
+    def stop_mirror(self):
+        self._stopping.set()
+        if self._passes is not None:
+            self._passes.join()
+
+    def _mirror_forever(self, interval):
+        logged = set()
+        while not self._stopping.wait(interval):
+            try:
+                warnings = self.mirror_all()
+            except Exception as e:
+                warnings = ['Placement aggregates not checked (%s: %s)' % (
+                    type(e).__name__, e)]
+            # The same refusal every pass is said once.
+            for warning in sorted(set(warnings) - logged):
+                LOG.warning('%s', warning)
+            logged = set(warnings)
+
+    def mirror_all(self):
+        """Bring in step the providers of all enrolled nodes that are
+        not (one member_of query per aggregate when all are); the
+        warnings."""
+        nodes = placement_aggregates.enrolled(self.db)
+        aggregates = self.db.list_aggregates()
+        if not nodes or not aggregates or self.cloud is None:
+            return []
+        conn = self.cloud.connection
+        if not conn.endpoint_for('placement'):
+            return []
+        try:
+            stale = placement_aggregates.out_of_step(conn, aggregates, nodes)
+        except placement_aggregates.Failed as e:
+            return ['Placement %s; did not check the aggregates of the '
+                    'nodes\' resource providers' % e]
+        names = {n.uuid: n.name for n in self.db.list_nodes()
+                 if n.uuid in stale}
+        return placement_aggregates.sync(self.db, conn, stale,
+                                         names=names).warnings
+
+    def _mirror(self, host=None, gone=None):
+        """Placement in step for the enrolled nodes of ``host``, or
+        those in the aggregate ``gone`` (a UUID) being deleted; the
+        warnings."""
+        nodes = placement_aggregates.enrolled(self.db, host)
+        if not nodes or self.cloud is None:
+            return []
+        try:
+            conn = self.cloud.connection
+            if not conn.endpoint_for('placement'):
+                return []
+            if gone is not None:
+                members = placement_aggregates.members(conn, gone)
+                nodes = {u: h for u, h in nodes.items() if u in members}
+            names = {n.uuid: n.name for n in self.db.list_nodes(
+                hypervisor=host) if n.uuid in nodes}
+            warnings = placement_aggregates.sync(
+                self.db, conn, nodes, () if gone is None else (gone,),
+                names).warnings
+        except Exception as e:
+            if not isinstance(e, placement_aggregates.Failed):
+                e = 'could not be asked (%s: %s)' % (type(e).__name__, e)
+            warnings = ['Placement %s; the resource providers of the nodes '
+                        'of %s may not follow the change' % (
+                            e, 'host %s' % host if host else
+                            'aggregate %s' % gone)]
+        for warning in warnings:
+            LOG.warning('%s', warning)
+        return warnings
 
     def list(self):
         return self.db.list_aggregates()
@@ -211,6 +308,9 @@ class Aggregates:
                     reason='it still has hosts (%s): remove them first'
                            % ', '.join(aggregate['hosts']))
             self.db.delete_aggregate(aggregate['id'])
+            # Its hosts went, and their providers with them, unless
+            # Placement failed then: try again.
+            return {'warnings': self._mirror(gone=aggregate['uuid'])}
 
     def add_host(self, ident, host):
         with self.lock():
@@ -231,7 +331,8 @@ class Aggregates:
                 raise exceptions.AggregateConflict(
                     aggregate=aggregate['name'],
                     reason='host %s is in it already' % host) from None
-            return self.get(aggregate['id'])
+            return dict(self.get(aggregate['id']),
+                        warnings=self._mirror(host))
 
     def remove_host(self, ident, host):
         with self.lock():
@@ -247,7 +348,8 @@ class Aggregates:
                     reason='host %s is enabled: disable it first ("tenks '
                            'hypervisor set --disable %s")' % (host, host))
             self.db.remove_aggregate_host(aggregate['id'], host)
-            return self.get(aggregate['id'])
+            return dict(self.get(aggregate['id']),
+                        warnings=self._mirror(host))
 
     def placement(self):
         """The scheduler's view of every registered hypervisor."""

@@ -34,6 +34,7 @@ from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
 from tenks import notifier
+from tenks import placement_aggregates
 from tenks import reconcile
 from tenks import resources
 from tenks import rpc
@@ -83,7 +84,7 @@ class Conductor:
         self._allocation_mutex = threading.Lock()
         self.aggregates = aggregates.Aggregates(
             self.db, self._allocating,
-            conf.scheduler.default_availability_zone)
+            conf.scheduler.default_availability_zone, self.cloud)
         self.scheduler_options = scheduler.options_from_conf(conf)
         self.operations = operations.Operations(conf, self.db,
                                                 self.notifier, self.locks)
@@ -107,6 +108,8 @@ class Conductor:
         if self.bus.embedded:
             # Its one hostagent runs in this process and is not waited on.
             return
+        self.aggregates.start_mirror(
+            self.conf.openstack.placement_aggregates_interval)
         # Hostagents that started first registered with nobody: their
         # casts found no queue. Ask them to register now.
         try:
@@ -123,6 +126,7 @@ class Conductor:
         Returns how many were handed back.
         """
         left = self.drain(grace)
+        self.aggregates.stop_mirror()
         self.server.stop()
         self.server.wait()
         self.operations.shutdown(wait=not left)
@@ -192,7 +196,7 @@ class Conductor:
         return self.aggregates.set_metadata(aggregate, metadata)
 
     def delete_aggregate(self, aggregate):
-        self.aggregates.delete(aggregate)
+        return self.aggregates.delete(aggregate)
 
     def add_aggregate_host(self, aggregate, host):
         return self.aggregates.add_host(aggregate, host)
@@ -488,7 +492,7 @@ class Conductor:
                         spec, states.CLUSTER_DEPLOYED):
                     self.db.commit_cluster(name, spec,
                                            states.CLUSTER_DEPLOYED, moved)
-                return NOTHING_CHANGED
+                return self._join_aggregates(name)
             self.db.set_operation_plan(operation_id, plan)
             from flows import deploy
             outcome = self.runner.run(
@@ -507,6 +511,27 @@ class Conductor:
             raise
         outcome.plan = summary(plan)['changes']
         return outcome
+
+    def _join_aggregates(self, name):
+        """A deploy that changes nothing still puts the providers
+        nova-compute made since into their aggregates (advisory: its
+        warnings)."""
+        nodes = placement_aggregates.enrolled(self.db, cluster=name)
+        if not nodes or not self.db.list_aggregates():
+            return NOTHING_CHANGED
+        names = {n.uuid: n.name for n in self.db.list_nodes(cluster=name)
+                 if n.uuid in nodes}
+        try:
+            warnings = placement_aggregates.join(
+                self.db, self.cloud.connection, names)
+        except Exception as e:
+            # The cloud itself is wrong (ConfigError...).
+            warnings = ['Placement could not be asked (%s); did not put '
+                        'the resource providers of cluster %s into their '
+                        'aggregates' % (e, name)]
+        if not warnings:
+            return NOTHING_CHANGED
+        return types.SimpleNamespace(changed=[], warnings=warnings, plan=[])
 
     @staticmethod
     def _host_resources(spec, deployment, facts):

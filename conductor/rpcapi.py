@@ -55,7 +55,11 @@ API version history:
   back). Admin calls. Each returns {'host', 'operations': [ids of the
   move operations, one per cluster], 'refused': {cluster: reason}}; a
   move's failure is its operation's. Hypervisors have ``maintenance``,
-  and the state 'maintenance'.
+  and the state 'maintenance'. add_aggregate_host and
+  remove_aggregate_host also return ``warnings``, and delete_aggregate
+  returns {'warnings': [...]}: what Placement refused while the resource
+  providers of the host's enrolled nodes followed the change (advisory;
+  the change stands).
 """
 
 from tenks import policy
@@ -187,13 +191,18 @@ class ConductorAPI:
                                 aggregate=aggregate, metadata=metadata)
 
     def delete_aggregate(self, context, aggregate):
+        """{'warnings': [...]} (see add_aggregate_host)."""
         return self._admin_call(context, 'delete_aggregate',
                                 aggregate=aggregate)
 
     def add_aggregate_host(self, context, aggregate, host):
+        """The aggregate (see get_aggregate), with ``warnings``: what
+        Placement refused while the providers of the host's enrolled
+        nodes joined the Placement aggregate of the same UUID."""
         return self._admin_call(context, 'add_aggregate_host',
                                 aggregate=aggregate, host=host)
 
     def remove_aggregate_host(self, context, aggregate, host):
+        """The aggregate, with ``warnings`` (see add_aggregate_host)."""
         return self._admin_call(context, 'remove_aggregate_host',
                                 aggregate=aggregate, host=host)

@@ -252,9 +252,10 @@ class RemoveNode(task.Task):
         changed = False
         for row in self.rows:
             if row['kind'] == 'ironic_node':
-                changed = registration.remove_node(
-                    svc, force=self.force,
-                    **row['remove_args'])['changed'] or changed
+                removed = registration.remove_node(
+                    svc, force=self.force, **row['remove_args'])
+                changed = removed['changed'] or changed
+                warnings += removed['warnings']
                 svc.db.delete_resource(row['hypervisor'], row['kind'],
                                        row['name'])
         # Its host's, and those a move could not remove from its old

@@ -1,5 +1,6 @@
 """Post-deploy: Nova flavors for the nodes, then (optionally) the wait
-until Placement reports them, then a check that bare metal and VMs
+until Placement reports them, then the nodes' resource providers joined
+to their hypervisors' aggregates, then a check that bare metal and VMs
 cannot land on each other's hosts."""
 
 import time
@@ -14,6 +15,7 @@ from flows import context
 from flows import registration
 from tenks import cloud
 from tenks import exceptions
+from tenks import placement_aggregates
 from tenks import reconcile
 
 LOG = logging.getLogger(__name__)
@@ -171,6 +173,40 @@ class WaitForPlacement(task.Task):
         pass
 
 
+class JoinAggregates(task.Task):
+    """Put each enrolled node's resource provider into the Placement
+    aggregates of its hypervisor's aggregates (see
+    tenks.placement_aggregates), keeping the aggregates others set.
+
+    nova-compute makes a provider some time after its node is
+    available: with ``wait`` (seconds; the deploy waits for Placement),
+    providers not there yet are waited for; without, they are named in
+    a warning, and join at a running conductor's next pass, the next
+    deploy or an aggregate change of their host.
+
+    Advisory: a Placement that refuses or fails gives a warning, never
+    a failed deploy (see tenks.placement_aggregates).
+
+    Reversion strategy: none. The mirror follows the aggregates of the
+    state database, whatever the deploy's outcome; the nodes' removal
+    takes their providers out.
+    """
+
+    def __init__(self, nodes, wait=None):
+        super().__init__(name='placement:aggregates')
+        self.nodes = nodes  # {node uuid: name}
+        self.wait = wait
+
+    def execute(self):
+        svc = context.get()
+        return {'warnings': placement_aggregates.join(
+            svc.db, svc.cloud.connection, self.nodes, self.wait,
+            PLACEMENT_POLL)}
+
+    def revert(self, result, **kwargs):
+        pass
+
+
 class CheckCoexistence(task.Task):
     """Warn where VMs could land on bare metal: a node's provider that
     still has standard inventory, or a bare-metal flavor asking for it.
@@ -288,6 +324,9 @@ def post_deploy_flow(plan):
                                   plan['placement_timeout']))
     enrolled = [entry['new'] for entry in plan['nodes']
                 if entry['new'] is not None and entry['new']['ironic']]
+    flow.add(JoinAggregates(
+        {n['uuid']: n['name'] for n in enrolled},
+        plan['placement_timeout'] if plan['placement_wait'] else None))
     flow.add(CheckCoexistence([n['uuid'] for n in enrolled], sorted(
         {reconcile.normalise_resource_class(n['ironic']['rc'])
          for n in enrolled})))

@@ -16,6 +16,7 @@ from flows import context
 from flows import records
 from tenks import cloud
 from tenks import exceptions
+from tenks import placement_aggregates
 from tenks import reconcile
 
 LOG = logging.getLogger(__name__)
@@ -359,9 +360,15 @@ def bmc_driver_info(bmc, spec):
 
 
 def remove_node(svc, uuid, force=False):
-    """Delete the node (and so its ports)."""
-    return {'changed': delete_node(svc.cloud.connection, svc.cloud.conf,
-                                   uuid, force)}
+    """Delete the node (and so its ports) and its record, then take its
+    resource provider out of Tenks' aggregates (warnings if Placement
+    fails: nova-compute deletes the provider anyway). Without the
+    record, no pass of the aggregate mirror puts it back."""
+    conn = svc.cloud.connection
+    changed = delete_node(conn, svc.cloud.conf, uuid, force)
+    svc.db.delete_resource(CLOUD_HOST, 'ironic_node', uuid)
+    return {'changed': changed,
+            'warnings': placement_aggregates.leave(svc.db, conn, uuid)}
 
 
 class EnsureIronicNode(base.EnsureResource):

@@ -257,6 +257,14 @@ openstack_opts = [
     cfg.FloatOpt('poll_interval',
                  default=0.5, min=0.05,
                  help='Seconds between two looks at a node in transition.'),
+    cfg.IntOpt('placement_aggregates_interval',
+               default=60, min=0,
+               help='Seconds between two passes of a running '
+                    'tenks-conductor that bring the Placement resource '
+                    'providers of enrolled nodes (nova-compute makes them '
+                    'when it likes) into their hypervisors\' aggregates; '
+                    'one member_of query per aggregate when all are in '
+                    'step. 0: only deploys and aggregate changes do it.'),
 ]
 
 

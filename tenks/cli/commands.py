@@ -578,6 +578,14 @@ class HypervisorDelete(Command):
         self.app.stdout.write('Hypervisor %s deleted.\n' % args.host)
 
 
+def warn(app, result):
+    """Print the ``warnings`` of a result (what Placement refused while
+    following an aggregate change) to stderr; return the result."""
+    for warning in (result or {}).get('warnings', []):
+        app.stderr.write('Warning: %s\n' % warning)
+    return result
+
+
 def aggregate_row(aggregate, fields=AGGREGATE_SHOW_COLUMNS):
     row = dict(aggregate, hosts=columns.ListColumn(aggregate['hosts']),
                properties=columns.DictColumn(aggregate['metadata']))
@@ -714,7 +722,7 @@ class AggregateDelete(Command):
     def take_action(self, args):
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             for aggregate in args.aggregate:
-                tenks.admin('delete_aggregate', aggregate)
+                warn(self.app, tenks.admin('delete_aggregate', aggregate))
 
 
 class AggregateAddHost(AggregateShowCommand):
@@ -727,16 +735,16 @@ class AggregateAddHost(AggregateShowCommand):
         return parser
 
     def take_action(self, args):
-        return AGGREGATE_SHOW_COLUMNS, aggregate_row(self.admin(
-            'add_aggregate_host', args.aggregate, args.host))
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(warn(self.app, self.admin(
+            'add_aggregate_host', args.aggregate, args.host)))
 
 
 class AggregateRemoveHost(AggregateAddHost):
     """Remove a hypervisor, which must be disabled, from an aggregate."""
 
     def take_action(self, args):
-        return AGGREGATE_SHOW_COLUMNS, aggregate_row(self.admin(
-            'remove_aggregate_host', args.aggregate, args.host))
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(warn(self.app, self.admin(
+            'remove_aggregate_host', args.aggregate, args.host)))
 
 
 class Events(Lister):

@@ -302,3 +302,31 @@ def test_aggregate_and_hypervisor_commands_act_as_admin(deployed):
     assert deployed('aggregate', 'delete', 'b1').code == 0
     assert deployed('aggregate', 'list', '-f', 'json').json() == []
     assert deployed('hypervisor', 'set', '--enable', host).code == 0
+
+
+def test_aggregate_changes_print_what_placement_refused(deployed,
+                                                        monkeypatch):
+    from conductor import aggregates
+    monkeypatch.setattr(aggregates.Aggregates, '_mirror',
+                        lambda self, host=None, gone=None: [
+                            'Placement answered HTTP 403 (%s)'
+                            % (host or 'gone')])
+    for _ in range(50):
+        hypervisors = deployed('hypervisor', 'list', '-f', 'json').json()
+        if hypervisors:
+            break
+    [host] = [h['host'] for h in hypervisors]
+    deployed('aggregate', 'create', 'a1')
+    added = deployed('aggregate', 'add', 'host', 'a1', host, '-f', 'json')
+    # The change stands, and the refusal is on stderr.
+    assert added.json()['hosts'] == [host]
+    assert added.err == 'Warning: Placement answered HTTP 403 (%s)\n' % host
+    deployed('hypervisor', 'set', '--disable', host)
+    removed = deployed('aggregate', 'remove', 'host', 'a1', host)
+    assert removed.code == 0
+    assert removed.err == ('Warning: Placement answered HTTP 403 (%s)\n'
+                           % host)
+    deleted = deployed('aggregate', 'delete', 'a1')
+    assert (deleted.code, deleted.err) == (
+        0, 'Warning: Placement answered HTTP 403 (gone)\n')
+    deployed('hypervisor', 'set', '--enable', host)

@@ -248,8 +248,8 @@ def test_enrolled_nodes_get_registration_and_post_deploy_tasks(conductor):
     assert names.index('ironic_node:openstack:%s' % node['uuid']) > (
         names.index('node:%s' % node['uuid']))
     assert 'nova_flavor:openstack:gold' in names
-    assert names[-3:] == ['placement:wait', 'placement:check',
-                          'cluster:commit']
+    assert names[-4:] == ['placement:wait', 'placement:aggregates',
+                          'placement:check', 'cluster:commit']
     assert node['new']['ironic']['fields'] == {
         'name': 'tk0', 'driver': 'ipmi', 'resource_class': 'gold',
         'boot_interface': 'pxe',
