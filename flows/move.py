@@ -27,6 +27,7 @@ from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
+from tenks import placement_aggregates
 from tenks import reconcile
 
 LOG = logging.getLogger(__name__)
@@ -271,6 +272,18 @@ class RetireNode(_MoveTask):
         except Exception as e:
             warnings.append('Could not stop serving the volumes of node %s '
                             'on %s: %s' % (name, source, e))
+        if self.move['new']['ironic'] is not None:
+            # Its provider follows it into the new host's aggregates
+            # (advisory: a later pass or deploy does it otherwise).
+            try:
+                warnings += placement_aggregates.sync(
+                    svc.db, svc.cloud.connection,
+                    {self.move['uuid']: self.move['target']},
+                    names={self.move['uuid']: name}).warnings
+            except Exception as e:
+                warnings.append('Placement: the provider of node %s was not '
+                                'moved into the aggregates of %s: %s' % (
+                                    name, self.move['target'], e))
         return {'changed': True, 'warnings': warnings}
 
     def revert(self, result, **kwargs):

@@ -2,10 +2,13 @@
 operations of a conductor with two hostagents on the in-memory bus in
 front of fake drivers."""
 
+import time
+
 import pytest
 
 from conductor import moves
 from hostagent import manager
+from hostagent import rpcapi as hostagent_rpcapi
 from hostagent import server as hostagent_server
 from tenks import conf as tenks_conf
 from tenks import exceptions
@@ -107,6 +110,12 @@ def hv2(conf, conductor, monkeypatch, tmp_path):
     monkeypatch.setattr(conductor.registry, 'hypervisors',
                         lambda: ['hv1', 'hv2'])
     conductor.register_agent('hv2', agent.manager.facts())
+    # hv1's first heartbeat may have come before the conductor listened.
+    hostagent_rpcapi.HostAgentAPI(conductor.bus).ask_to_register()
+    deadline = time.monotonic() + 10
+    while not any(h['host'] == 'hv1' for h in conductor.list_hypervisors()):
+        assert time.monotonic() < deadline, 'hv1 never registered'
+        time.sleep(0.01)
     yield hv
     agent.stop()
 
