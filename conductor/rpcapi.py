@@ -47,12 +47,16 @@ API version history:
   of tenks.policy (default: the admin role). get_hypervisor also returns
   the hypervisor's inventories, usages, traits, allocations, aggregates
   and availability zone.
+* 1.4 - teardown_cluster takes ``force``: remove nodes Ironic has
+  deployed (a Nova server on them) too; without it such a teardown
+  ends failed with NodesInUse, naming the servers, before anything is
+  removed.
 """
 
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.3'
+RPC_API_VERSION = '1.4'
 
 
 class ConductorAPI:
@@ -96,8 +100,12 @@ class ConductorAPI:
         return self._call('plan_cluster', version='1.2', spec=spec,
                           force=force)
 
-    def teardown_cluster(self, name):
-        """Start tearing cluster ``name`` down; return its operation id."""
+    def teardown_cluster(self, name, force=False):
+        """Start tearing cluster ``name`` down; return its operation id.
+        ``force``: remove nodes Ironic has deployed too."""
+        if force:
+            return self._call('teardown_cluster', version='1.4', name=name,
+                              force=True)
         return self._call('teardown_cluster', name=name)
 
     def get_operation(self, operation_id):
