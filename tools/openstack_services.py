@@ -286,6 +286,8 @@ def nova_conf(d, transport_url):
             'periodic_fuzzy_delay': 0,
             # A node without an OS ignores ACPI: bound a clean stop.
             'shutdown_timeout': 5,
+            # And the services' own stop (SIGTERM), 60 s by default.
+            'graceful_shutdown_timeout': 5,
         },
         'conductor': {'workers': 1},
         'glance': {'endpoint_override': url('glance')},
