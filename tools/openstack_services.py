@@ -467,9 +467,9 @@ def configure(state):
 
 
 def sync_databases(state, full):
-    """Create the schemas of databases that do not exist yet; with
-    ``full`` also Glance's and Nova's cell1 (so that its mapping exists
-    before the Nova API starts: it caches the cells it has seen)."""
+    """Create the schemas of databases that do not exist yet, Nova's
+    cell1 (before the Nova API starts: it caches the cells it has seen)
+    and with ``full`` Glance's."""
     state_nova = os.path.join(state, 'nova')
     nova = ['--config-file', os.path.join(state_nova, 'nova.conf'),
             '--config-file', os.path.join(state_nova, 'nova-db.conf')]
@@ -490,7 +490,7 @@ def sync_databases(state, full):
             'sync']]))
     for sync in syncs:  # one by one: in parallel is no faster on 2 cores
         sync_database(state, *sync)
-    if full and not has_cell1(state):
+    if not has_cell1(state):
         run_logged([os.path.join(venv_dir(), 'bin', 'nova-manage'), *nova,
                     'cell_v2', 'create_cell', '--name', 'cell1',
                     '--transport-url', rabbit_url(state),
@@ -731,17 +731,11 @@ def start(path=None, timeout=None, full=False):
     names = SERVICES + (FULL_NOVA if full else [])
     with locked(state):
         commands = configure(state)
-        # The Nova API caches the cells it has seen: a new cell1 needs a
-        # new Nova API.
-        new_cell = full and not (os.path.exists(os.path.join(
-            state, 'nova', 'nova_api.sqlite')) and has_cell1(state))
         todo = []
         for name in names:
             pid, number, digest = _running(state, name)
-            if pid and (digest != commands[name][3]
-                        or new_cell and name == 'nova'):
-                say('%s: its config or cells have changed: restarting it'
-                    % name)
+            if pid and digest != commands[name][3]:
+                say('%s: its config has changed: restarting it' % name)
                 _stop(state, [name])
                 pid = None
             if pid:
