@@ -8,6 +8,7 @@ import logging
 import pytest
 import yaml
 
+from conductor import conductor as conductor_module
 from tenks import exceptions
 from tenks.cli import client
 from tenks.cli import commands
@@ -302,3 +303,18 @@ def test_aggregate_and_hypervisor_commands_act_as_admin(deployed):
     assert deployed('aggregate', 'delete', 'b1').code == 0
     assert deployed('aggregate', 'list', '-f', 'json').json() == []
     assert deployed('hypervisor', 'set', '--enable', host).code == 0
+
+
+def test_teardown_force_reaches_the_conductor(deployed, monkeypatch):
+    asked = []
+    submit = conductor_module.Conductor.submit_teardown
+
+    def recorded(self, name, force=False):
+        asked.append((name, force))
+        return submit(self, name, force)
+
+    monkeypatch.setattr(conductor_module.Conductor, 'submit_teardown',
+                        recorded)
+    done = deployed('teardown', '--force', 'unit')
+    assert done.code == 0, done.err
+    assert asked == [('unit', True)]
