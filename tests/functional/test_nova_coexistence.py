@@ -11,7 +11,9 @@ powers the domain on over IPMI, and the domain finds nothing to boot.
 IPMI ports 9480-9499.
 """
 
+import re
 import secrets
+import subprocess
 import sys
 import time
 
@@ -353,3 +355,20 @@ def test_coexistence_check_warns_of_a_hand_made_flavor(
         left = of.cleaned_up(env, cloud,
                              ['flavor %s' % f.name for f in flavors])
         assert left == [], 'the test left %s behind' % left
+
+
+def test_full_nova_listens_on_loopback_only(full_nova):
+    services = of.services
+    out = subprocess.run(['ss', '-Htlnp'], capture_output=True, text=True,
+                         check=True).stdout
+    state = services.state_dir()
+    for name in services.FULL_NOVA:
+        pid, port = services.running(state, name)
+        assert pid, '%s is not running' % name
+        pids = set(services.group_members(pid))
+        local = sorted(line.split()[3] for line in out.splitlines()
+                       if pids & set(map(int, re.findall(r'pid=(\d+)',
+                                                         line))))
+        # The Nova services without a port only connect (to RabbitMQ,
+        # the APIs).
+        assert local == (['127.0.0.1:%d' % port] if port else []), name
