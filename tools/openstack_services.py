@@ -491,9 +491,10 @@ def sync_databases(state, full):
     for sync in syncs:  # one by one: in parallel is no faster on 2 cores
         sync_database(state, *sync)
     if not has_cell1(state):
+        # The transport URL (with its password) from nova.conf, not
+        # from the command line.
         run_logged([os.path.join(venv_dir(), 'bin', 'nova-manage'), *nova,
                     'cell_v2', 'create_cell', '--name', 'cell1',
-                    '--transport-url', rabbit_url(state),
                     '--database_connection', sqlite(state_nova, 'nova')],
                    os.path.join(state, 'logs', 'nova-dbsync.log'))
         say('nova: cell1 mapped')
