@@ -320,8 +320,9 @@ class Conductor:
         """Deploy ``spec`` and wait; see submit_deploy and wait."""
         return self.wait(self.submit_deploy(spec, force))
 
-    def teardown(self, name):
-        return self.wait(self.submit_teardown(name))
+    def teardown(self, name, force=False):
+        """Tear cluster ``name`` down and wait; see submit_teardown."""
+        return self.wait(self.submit_teardown(name, force))
 
     def submit_deploy(self, spec, force=False):
         """Start bringing the cluster to what ``spec`` describes.
@@ -380,8 +381,13 @@ class Conductor:
                           self._host_resources(spec, cluster.uuid, facts))
         return summary(plan)
 
-    def submit_teardown(self, name):
-        """Start removing everything recorded for cluster ``name``."""
+    def submit_teardown(self, name, force=False):
+        """Start removing everything recorded for cluster ``name``.
+
+        Nodes Ironic has deployed (a Nova server on them, or adopted)
+        refuse the teardown before anything is removed; ``force``
+        removes them all the same (in maintenance, as Ironic requires).
+        """
         self.operations.check_accepting()
         self.locks.acquire(name)
         try:
@@ -395,7 +401,7 @@ class Conductor:
             operation_id = self.operations.create('teardown', name)
             return self.operations.submit(operation_id, 'teardown', name,
                                           cluster.state, False,
-                                          self._run_teardown)
+                                          self._run_teardown, force)
         except BaseException:
             self.locks.release(name)
             raise
@@ -570,6 +576,31 @@ class Conductor:
         if busy:
             raise exceptions.NodesDeployed(name=name, nodes=', '.join(busy))
 
+    def _check_in_use(self, name, nodes, resources):
+        """Refuse to tear down nodes Ironic has deployed, naming the Nova
+        servers on them: Ironic would refuse to delete them half way
+        through the teardown."""
+        uuids = [r['remove_args']['uuid'] for r in resources
+                 if r['kind'] == 'ironic_node']
+        if not uuids:
+            return
+        from flows import registration
+        conn = self.cloud.connection
+        names = {n['uuid']: n['name'] for n in nodes}
+        in_use = []
+        for node_uuid, (state, server) in sorted(cloud.deployed_nodes(
+                conn, uuids, registration.FREE_STATES).items(),
+                key=lambda item: names.get(item[0], item[0])):
+            node = names.get(node_uuid, node_uuid)
+            if server:
+                in_use.append('Nova server %s (%s) runs on node %s' % (
+                    cloud.server_name(conn, server) or '(name unknown)',
+                    server, node))
+            else:
+                in_use.append('node %s is %s' % (node, state))
+        if in_use:
+            raise exceptions.NodesInUse(name=name, in_use=', '.join(in_use))
+
     def _planned_elsewhere(self, name, facts, recorded):
         """The interfaces other clusters' recorded nodes have or will
         have, as resource dicts: a deploy scheduled (its nodes recorded
@@ -591,12 +622,15 @@ class Conductor:
                           for interface, field in interfaces.items()]
         return taken
 
-    def _run_teardown(self, operation_id, on_progress):
+    def _run_teardown(self, operation_id, force=False, on_progress=None):
         from flows import teardown
         name = self.db.get_operation(operation_id).cluster
+        nodes = [n.as_dict() for n in self.db.list_nodes(cluster=name)]
+        resources = [r.as_dict() for r in self.db.list_resources(name)]
+        if not force:
+            self._check_in_use(name, nodes, resources)
         self.db.set_operation_plan(operation_id, teardown.teardown_plan(
-            name, [n.as_dict() for n in self.db.list_nodes(cluster=name)],
-            [r.as_dict() for r in self.db.list_resources(name)]))
+            name, nodes, resources, force))
         return self.runner.run(
             operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,
             {'operation_id': operation_id},

@@ -54,8 +54,8 @@ class ConductorManager:
 
     @messaging.expected_exceptions(exceptions.ClusterNotFound,
                                    *SUBMIT_ERRORS)
-    def teardown_cluster(self, context, name):
-        return self.conductor.submit_teardown(name)
+    def teardown_cluster(self, context, name, force=False):
+        return self.conductor.submit_teardown(name, force)
 
     @messaging.expected_exceptions(exceptions.OperationNotFound)
     def get_operation(self, context, operation_id):

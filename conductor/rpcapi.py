@@ -60,6 +60,9 @@ API version history:
   returns {'warnings': [...]}: what Placement refused while the resource
   providers of the host's enrolled nodes followed the change (advisory;
   the change stands).
+  teardown_cluster takes ``force``: remove nodes Ironic has deployed (a
+  Nova server on them) too; without it such a teardown ends failed with
+  NodesInUse, naming the servers, before anything is removed.
 """
 
 from tenks import policy
@@ -109,8 +112,12 @@ class ConductorAPI:
         return self._call('plan_cluster', version='1.2', spec=spec,
                           force=force)
 
-    def teardown_cluster(self, name):
-        """Start tearing cluster ``name`` down; return its operation id."""
+    def teardown_cluster(self, name, force=False):
+        """Start tearing cluster ``name`` down; return its operation id.
+        ``force``: remove nodes Ironic has deployed too."""
+        if force:
+            return self._call('teardown_cluster', version='1.4', name=name,
+                              force=True)
         return self._call('teardown_cluster', name=name)
 
     def get_operation(self, operation_id):

@@ -79,9 +79,10 @@ class RemoveResource(task.Task):
         pass
 
 
-def teardown_plan(cluster, nodes, resources):
+def teardown_plan(cluster, nodes, resources, force=False):
     """What a teardown removes: each node with its recorded resources
-    (dicts), then the rest."""
+    (dicts), then the rest. ``force``: remove nodes Ironic has deployed
+    too (see Conductor.submit_teardown)."""
     planned = {}
     for node in nodes:
         planned[node['uuid']] = {'uuid': node['uuid'], 'name': node['name'],
@@ -95,7 +96,7 @@ def teardown_plan(cluster, nodes, resources):
         else:
             entry['rows'].append(row)
     return {'cluster': cluster, 'nodes': list(planned.values()),
-            'others': others}
+            'others': others, 'force': force}
 
 
 def get_teardown_flow(operation_id):
@@ -107,8 +108,10 @@ def get_teardown_flow(operation_id):
     for kinds in REMOVAL_STAGES:
         stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
         if kinds == ('domain',):
+            # A plan saved before teardowns took --force has no 'force'.
             stage.add(*[nodes.RemoveNode(n['uuid'], n['name'],
-                                         n['hypervisor'], n['rows'])
+                                         n['hypervisor'], n['rows'],
+                                         plan.get('force', False))
                         for n in plan['nodes']])
         stage.add(*[RemoveResource(row) for row in plan['others']
                     if row['kind'] in kinds])

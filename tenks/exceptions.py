@@ -124,6 +124,11 @@ class NodesDeployed(TenksError):
                'never removes or resizes such nodes without --force')
 
 
+class NodesInUse(TenksError):
+    msg_fmt = ('Cluster %(name)s: %(in_use)s; a teardown removes nodes '
+               'Ironic has deployed only with --force')
+
+
 class NoValidHost(TenksError):
     msg_fmt = 'No valid host for %(what)s: %(reason)s'
 

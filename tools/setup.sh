@@ -17,8 +17,9 @@
 #             running, for bridge_type openvswitch
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
-#   openstack <repo>/.venv-openstack: Ironic, Placement and the Nova API
-#             for the functional tests (tools/openstack_services.py install)
+#   openstack <repo>/.venv-openstack: Ironic, Placement and Nova, and
+#             <repo>/.venv-glance: Glance, for the functional tests
+#             (tools/openstack_services.py install --full-nova)
 #
 # Environment:
 #   TENKS_PYTHON          interpreter for the venv (default: python3)
@@ -293,7 +294,8 @@ step_venv() {
 
 step_openstack() {
     local out
-    out=$("$VENV/bin/python" "$REPO/tools/openstack_services.py" install 2>&1) \
+    out=$("$VENV/bin/python" "$REPO/tools/openstack_services.py" install \
+        --full-nova 2>&1) \
         || { printf '%s\n' "$out" >&2; die "openstack services install failed"; }
     say "openstack: $(tail -n1 <<<"$out" | sed 's/^openstack-services: //')"
 }

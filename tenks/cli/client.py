@@ -73,8 +73,8 @@ class RemoteClient:
     def plan(self, spec, force=False):
         return self.api.plan_cluster(spec, force)
 
-    def teardown(self, name):
-        return self.api.teardown_cluster(name)
+    def teardown(self, name, force=False):
+        return self.api.teardown_cluster(name, force)
 
     def wait(self, operation_id):
         """The operation once it has ended."""
@@ -154,8 +154,8 @@ class EmbeddedClient:
     def plan(self, spec, force=False):
         return self.conductor.plan(spec, force)
 
-    def teardown(self, name):
-        return self.conductor.submit_teardown(name)
+    def teardown(self, name, force=False):
+        return self.conductor.submit_teardown(name, force)
 
     def wait(self, operation_id):
         try:

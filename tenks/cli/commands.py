@@ -264,6 +264,11 @@ class Teardown(OperationCommand):
         parser = super().get_parser(prog_name)
         parser.add_argument('cluster',
                             help='Cluster spec (YAML file) or cluster name.')
+        parser.add_argument(
+            '--force', action='store_true',
+            help='Also remove nodes that Ironic has deployed (Nova '
+                 'servers on them); without it such a teardown is refused '
+                 'before anything is removed.')
         return parser
 
     def take_action(self, args):
@@ -280,8 +285,8 @@ class Teardown(OperationCommand):
                     'resource(s) removed in %.2f s.' % (
                         name, nodes, len(changed) - nodes, elapsed))
 
-        self.run_operation(args, lambda tenks: tenks.teardown(name),
-                           describe)
+        self.run_operation(
+            args, lambda tenks: tenks.teardown(name, args.force), describe)
 
 
 class Validate(Command):

@@ -4,6 +4,7 @@ import pytest
 
 from tests.functional import drivers_fixtures
 from tests.functional.openstack_fixtures import cloud  # noqa
+from tests.functional.openstack_fixtures import full_nova  # noqa
 from tests.functional.openstack_fixtures import openstack_services  # noqa
 
 

@@ -1,10 +1,16 @@
-"""Real Ironic, Placement and Nova API for functional tests.
+"""Real Ironic, Placement and Nova API for functional tests; a full Nova
+and Glance for the tests that ask for them.
 
 The services are those of ``tools/openstack_services.py``: their own venv
 (``.venv-openstack``, installed on first use, about a minute), state in
 ``.openstack-state`` or ``$TENKS_OPENSTACK_STATE``, ports 6385, 8778 and
 8774 unless overridden. The session fixture starts whichever are not
-running and stops at the end only those it started.
+running and stops at the end only those it started. ``full_nova`` (a
+module's fixture) adds the Nova conductor, scheduler and nova-compute,
+Glance and a Neutron stand-in answering empty lists (``.venv-glance``,
+about 40 s on first use; about 0.8 GiB more memory), and stops them
+after the module: their nova-compute reports every Ironic node to
+Placement, which other tests do not expect.
 """
 
 import importlib.util
@@ -45,6 +51,18 @@ def openstack_services():
         services.stop(names=started)
 
 
+@pytest.fixture(scope='module')
+def full_nova(openstack_services):
+    """Ensure the full Nova and Glance run; returns the endpoints."""
+    started_at = time.monotonic()
+    started = services.start(full=True)
+    TIMINGS['full nova start'] = time.monotonic() - started_at
+    yield services.endpoints()
+    # The Nova API (restarted when its cells changed) stays: the session
+    # fixture stops it if it started it.
+    services.stop(names=[n for n in started if n in services.FULL_NOVA])
+
+
 @pytest.fixture
 def cloud(openstack_services):
     """An openstacksdk Connection to the standalone services."""
@@ -70,14 +88,16 @@ def cleaned_up(cluster, cloud, more=()):
 
 
 def connection():
-    """An openstacksdk Connection to Ironic, Placement and Nova."""
+    """An openstacksdk Connection to Ironic, Placement, Nova and Glance
+    (when it runs)."""
     endpoints = services.endpoints()
     sess = session.Session(auth=noauth.NoAuth(), additional_headers=HEADERS)
     return openstack.connection.Connection(
         session=sess,
         baremetal_endpoint_override=endpoints['baremetal'],
         placement_endpoint_override=endpoints['placement'],
-        compute_endpoint_override=endpoints['compute'])
+        compute_endpoint_override=endpoints['compute'],
+        image_endpoint_override=endpoints['image'])
 
 
 def wait_for_node(conn, node_id, timeout=60):

@@ -8,6 +8,7 @@ import logging
 import pytest
 import yaml
 
+from conductor import conductor as conductor_module
 from tenks import exceptions
 from tenks.cli import client
 from tenks.cli import commands
@@ -330,3 +331,18 @@ def test_aggregate_changes_print_what_placement_refused(deployed,
     assert (deleted.code, deleted.err) == (
         0, 'Warning: Placement answered HTTP 403 (gone)\n')
     deployed('hypervisor', 'set', '--enable', host)
+
+
+def test_teardown_force_reaches_the_conductor(deployed, monkeypatch):
+    asked = []
+    submit = conductor_module.Conductor.submit_teardown
+
+    def recorded(self, name, force=False):
+        asked.append((name, force))
+        return submit(self, name, force)
+
+    monkeypatch.setattr(conductor_module.Conductor, 'submit_teardown',
+                        recorded)
+    done = deployed('teardown', '--force', 'unit')
+    assert done.code == 0, done.err
+    assert asked == [('unit', True)]

@@ -3,9 +3,11 @@ endpoints, then what the openstack CLI would use (OS_CLOUD, the openrc
 variables, the only cloud of clouds.yaml)."""
 
 import os
+import types
 
 import pytest
 import yaml
+from openstack import exceptions as sdk
 
 from tenks import cloud
 from tenks import conf as tenks_conf
@@ -115,3 +117,42 @@ def test_unreachable_keystone_is_named(password_cloud):
                        match=r'Cannot reach Keystone at '
                              r'http://127\.0\.0\.1:9/: .*cloud mycloud'):
         make_cloud().check(['baremetal'])
+
+
+class FakeConnection:
+    """Just the calls deployed_nodes and server_name make."""
+
+    def __init__(self, nodes, servers, compute=True):
+        self.baremetal = types.SimpleNamespace(
+            nodes=lambda fields: [types.SimpleNamespace(
+                id=uuid, provision_state=state, instance_id=instance)
+                for uuid, state, instance in nodes])
+
+        def get_server(server_id):
+            if server_id not in servers:
+                raise sdk.NotFoundException('no server %s' % server_id)
+            return types.SimpleNamespace(name=servers[server_id])
+
+        self.compute = types.SimpleNamespace(get_server=get_server)
+        self.compute_endpoint = 'http://nova' if compute else None
+
+    def endpoint_for(self, service):
+        return self.compute_endpoint
+
+
+def test_deployed_nodes_are_those_of_ours_outside_the_free_states():
+    conn = FakeConnection([('n1', 'active', 's1'), ('n2', 'available', None),
+                           ('n3', 'deploy failed', None),
+                           ('other', 'active', 's9')], {})
+    assert cloud.deployed_nodes(conn, ['n1', 'n2', 'n3', 'gone'],
+                                {'available'}) == {
+        'n1': ('active', 's1'), 'n3': ('deploy failed', None)}
+    assert cloud.deployed_nodes(conn, [], {'available'}) == {}
+
+
+def test_server_name_is_none_when_nova_cannot_say():
+    conn = FakeConnection([], {'s1': 'web-1'})
+    assert cloud.server_name(conn, 's1') == 'web-1'
+    assert cloud.server_name(conn, 's2') is None
+    conn.compute_endpoint = None
+    assert cloud.server_name(conn, 's1') is None
