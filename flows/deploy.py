@@ -79,10 +79,18 @@ def removal_flow(plan, resources):
                 if (row.kind, row.name) in gone])
     if len(stage):
         flow.add(stage)
-    for kind in HOST_REMOVAL:
-        rows = [row for row in plan['host_remove'] if row['kind'] == kind]
-        if rows:
-            removing = unordered_flow.Flow('remove:%s' % kind)
-            removing.add(*[teardown.RemoveResource(row) for row in rows])
-            flow.add(removing)
+    flow.add(*host_removal(plan['host_remove']))
     return flow
+
+
+def host_removal(rows):
+    """Stages removing the host things ``rows`` (resource dicts), in
+    HOST_REMOVAL order."""
+    stages = []
+    for kind in HOST_REMOVAL:
+        mine = [row for row in rows if row['kind'] == kind]
+        if mine:
+            stage = unordered_flow.Flow('remove:%s' % kind)
+            stage.add(*[teardown.RemoveResource(row) for row in mine])
+            stages.append(stage)
+    return stages

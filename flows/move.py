@@ -24,7 +24,6 @@ from flows import host_setup
 from flows import nodes
 from flows import records
 from flows import registration
-from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 from tenks import placement_aggregates
@@ -47,13 +46,7 @@ def get_move_flow(operation_id):
     moving = unordered_flow.Flow('moves')
     for move in plan['moves']:
         moving.add(move_flow(move, passwords))
-    flow.add(moving)
-    for kind in deploy.HOST_REMOVAL:
-        rows = [row for row in plan['host_remove'] if row['kind'] == kind]
-        if rows:
-            removing = unordered_flow.Flow('remove:%s' % kind)
-            removing.add(*[teardown.RemoveResource(row) for row in rows])
-            flow.add(removing)
+    flow.add(moving, *deploy.host_removal(plan['host_remove']))
     return flow
 
 

@@ -11,10 +11,8 @@ from tests.unit import fakes
 warnings.filterwarnings('ignore', module='oslo_service')
 
 
-@pytest.fixture
-def hypervisor(monkeypatch):
-    """A fake hypervisor behind the real hostagent manager."""
-    hv = fakes.Hypervisor()
+def use_fake_drivers(monkeypatch, hv):
+    """Hostagent managers made from now on drive the fake ``hv``."""
     drivers = {'tenks.virt_drivers': fakes.FakeVirt,
                'tenks.network_drivers': fakes.FakeNetwork,
                'tenks.bmc_drivers': fakes.FakeBmc,
@@ -22,6 +20,13 @@ def hypervisor(monkeypatch):
     monkeypatch.setattr(
         manager, 'load_driver',
         lambda namespace, name, conf: drivers[namespace](conf, hv))
+
+
+@pytest.fixture
+def hypervisor(monkeypatch):
+    """A fake hypervisor behind the real hostagent manager."""
+    hv = fakes.Hypervisor()
+    use_fake_drivers(monkeypatch, hv)
     monkeypatch.setattr(manager, 'udp_port_free',
                         lambda address, port: port not in hv.busy_ports)
     monkeypatch.setattr(manager, 'interface_mark', hv.interfaces.get)

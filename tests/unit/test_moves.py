@@ -7,12 +7,12 @@ import time
 import pytest
 
 from conductor import moves
-from hostagent import manager
 from hostagent import rpcapi as hostagent_rpcapi
 from hostagent import server as hostagent_server
 from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import scheduler
+from tests.unit import conftest
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 
@@ -93,13 +93,7 @@ def hv2(conf, conductor, monkeypatch, tmp_path):
     """A second hypervisor, 'hv2' (resource prefix b), on the same bus;
     the conductor inspects both."""
     hv = fakes.Hypervisor()
-    drivers = {'tenks.virt_drivers': fakes.FakeVirt,
-               'tenks.network_drivers': fakes.FakeNetwork,
-               'tenks.bmc_drivers': fakes.FakeBmc,
-               'tenks.redfish_drivers': fakes.FakeRedfish}
-    monkeypatch.setattr(
-        manager, 'load_driver',
-        lambda namespace, name, conf: drivers[namespace](conf, hv))
+    conftest.use_fake_drivers(monkeypatch, hv)
     conf2 = tenks_conf.new_conf()
     conf2([], default_config_files=[])
     conf2.set_override('state_dir', str(tmp_path / 'hv2'))
