@@ -78,6 +78,19 @@ def use_services(cluster, endpoints):
                                   group='openstack')
 
 
+def use_tokenless_cloud(cluster, tmp_path, monkeypatch, endpoints):
+    """Point ``cluster``'s conductor at a cloud without a token: Ironic
+    (noauth) serves it, Placement refuses it."""
+    clouds = tmp_path / 'clouds.yaml'
+    clouds.write_text(
+        'clouds:\n  tokenless:\n    auth_type: none\n'
+        '    baremetal_endpoint_override: %s\n'
+        '    placement_endpoint_override: %s\n' % (
+            endpoints['baremetal'], endpoints['placement']))
+    monkeypatch.setenv('OS_CLIENT_CONFIG_FILE', str(clouds))
+    cluster.conf.set_override('cloud', 'tokenless', group='openstack')
+
+
 def cleaned_up(cluster, cloud, more=()):
     """After a test: what it left on the machine and in Ironic (and the
     leftovers ``more`` lists), removed and returned."""

@@ -33,18 +33,9 @@ def env(tmp_path, openstack_services, cloud):
 
 def test_placement_refusing_the_coexistence_check_only_warns(
         env, cloud, tmp_path, monkeypatch, openstack_services):
-    # A cloud without a token: Ironic (noauth) serves it, Placement
-    # answers 401. The deploy keeps its Ironic nodes and says what it
-    # could not check.
-    clouds = tmp_path / 'clouds.yaml'
-    clouds.write_text(
-        'clouds:\n  tokenless:\n    auth_type: none\n'
-        '    baremetal_endpoint_override: %s\n'
-        '    placement_endpoint_override: %s\n' % (
-            openstack_services['baremetal'],
-            openstack_services['placement']))
-    monkeypatch.setenv('OS_CLIENT_CONFIG_FILE', str(clouds))
-    env.conf.set_override('cloud', 'tokenless', group='openstack')
+    # Placement answers 401. The deploy keeps its Ironic nodes and says
+    # what it could not check.
+    of.use_tokenless_cloud(env, tmp_path, monkeypatch, openstack_services)
     spec = dict(test_enrolment.enrolled_spec(env, count=1), nova_flavors=[])
     result = env.deploy(spec)
     [node] = env.nodes()

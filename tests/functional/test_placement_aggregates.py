@@ -276,18 +276,10 @@ def test_placement_refusing_the_mirror_only_warns(
         env, cloud, tmp_path, monkeypatch, openstack_services):
     # A cloud without a token: Ironic (noauth) serves it, Placement
     # refuses it. The deploy keeps its nodes and says what it did not do.
-    clouds = tmp_path / 'clouds.yaml'
-    clouds.write_text(
-        'clouds:\n  tokenless:\n    auth_type: none\n'
-        '    baremetal_endpoint_override: %s\n'
-        '    placement_endpoint_override: %s\n' % (
-            openstack_services['baremetal'],
-            openstack_services['placement']))
-    monkeypatch.setenv('OS_CLIENT_CONFIG_FILE', str(clouds))
     host = admin(env, 'host')
     a = admin(env, 'create_aggregate', env.cluster + '-a')
     admin(env, 'add_aggregate_host', a['name'], host)
-    env.conf.set_override('cloud', 'tokenless', group='openstack')
+    of.use_tokenless_cloud(env, tmp_path, monkeypatch, openstack_services)
     result = env.deploy(spec(env, 1))
     [node] = env.nodes()
     # Placement's noauth2 answers 403 to a request without a token (401
