@@ -30,7 +30,9 @@ pytestmark = pytest.mark.functional
 GOLD = 'CUSTOM_TENKS_GOLD'
 SILVER = 'CUSTOM_TENKS_SILVER'
 TIMEOUT = 60  # s for a server or a node to settle
-BUDGET = 120  # s the end-to-end test may take (issue 12)
+# The end-to-end test should take under 120 s (issue 12): its phases'
+# times are printed, not asserted (speed is for benchmarks, and a slow
+# CI machine must not fail it).
 
 
 class Phases:
@@ -316,7 +318,6 @@ def test_nova_schedules_servers_onto_tenks_nodes_and_vms_never(
     wait_for(lambda: all(inventories(cloud, u) is None for u in names),
              'the nodes\' providers gone')
     phases('server deleted, providers gone')
-    assert phases.total < BUDGET
 
 
 def test_coexistence_check_warns_of_a_hand_made_flavor(
