@@ -26,6 +26,7 @@ from tenks import exceptions
 from tenks import rpc
 from tests.functional import drivers_fixtures as fx
 from tests.functional.cluster_fixtures import ipmitool
+from tests.functional.cluster_fixtures import vbmcd_pid
 
 pytestmark = pytest.mark.functional
 
@@ -260,6 +261,8 @@ def test_failure_midway_leaves_nothing_the_request_made(hv):
     assert hv.domain(node['name']) is None
     assert not any(link_exists(n['tap']) for n in node['nics'])
     assert hv.volume_files() == []
+    # No vbmcd left serving nothing (it was started for this BMC).
+    assert vbmcd_pid(hv.agent.conf.state_dir) is None
     assert hv.agent.bmc.list_bmcs() == []
 
 

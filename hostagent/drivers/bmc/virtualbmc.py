@@ -85,23 +85,11 @@ class VirtualBmcDriver(base.BmcDriver):
                 and all(entry.get(k) == v for k, v in wanted.items())
                 and self._status(domain) == 'running')
             if changed:
-                if self._exists(domain):
-                    self._wait_gone(self._delete(domain),
-                                    'release the old BMC of %s' % domain)
-                _check_port_free(address, port)
                 try:
-                    self._request(
-                        'add', domain_name=domain, username=username,
-                        password=password, port=port, address=address,
-                        libvirt_uri=self.conf.hostagent.libvirt_uri,
-                        libvirt_sasl_username=None,
-                        libvirt_sasl_password=None)
-                    self._request('start', domain_names=[domain])
-                except exceptions.DriverError:
-                    # Leave no half-made BMC: vbmcd would respawn it.
-                    if self._exists(domain):
-                        self._wait_gone(self._delete(domain),
-                                        'delete the BMC of %s' % domain)
+                    self._add(domain, address, port, username, password)
+                except Exception:
+                    # A vbmcd serving nothing goes, as after a removal.
+                    self._stop_if_idle()
                     raise
         # Also when unchanged: another thread may have just started it.
         if not _poll(lambda: _udp_bound(address, port), BIND_TIMEOUT):
@@ -112,6 +100,7 @@ class VirtualBmcDriver(base.BmcDriver):
                 if changed and self._exists(domain):
                     self._wait_gone(self._delete(domain),
                                     'delete the BMC of %s' % domain)
+                self._stop_if_idle()
             raise self._error('start the BMC of %s' % domain,
                               '%s:%d was not bound within %d s; see %s'
                               % (address, port, BIND_TIMEOUT,
@@ -146,9 +135,33 @@ class VirtualBmcDriver(base.BmcDriver):
             self._wait_gone(pids, 'stop the BMC of %s' % domain)
             LOG.info('Removed BMC for %s', domain)
         with self._locked():
-            if not self._entries():
-                self._stop_daemon()
+            self._stop_if_idle()
         return removed
+
+    def _add(self, domain, address, port, username, password):
+        """(Re)make the BMC of ``domain`` in vbmcd and start it; none is
+        left when that fails (vbmcd would respawn it)."""
+        if self._exists(domain):
+            self._wait_gone(self._delete(domain),
+                            'release the old BMC of %s' % domain)
+        _check_port_free(address, port)
+        try:
+            self._request(
+                'add', domain_name=domain, username=username,
+                password=password, port=port, address=address,
+                libvirt_uri=self.conf.hostagent.libvirt_uri,
+                libvirt_sasl_username=None, libvirt_sasl_password=None)
+            self._request('start', domain_names=[domain])
+        except exceptions.DriverError:
+            if self._exists(domain):
+                self._wait_gone(self._delete(domain),
+                                'delete the BMC of %s' % domain)
+            raise
+
+    def _stop_if_idle(self):
+        """Stop vbmcd when it serves no BMC (lock held)."""
+        if not self._entries():
+            self._stop_daemon()
 
     def list_bmcs(self):
         """Return [{'domain', 'address', 'port', 'status'}]."""
