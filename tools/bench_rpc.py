@@ -102,24 +102,33 @@ class NullVirt(base.VirtDriver):
         self.handled.add()
         return base.ensured(True)
 
-    ensure_pool = remove_pool = remove_volume = _nothing
+    ensure_pool = remove_pool = remove_volume = resize_volume = _nothing
+    volume_info = volume_infos = existing_volumes = volume_path = _nothing
     ensure_domain = remove_domain = domain_state = _nothing
+    domain_changes = domains_changes = start_domain = stop_domain = _nothing
 
 
 class NullNetwork(base.NetworkDriver):
 
     ensure_bridge = remove_bridge = ensure_uplink = _nothing
-    remove_uplink = ensure_port = remove_port = _nothing
+    remove_uplink = ensure_port = remove_port = port_changes = _nothing
 
 
 class NullBmc(base.BmcDriver):
 
-    ensure_bmc = remove_bmc = list_bmcs = _nothing
+    ensure_bmc = remove_bmc = list_bmcs = bmc_changes = _nothing
+
+
+class NullRedfish(base.RedfishDriver):
+
+    ensure_system = remove_system = system_changes = _nothing
+    endpoint_user = _nothing
 
 
 NULL_DRIVERS = {'tenks.virt_drivers': NullVirt,
                 'tenks.network_drivers': NullNetwork,
-                'tenks.bmc_drivers': NullBmc}
+                'tenks.bmc_drivers': NullBmc,
+                'tenks.redfish_drivers': NullRedfish}
 
 
 def load_null_driver(namespace, name, conf):
@@ -187,7 +196,8 @@ class ControlPlane:
         self.host = agent.host
         self.handled = agent.virt.handled
         conductor_host = 'bench-cond-%s' % self.token
-        conductor = types.SimpleNamespace(waiters=waiters.Waiters())
+        conductor = types.SimpleNamespace(waiters=waiters.Waiters(),
+                                          conf=conductor_bus.conf)
         self.client = agents.AgentClient(conductor_bus, conductor.waiters,
                                          conductor_host, timeout)
         self.servers = [
