@@ -214,7 +214,7 @@ class Conductor:
 
     # Host maintenance
 
-    def start_maintenance(self, host, reason=None):
+    def start_host_maintenance(self, host, reason=None):
         """Put ``host`` into maintenance (disabled: no new nodes) and
         move its nodes to other enabled hosts of its aggregates, one move
         operation per cluster; see _submit_move.
@@ -231,11 +231,11 @@ class Conductor:
             clusters.setdefault(node.cluster, []).append(node.uuid)
         return self._submit_moves(host, clusters, None)
 
-    def stop_maintenance(self, host, rebalance=False):
+    def stop_host_maintenance(self, host, rebalance=False):
         """Take ``host`` out of maintenance (enabled); with ``rebalance``,
         move nodes of the other enabled hosts of its aggregates to it
         until they differ by at most one node. Returns what
-        start_maintenance does."""
+        start_host_maintenance does."""
         self.registry.get_hypervisor(host)
         self.db.set_hypervisor_maintenance(host, False)
         clusters = {}

@@ -102,13 +102,13 @@ class ConductorManager:
                                    exceptions.HypervisorNotFound)
     def start_host_maintenance(self, context, host, reason=None):
         self.policy.authorize('tenks:hypervisor:maintenance', context)
-        return self.conductor.start_maintenance(host, reason)
+        return self.conductor.start_host_maintenance(host, reason)
 
     @messaging.expected_exceptions(exceptions.PolicyNotAuthorized,
                                    exceptions.HypervisorNotFound)
     def stop_host_maintenance(self, context, host, rebalance=False):
         self.policy.authorize('tenks:hypervisor:maintenance', context)
-        return self.conductor.stop_maintenance(host, bool(rebalance))
+        return self.conductor.stop_host_maintenance(host, bool(rebalance))
 
     @messaging.expected_exceptions(*AGGREGATE_ERRORS)
     def list_aggregates(self, context):

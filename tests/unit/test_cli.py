@@ -346,3 +346,30 @@ def test_teardown_force_reaches_the_conductor(deployed, monkeypatch):
     done = deployed('teardown', '--force', 'unit')
     assert done.code == 0, done.err
     assert asked == [('unit', True)]
+
+
+def test_hypervisor_maintenance_commands(deployed):
+    """Embedded, the one hypervisor has nowhere to move its nodes: the
+    start says so and fails, the host stays in maintenance until the
+    stop."""
+    for _ in range(50):
+        hypervisors = deployed('hypervisor', 'list', '-f', 'json').json()
+        if hypervisors:
+            break
+    [host] = [h['host'] for h in hypervisors]
+    started = deployed('hypervisor', 'maintenance', 'start', '--reason',
+                       'fans', host)
+    assert started.code == 1
+    assert ('No valid host for node tk0: no other hypervisor shares an '
+            'aggregate with %s' % host) in started.err
+    shown = deployed('hypervisor', 'show', host, '-f', 'json').json()
+    assert (shown['state'], shown['disabled_reason']) == ('maintenance',
+                                                          'fans')
+    assert {n['hypervisor'] for n in deployed(
+        'node', 'list', '-f', 'json').json()} == {host}
+    stopped = deployed('hypervisor', 'maintenance', 'stop', '--rebalance',
+                       host)
+    assert stopped.code == 0, stopped.err
+    assert 'out of maintenance: 0 node(s) moved' in stopped.out
+    shown = deployed('hypervisor', 'show', host, '-f', 'json').json()
+    assert (shown['state'], shown['enabled']) == ('up', True)

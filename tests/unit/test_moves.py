@@ -133,7 +133,7 @@ def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
     hypervisor.running.add('tk0')
     conductor.update_hypervisor('hv2', True)
 
-    answer = conductor.start_maintenance('hv1', 'fans')
+    answer = conductor.start_host_maintenance('hv1', 'fans')
     [operation] = wait_all(conductor, answer)
     assert operation['state'] == 'succeeded', operation['error']
     assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
@@ -150,7 +150,7 @@ def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
     # The deploy sees the nodes where they are now: nothing to change.
     assert conductor.deploy(make_spec(count=2))['changed'] == []
 
-    answer = conductor.stop_maintenance('hv1', rebalance=True)
+    answer = conductor.stop_host_maintenance('hv1', rebalance=True)
     [operation] = wait_all(conductor, answer)
     assert operation['state'] == 'succeeded', operation['error']
     assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
@@ -168,7 +168,7 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
     before = dict(hypervisor.things)
     hv2.fail[('bmc', 'tk0')] = exceptions.DriverError(
         driver='fake', action='start a BMC', reason='port taken')
-    [operation] = wait_all(conductor, conductor.start_maintenance('hv1'))
+    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
     assert operation['state'] == 'failed'
     assert 'port taken' in operation['error']
     assert 'rolled back to their old hypervisor' in operation['error']
@@ -193,13 +193,13 @@ def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,
     conductor.update_hypervisor('hv2', True)
     conductor.locks.acquire('unit')
     try:
-        answer = conductor.start_maintenance('hv1')
+        answer = conductor.start_host_maintenance('hv1')
     finally:
         conductor.locks.release('unit')
     assert answer['operations'] == []
     assert 'locked by another operation' in answer['refused']['unit']
     # In maintenance all the same: a second start moves what is left.
     assert conductor.get_hypervisor('hv1')['state'] == 'maintenance'
-    [operation] = wait_all(conductor, conductor.start_maintenance('hv1'))
+    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
     assert operation['state'] == 'succeeded', operation['error']
     assert [n.hypervisor for n in conductor.db.list_nodes()] == ['hv2']
