@@ -140,8 +140,9 @@ def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
 
 
 def in_flight(operations):
-    """The records nodes of running move operations (their plans) will
-    have: they hold their new BMC ports and room before they get there."""
+    """The records the nodes of running move operations (``operations``,
+    with their plans) will have at their new hosts: they hold their new
+    BMC ports and room there before they arrive."""
     return [move['new']['record'] for operation in operations
             if operation.kind == 'move' and operation.plan
             for move in operation.plan['moves']]
