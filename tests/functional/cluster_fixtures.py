@@ -166,7 +166,7 @@ class ClusterEnv:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
         for uri in self.uris:
-            self._force_clean_libvirt(uri)
+            remove_libvirt_things(uri, self._ours)
         with IPRoute() as ipr:
             for link in self._links(ipr):
                 with contextlib.suppress(Exception):
@@ -180,24 +180,27 @@ class ClusterEnv:
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.join(pool_root, name))
 
-    def _force_clean_libvirt(self, uri):
-        conn = libvirt.open(uri)
-        try:
-            for dom in conn.listAllDomains():
-                if self._ours(dom.name()):
+
+def remove_libvirt_things(uri, ours):
+    """Destroy and undefine the domains, and delete the pools with their
+    volumes, whose names ``ours(name)`` accepts, on libvirt ``uri``."""
+    conn = libvirt.open(uri)
+    try:
+        for dom in conn.listAllDomains():
+            if ours(dom.name()):
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.destroy()
+                with contextlib.suppress(libvirt.libvirtError):
+                    dom.undefineFlags(
+                        libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+        for pool in conn.listAllStoragePools():
+            if ours(pool.name()):
+                for vol in pool.listAllVolumes():
                     with contextlib.suppress(libvirt.libvirtError):
-                        dom.destroy()
-                    with contextlib.suppress(libvirt.libvirtError):
-                        dom.undefineFlags(
-                            libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
-            for pool in conn.listAllStoragePools():
-                if self._ours(pool.name()):
-                    for vol in pool.listAllVolumes():
-                        with contextlib.suppress(libvirt.libvirtError):
-                            vol.delete()
-                    with contextlib.suppress(libvirt.libvirtError):
-                        pool.destroy()
-                    with contextlib.suppress(libvirt.libvirtError):
-                        pool.undefine()
-        finally:
-            conn.close()
+                        vol.delete()
+                with contextlib.suppress(libvirt.libvirtError):
+                    pool.destroy()
+                with contextlib.suppress(libvirt.libvirtError):
+                    pool.undefine()
+    finally:
+        conn.close()

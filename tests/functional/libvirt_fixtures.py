@@ -20,6 +20,8 @@ import time
 
 import libvirt
 
+from tests.functional import cluster_fixtures as cf
+
 DIRS = {'run': '/run/libvirt', 'lib': '/var/lib/libvirt',
         'etc': '/etc/libvirt', 'cache': '/var/cache/libvirt',
         'log': '/var/log/libvirt'}
@@ -83,20 +85,7 @@ def private_libvirtd(root, timeout=90):
 
 def _stop(root, uri):
     with contextlib.suppress(libvirt.libvirtError):
-        conn = libvirt.open(uri)
-        try:
-            for dom in conn.listAllDomains():
-                with contextlib.suppress(libvirt.libvirtError):
-                    dom.destroy()
-                with contextlib.suppress(libvirt.libvirtError):
-                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
-            for pool in conn.listAllStoragePools():
-                with contextlib.suppress(libvirt.libvirtError):
-                    pool.destroy()
-                with contextlib.suppress(libvirt.libvirtError):
-                    pool.undefine()
-        finally:
-            conn.close()
+        cf.remove_libvirt_things(uri, lambda name: True)
     for name in ('libvirtd.pid', 'virtlogd.pid'):
         pid = _pid(os.path.join(root, name))
         if pid is None:
