@@ -10,6 +10,7 @@ back."""
 import json
 import subprocess
 import time
+from xml.etree import ElementTree as ET
 
 import libvirt
 import pytest
@@ -50,24 +51,15 @@ def node_map(api, cluster):
 
 
 def domain(uri, name):
+    """(UUID, whether it runs) of domain ``name``, None if undefined."""
     conn = libvirt.open(uri)
     try:
         dom = conn.lookupByName(name)
-        return dom.UUIDString(), dom.isActive(), [
-            path for path in _disks(dom.XMLDesc())]
+        return dom.UUIDString(), dom.isActive()
     except libvirt.libvirtError:
         return None
     finally:
         conn.close()
-
-
-def _disks(xml):
-    import xml.etree.ElementTree as ET
-    for disk in ET.fromstring(xml).findall('devices/disk/source'):
-        if disk.get('file'):
-            yield disk.get('file')
-        elif disk.get('volume'):
-            yield disk.get('pool'), disk.get('volume')
 
 
 def volume_path(uri, pool, name):
@@ -88,7 +80,6 @@ def qemu_io(path, command, *options):
 def first_volume(uri, dom_name):
     conn = libvirt.open(uri)
     try:
-        import xml.etree.ElementTree as ET
         xml = ET.fromstring(conn.lookupByName(dom_name).XMLDesc())
         source = xml.find('devices/disk/source')
         if source.get('file'):

@@ -126,12 +126,19 @@ def wait_all(conductor, answer):
     return ended
 
 
+def deploy_on_hv1(conductor, hypervisor, count, running=True):
+    """Deploy ``count`` nodes, all on hv1 (hv2 disabled meanwhile); tk0
+    runs if ``running``."""
+    conductor.update_hypervisor('hv2', False, 'later')
+    conductor.deploy(make_spec(count=count))
+    if running:
+        hypervisor.running.add('tk0')
+    conductor.update_hypervisor('hv2', True)
+
+
 def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
         conductor, hypervisor, hv2):
-    conductor.update_hypervisor('hv2', False, 'later')
-    conductor.deploy(make_spec(count=2))
-    hypervisor.running.add('tk0')
-    conductor.update_hypervisor('hv2', True)
+    deploy_on_hv1(conductor, hypervisor, count=2)
 
     answer = conductor.start_host_maintenance('hv1', 'fans')
     [operation] = wait_all(conductor, answer)
@@ -161,10 +168,7 @@ def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
 
 def test_a_failed_move_leaves_the_node_whole_where_it_was(
         conductor, hypervisor, hv2):
-    conductor.update_hypervisor('hv2', False, 'later')
-    conductor.deploy(make_spec(count=1))
-    hypervisor.running.add('tk0')
-    conductor.update_hypervisor('hv2', True)
+    deploy_on_hv1(conductor, hypervisor, count=1)
     before = dict(hypervisor.things)
     hv2.fail[('bmc', 'tk0')] = exceptions.DriverError(
         driver='fake', action='start a BMC', reason='port taken')
@@ -188,9 +192,7 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
 
 def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,
                                                       hv2):
-    conductor.update_hypervisor('hv2', False, 'later')
-    conductor.deploy(make_spec(count=1))
-    conductor.update_hypervisor('hv2', True)
+    deploy_on_hv1(conductor, hypervisor, count=1, running=False)
     conductor.locks.acquire('unit')
     try:
         answer = conductor.start_host_maintenance('hv1')
