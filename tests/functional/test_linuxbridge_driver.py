@@ -100,6 +100,26 @@ def test_foreign_interfaces_are_left_alone(driver, ipr, left, bridge):
     assert link(ipr, left.name('t0')) is None
 
 
+def test_our_mark_on_another_kind_of_link_is_not_removed(driver, ipr,
+                                                         left, bridge):
+    """Removal reads the link from sysfs: our alias on a link of another
+    kind (a veth, or our bridge named as a port) is not enough."""
+    veth = left.name('va')
+    ipr.link('add', ifname=veth, kind='veth', peer=left.name('vb'))
+    ipr.link('set', index=ipr.link_lookup(ifname=veth)[0],
+             ifalias=fx.OWNER)
+    before = link(ipr, veth)
+    for remove in (driver.remove_port, driver.remove_bridge):
+        with pytest.raises(exceptions.ResourceConflict,
+                           match='another kind of link'):
+            remove(veth, fx.OWNER)
+    with pytest.raises(exceptions.ResourceConflict,
+                       match='it is a bridge, not a tun'):
+        driver.remove_port(bridge, fx.OWNER)
+    assert link(ipr, veth) == before
+    assert link(ipr, bridge)['kind'] == 'bridge'
+
+
 def test_port_lifecycle(driver, ipr, left, bridge):
     tap = left.name('t0')
     assert driver.ensure_port(bridge, tap, fx.OWNER) == fx.CREATED

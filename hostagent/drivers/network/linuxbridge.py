@@ -3,13 +3,15 @@
 Changes go through netlink (pyroute2); reads that change nothing
 (port_changes, for drift) go through sysfs. pyroute2 is imported where a
 change is made: its import takes a tenth of a second, which a no-change
-re-run would otherwise spend on nothing.
+re-run would otherwise spend on nothing. Removing a bridge or tap needs
+only sysfs and one fixed netlink message, so a teardown does without it.
 """
 
 import contextlib
 import errno
 import fcntl
 import os
+import socket
 import struct
 import threading
 
@@ -19,6 +21,14 @@ from tenks import exceptions
 IFNAMSIZ = 15
 SYSFS_NET = '/sys/class/net'
 IFF_UP = 0x1
+
+# rtnetlink, for RTM_DELLINK (linux/netlink.h, linux/rtnetlink.h).
+RTM_DELLINK = 17
+NLMSG_ERROR = 2
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLMSGHDR = struct.Struct('=IHHII')  # length, type, flags, seq, pid
+IFINFOMSG = struct.Struct('=BxHiII')  # family, type, index, flags, change
 
 
 def iproute():
@@ -67,7 +77,8 @@ def _not_marked(mark, link_kind, owner, kind):
         return ('it has no owner mark' if not mark
                 else 'its alias is %r' % mark)
     if link_kind != kind:
-        return 'it is a %s, not a %s' % (link_kind, kind)
+        return 'it is %s, not a %s' % (
+            'a ' + link_kind if link_kind else 'another kind of link', kind)
     return None
 
 
@@ -96,6 +107,26 @@ def _sysfs_link(name):
                                                               'tun_flags'))
                     else None)
     return link
+
+
+def _delete_link(index):
+    """Delete the link with ``index``; OSError with the kernel's errno
+    when it refuses (ENODEV: it is gone)."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
+                       socket.NETLINK_ROUTE) as sock:
+        sock.bind((0, 0))
+        body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0)
+        sock.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_DELLINK,
+                                NLM_F_REQUEST | NLM_F_ACK, 1, 0) + body)
+        reply = sock.recv(65536)
+    kind = NLMSGHDR.unpack_from(reply)[1]
+    # The ack is an NLMSG_ERROR whose error is 0, or -errno.
+    code = struct.unpack_from('=i', reply, NLMSGHDR.size)[0]
+    if kind != NLMSG_ERROR:
+        raise OSError(errno.EPROTO, 'unexpected netlink reply type %d'
+                      % kind)
+    if code:
+        raise OSError(-code, os.strerror(-code))
 
 
 def _bridge_index(ipr, name, owner):
@@ -244,11 +275,29 @@ class LinuxBridgeDriver(base.NetworkDriver):
         return self._remove(name, owner, 'bridge')
 
     def _remove(self, name, owner, kind):
-        with self._netlink('delete interface %s' % name, name) as ipr:
-            link = _owned(ipr, name, owner, kind)
-            if link is None:
+        """Delete our link ``name`` of ``kind``, read from sysfs and
+        deleted by index: an interface that replaced it since keeps its
+        new index and is left alone."""
+        if len(name) > IFNAMSIZ:
+            raise exceptions.DriverError(
+                driver='linuxbridge', action='delete interface %s' % name,
+                reason='interface name %s is longer than %d characters'
+                       % (name, IFNAMSIZ))
+        link = _sysfs_link(name)
+        if link is None:
+            return False
+        reason = _not_marked(link['ifalias'], link['kind'], owner, kind)
+        if reason:
+            raise exceptions.ResourceConflict(
+                kind='Interface', name=name, owner=owner, reason=reason)
+        try:
+            _delete_link(link['index'])
+        except OSError as e:
+            if e.errno == errno.ENODEV:
                 return False
-            ipr.link('del', index=link['index'])
+            raise exceptions.DriverError(
+                driver='linuxbridge', action='delete interface %s' % name,
+                reason=str(e)) from e
         return True
 
     def ensure_uplink(self, bridge, source, veth_names, owner):
