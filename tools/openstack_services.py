@@ -471,8 +471,7 @@ def sync_databases(state, full):
     cell1 (before the Nova API starts: it caches the cells it has seen)
     and with ``full`` Glance's."""
     state_nova = os.path.join(state, 'nova')
-    nova = ['--config-file', os.path.join(state_nova, 'nova.conf'),
-            '--config-file', os.path.join(state_nova, 'nova-db.conf')]
+    nova = nova_manage_config(state)
     syncs = [
         ('ironic', ['ironic'], [['ironic-dbsync', 'create_schema']]),
         ('placement', ['placement'], [['placement-manage', 'db', 'sync']]),
@@ -498,6 +497,26 @@ def sync_databases(state, full):
                     '--database_connection', sqlite(state_nova, 'nova')],
                    os.path.join(state, 'logs', 'nova-dbsync.log'))
         say('nova: cell1 mapped')
+
+
+def nova_manage_config(state):
+    state_nova = os.path.join(state, 'nova')
+    return ['--config-file', os.path.join(state_nova, 'nova.conf'),
+            '--config-file', os.path.join(state_nova, 'nova-db.conf')]
+
+
+def map_compute_host(state):
+    """Map nova-compute's host to cell1 by its service record.
+
+    The scheduler maps hosts by their compute nodes, which the ironic
+    driver makes only once Ironic has nodes, and only every
+    discover_hosts_in_cells_interval: a server booted in between fails
+    with "Host 'tenks-nova' is not mapped to any cell".
+    """
+    run_logged([os.path.join(venv_dir(), 'bin', 'nova-manage'),
+                *nova_manage_config(state), 'cell_v2', 'discover_hosts',
+                '--by-service'],
+               os.path.join(state, 'logs', 'nova-dbsync.log'))
 
 
 def has_cell1(state):
@@ -764,6 +783,8 @@ def start(path=None, timeout=None, full=False):
                 wait_up(state, name, pid, t0, timeout)
                 say('%s: started (pid %d), up after %.1f s'
                     % (name, pid, time.monotonic() - t0))
+            if 'nova-compute' in started:
+                map_compute_host(state)
         except BaseException:
             _stop(state, list(started))
             raise
