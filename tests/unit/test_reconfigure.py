@@ -315,6 +315,32 @@ def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
         '%s: %d' % pair for pair in collections.Counter(data).most_common()))
 
 
+def test_a_rerun_that_changes_nothing_writes_only_its_operation(
+        conductor, hypervisor):
+    spec = make_spec(count=8)
+    conductor.deploy(spec)
+    statements = []
+
+    def counted(conn, cursor, statement, parameters, context, many):
+        if 'tenks_hypervisors' not in statement:  # the agent's heartbeat
+            statements.append(verb_and_table(statement))
+
+    engine = conductor.db.engine
+    sa.event.listen(engine, 'before_cursor_execute', counted)
+    try:
+        assert conductor.deploy(spec)['changed'] == []
+    finally:
+        sa.event.remove(engine, 'before_cursor_execute', counted)
+    writes = collections.Counter(s for s in statements
+                                 if not s.startswith('SELECT'))
+    # No flow, no record of the cluster, its nodes or resources: the
+    # operation's own row (made, then ended) and its two events.
+    assert writes == {'INSERT tenks_operations': 1,
+                      'UPDATE tenks_operations': 1,
+                      'INSERT tenks_events': 2}, statements
+    assert len(statements) <= 12, statements
+
+
 def test_plan_shows_the_changes_and_makes_none(conductor, hypervisor):
     conductor.deploy(make_spec(count=2))
     before = snapshot(conductor, hypervisor)
