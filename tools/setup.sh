@@ -60,7 +60,7 @@ DEB_PACKAGES=(
 
 # Debian and Ubuntu build their Python with PGO and LTO; a source build
 # found first on PATH (pyenv's default) has neither, and runs Tenks' commands
-# about a tenth slower and its CPU-bound code up to twice as slow.
+# 10-25 % slower and CPU-bound code more than twice as slow.
 default_python() {
     if [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c \
             'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
