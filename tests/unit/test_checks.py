@@ -332,10 +332,8 @@ def test_workers_bound_the_tasks_running_at_once(conf, hypervisor, workers):
         first = conductor.submit_deploy(make_spec(count=3, cluster='first'))
         second = conductor.submit_deploy(make_spec(
             count=3, cluster='second', bridge_prefix='brs'))
-        # Polled: wait() knows only operations still running.
         for operation_id in (first, second):
-            while conductor.get_operation(operation_id)['state'] == 'running':
-                time.sleep(0.05)
+            conductor.wait(operation_id)
             assert conductor.get_operation(operation_id)['state'] == (
                 'succeeded')
     assert most[0] == workers
