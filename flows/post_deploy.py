@@ -120,35 +120,39 @@ class EnsureFlavor(base.EnsureResource):
         return {'changed': changed, 'created': not adopt}
 
 
-def count_units(conn, resource_class, traits):
-    """How many providers offer a unit of ``resource_class`` and every
-    trait in ``traits``."""
+def providers_offering(conn, resource_class, traits):
+    """The uuids of the providers that offer a unit of
+    ``resource_class`` and every trait in ``traits``."""
     # Placement refuses to query a class or trait it does not know yet:
     # nobody has reported it, so nobody offers it.
     for path in ['/resource_classes/%s' % resource_class] + [
             '/traits/%s' % trait for trait in traits]:
         if conn.placement.get(path, microversion=PLACEMENT_VERSION,
                               raise_exc=False).status_code == 404:
-            return 0
+            return set()
     query = 'resources=%s:1' % resource_class
     if traits:
         query += '&required=%s' % ','.join(sorted(traits))
     response = conn.placement.get('/resource_providers?' + query,
                                   microversion=PLACEMENT_VERSION)
     response.raise_for_status()
-    return len(response.json()['resource_providers'])
+    return {p['uuid'] for p in response.json()['resource_providers']}
 
 
 class WaitForPlacement(task.Task):
-    """Wait until Placement offers, for every enrolled spec, ``count``
-    units of its class with its traits (nova-compute reports them).
+    """Wait until, for every enrolled node, the node's own resource
+    provider (nova-compute names it after the node) offers a unit of
+    its class with its traits. A provider of the same class that is not
+    one of these nodes' (another cluster's, or one nova-compute has not
+    yet deleted after its node left Ironic) counts for nothing.
 
     Reversion strategy: none; it waits and changes nothing.
     """
 
     def __init__(self, wanted, timeout):
         super().__init__(name='placement:wait')
-        self.wanted = wanted  # [(resource class, traits, count)]
+        # [(resource class, traits, {node uuid: node name})]
+        self.wanted = wanted
         self.timeout = timeout
 
     def execute(self):
@@ -156,12 +160,15 @@ class WaitForPlacement(task.Task):
         deadline = time.monotonic() + self.timeout
         while True:
             short = []
-            for rc, traits, count in self.wanted:
-                have = count_units(conn, rc, traits)
-                if have < count:
-                    short.append('%s%s: %d of %d units (%d short)' % (
-                        rc, ' with %s' % ', '.join(traits) if traits else '',
-                        have, count, count - have))
+            for rc, traits, nodes in self.wanted:
+                missing = sorted(nodes[uuid] for uuid in set(nodes) -
+                                 providers_offering(conn, rc, traits))
+                if missing:
+                    short.append('%s%s: %d of %d nodes offer it (not yet %s)'
+                                 % (rc, ' with %s' % ', '.join(traits)
+                                    if traits else '',
+                                    len(nodes) - len(missing), len(nodes),
+                                    _some(missing)))
             if not short:
                 return
             if time.monotonic() > deadline:
@@ -171,6 +178,13 @@ class WaitForPlacement(task.Task):
 
     def revert(self, result, **kwargs):
         pass
+
+
+def _some(names, shown=5):
+    """The first ``shown`` of ``names``, and how many more there are."""
+    more = len(names) - shown
+    return ', '.join(names[:shown]) + (' and %d more' % more
+                                       if more > 0 else '')
 
 
 class JoinAggregates(task.Task):

@@ -279,19 +279,24 @@ def nova_flavor(spec, flavor):
     }
 
 
-def placement_wait(spec):
-    """[(resource class, traits, units)] to wait for, or None."""
+def placement_wait(spec, planned):
+    """[(resource class, traits, {node uuid: name})] to wait for, or
+    None: the enrolled nodes whose own resource providers (nova-compute
+    names a node's provider after the node) must offer their class with
+    their traits. Providers of other nodes of the same class, such as those
+    nova-compute has not yet deleted after their nodes left Ironic,
+    count for nothing."""
     if not spec['wait_for_placement']:
         return None
     wanted = {}
-    for entry in spec['specs']:
-        config = entry.get('ironic_config')
-        if config and entry['count']:
-            key = (normalise_resource_class(config['resource_class']),
-                   tuple(sorted(config['traits'])))
-            wanted[key] = wanted.get(key, 0) + entry['count']
-    return [[rc, list(traits), count]
-            for (rc, traits), count in sorted(wanted.items())]
+    for entry in planned:
+        ironic = entry['new'] and entry['new']['ironic']
+        if ironic:
+            key = (normalise_resource_class(ironic['rc']),
+                   tuple(sorted(ironic['traits'])))
+            wanted.setdefault(key, {})[entry['uuid']] = entry['name']
+    return [[rc, list(traits), nodes]
+            for (rc, traits), nodes in sorted(wanted.items())]
 
 
 def host_setup(spec, host_facts):
@@ -568,7 +573,7 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
         'host_ensure': host_ensure,
         'host_remove': host_remove,
         'flavors': _flavor_entries(spec, old_spec, changes),
-        'placement_wait': placement_wait(spec),
+        'placement_wait': placement_wait(spec, planned),
         'placement_timeout': spec['placement_timeout'],
         'changes': changes,
     }

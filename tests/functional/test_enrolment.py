@@ -1,6 +1,8 @@
 """Enrolment in a real standalone Ironic, flavors in a real Nova API,
 Placement checks against a real Placement."""
 
+import threading
+import time
 import uuid
 
 import pytest
@@ -132,47 +134,97 @@ def test_unreachable_ironic_is_named_before_anything_is_made(env):
     assert env.nodes() == []
 
 
-def test_placement_wait_and_coexistence_checks(env, cloud):
-    # Nobody reports the nodes to Placement: the wait names what is short.
-    spec = enrolled_spec(env, count=1, wait_for_placement=True,
-                         placement_timeout=2)
-    with pytest.raises(exceptions.OperationFailed) as raised:
-        env.deploy(spec)
-    assert ('%s with CUSTOM_FAST: 0 of 1 units (1 short)' % GOLD
-            in str(raised.value))
-    assert env.leftovers() == []
+def make_provider(conn, name, provider_id, inventories):
+    """A resource provider offering ``inventories`` ({class: total}),
+    with the trait CUSTOM_FAST, as nova-compute would report a node."""
+    provider = conn.placement.create_resource_provider(name=name,
+                                                       id=provider_id)
+    put = conn.placement.put(
+        '/resource_providers/%s/inventories' % provider.id, json={
+            'resource_provider_generation': provider.generation,
+            'inventories': {rc: {'total': total}
+                            for rc, total in inventories.items()}},
+        microversion='1.18')
+    assert put.status_code == 200, put.text
+    put = conn.placement.put(
+        '/resource_providers/%s/traits' % provider.id, json={
+            'resource_provider_generation': put.json()[
+                'resource_provider_generation'],
+            'traits': ['CUSTOM_FAST']}, microversion='1.18')
+    assert put.status_code == 200, put.text
+    return provider
 
-    # Playing nova-compute's part: a provider with the node's class...
+
+class NovaCompute(threading.Thread):
+    """Plays nova-compute's part for one node: once Ironic has the node
+    called ``name``, reports a provider named after the node, with
+    ``inventories``."""
+
+    def __init__(self, name, inventories, timeout=30):
+        super().__init__(daemon=True)
+        self.node_name, self.inventories = name, inventories
+        self.deadline = time.monotonic() + timeout
+        self.provider = self.error = None
+
+    def run(self):
+        conn = of.connection()  # its own: a Connection is not shared
+        try:
+            while (node := conn.baremetal.find_node(self.node_name)) is None:
+                if time.monotonic() > self.deadline:
+                    raise TimeoutError('Ironic has no node %s'
+                                       % self.node_name)
+                time.sleep(of.POLL / 2)
+            self.provider = make_provider(conn, 'rp-' + self.node_name,
+                                          node.id, self.inventories)
+        except Exception as e:
+            self.error = e
+
+
+def test_placement_wait_and_coexistence_checks(env, cloud):
     for path in ('/resource_classes/%s' % GOLD, '/traits/CUSTOM_FAST'):
         assert cloud.placement.put(path, microversion='1.18').ok
-    provider = cloud.placement.create_resource_provider(
-        name=env.cluster + '-rp', id=str(uuid.uuid4()))
+    # A provider of the class and trait that is no node of this
+    # cluster's (as one nova-compute has not yet deleted after its node
+    # left Ironic): the wait does not count it, and names the node.
+    providers = [make_provider(cloud, env.cluster + '-stale',
+                               str(uuid.uuid4()), {GOLD: 1})]
     foreign = None
     try:
-        put = cloud.placement.put(
-            '/resource_providers/%s/inventories' % provider.id, json={
-                'resource_provider_generation': provider.generation,
-                'inventories': {GOLD: {'total': 1}, 'VCPU': {'total': 4}}},
-            microversion='1.18')
-        assert put.status_code == 200, put.text
-        put = cloud.placement.put(
-            '/resource_providers/%s/traits' % provider.id, json={
-                'resource_provider_generation': put.json()[
-                    'resource_provider_generation'],
-                'traits': ['CUSTOM_FAST']}, microversion='1.18')
-        assert put.status_code == 200, put.text
+        spec = enrolled_spec(env, count=1, wait_for_placement=True,
+                             placement_timeout=2)
+        with pytest.raises(exceptions.OperationFailed) as raised:
+            env.deploy(spec)
+        assert ('%s with CUSTOM_FAST: 0 of 1 nodes offer it (not yet %s)'
+                % (GOLD, env.node_name(0)) in str(raised.value))
+        assert env.leftovers() == []
+
+        # Playing nova-compute's part: the node's own provider, with its
+        # class but also VCPU...
+        reporter = NovaCompute(env.node_name(0), {GOLD: 1, 'VCPU': 4})
         # ...and a flavor for that class that does not zero VCPU.
         foreign = cloud.compute.create_flavor(
             name=env.cluster + '-vmish', ram=64, vcpus=1, disk=0)
         cloud.compute.create_flavor_extra_specs(
             foreign, {'resources:%s' % GOLD: '1'})
-        result = env.deploy(spec)
+        reporter.start()
+        try:
+            result = env.deploy(dict(spec, placement_timeout=30))
+        finally:
+            reporter.join()
+            if reporter.provider is not None:
+                providers.append(reporter.provider)
+        assert reporter.error is None, reporter.error
+        [node] = env.nodes()
+        assert reporter.provider.id == node['uuid']
         assert result['warnings'] == [
+            'Placement provider of node %s still offers VCPU: VM flavors '
+            'can land on it' % node['uuid'],
             'Bare-metal flavor %s-vmish does not zero DISK_GB, MEMORY_MB, '
             'VCPU: it also asks for standard resources' % env.cluster]
         env.teardown()
     finally:
-        cloud.placement.delete_resource_provider(provider)
+        for provider in providers:
+            cloud.placement.delete_resource_provider(provider)
         for path in ('/resource_classes/%s' % GOLD, '/traits/CUSTOM_FAST'):
             cloud.placement.delete(path, microversion='1.18')
         if foreign is not None:

@@ -256,7 +256,9 @@ def test_enrolled_nodes_get_registration_and_post_deploy_tasks(conductor):
         'properties': {'cpus': 1, 'memory_mb': 128, 'local_gb': 1,
                        'cpu_arch': 'x86_64',
                        'capabilities': 'boot_mode:bios'}}
-    assert p['placement_wait'] == [['CUSTOM_GOLD', ['CUSTOM_A'], 2]]
+    # The wait is for these nodes' own providers, by node uuid.
+    assert p['placement_wait'] == [['CUSTOM_GOLD', ['CUSTOM_A'], {
+        n['uuid']: n['name'] for n in p['nodes']}]]
     assert p['flavors']['ensure'][0]['disk'] == 1
 
 
@@ -287,3 +289,65 @@ def test_a_flavor_whose_extra_specs_fail_is_not_left_behind():
     with pytest.raises(RuntimeError, match='extra specs refused'):
         post_deploy.ensure_flavor(conn, flavor, adopt=False)
     assert conn.compute.flavors == {}
+
+
+class Placement:
+    """Providers that offer one unit of a class with some traits,
+    answering the wait's class, trait and provider queries."""
+
+    def __init__(self, providers):
+        self.providers = providers  # {uuid: (class, traits)}
+
+    def get(self, path, microversion=None, raise_exc=True):
+        parts = path.split('?')
+        if len(parts) == 1:
+            kind, name = path.strip('/').split('/')
+            known = {rc for rc, _ in self.providers.values()} | {
+                t for _, traits in self.providers.values() for t in traits}
+            return types.SimpleNamespace(
+                status_code=200 if name in known else 404)
+        query = dict(q.split('=') for q in parts[1].split('&'))
+        rc = query['resources'].split(':')[0]
+        required = set(query.get('required', '').split(',')) - {''}
+        body = {'resource_providers': [
+            {'uuid': u} for u, (c, traits) in self.providers.items()
+            if c == rc and required <= set(traits)]}
+        return types.SimpleNamespace(status_code=200, json=lambda: body,
+                                     raise_for_status=lambda: None)
+
+
+def wait_for_placement(monkeypatch, providers, nodes, timeout=0):
+    conn = types.SimpleNamespace(placement=Placement(providers))
+    monkeypatch.setattr(post_deploy.context, 'get', lambda: types.
+                        SimpleNamespace(cloud=types.SimpleNamespace(
+                            connection=conn)))
+    monkeypatch.setattr(post_deploy, 'PLACEMENT_POLL', 0)
+    post_deploy.WaitForPlacement(
+        [['CUSTOM_GOLD', ['CUSTOM_A'], nodes]], timeout).execute()
+
+
+def test_placement_wait_counts_only_the_nodes_own_providers(monkeypatch):
+    ours, stale = str(uuid.uuid4()), str(uuid.uuid4())
+    # A provider of the class that is no node of this deploy (one
+    # nova-compute has not deleted yet) does not end the wait.
+    with pytest.raises(exceptions.PlacementTimeout) as raised:
+        wait_for_placement(monkeypatch,
+                           {stale: ('CUSTOM_GOLD', ['CUSTOM_A'])},
+                           {ours: 'tk0'})
+    assert ('CUSTOM_GOLD with CUSTOM_A: 0 of 1 nodes offer it (not yet '
+            'tk0)' in str(raised.value))
+    # The node's own provider, without the trait, does not either.
+    with pytest.raises(exceptions.PlacementTimeout):
+        wait_for_placement(monkeypatch, {ours: ('CUSTOM_GOLD', [])},
+                           {ours: 'tk0'})
+    wait_for_placement(monkeypatch, {ours: ('CUSTOM_GOLD', ['CUSTOM_A']),
+                                     stale: ('CUSTOM_GOLD', ['CUSTOM_A'])},
+                       {ours: 'tk0'})
+
+
+def test_placement_timeout_names_a_few_of_many_nodes(monkeypatch):
+    nodes = {str(uuid.uuid4()): 'tk%02d' % i for i in range(12)}
+    with pytest.raises(exceptions.PlacementTimeout) as raised:
+        wait_for_placement(monkeypatch, {}, nodes)
+    assert ('0 of 12 nodes offer it (not yet tk00, tk01, tk02, tk03, tk04 '
+            'and 7 more)' in str(raised.value))
