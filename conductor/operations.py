@@ -96,13 +96,23 @@ class Operations:
         self._kept_specs[operation_id] = db_models.mask_spec(spec)
         return operation_id
 
-    def _finish(self, operation_id, state, error=None, result=None):
+    def _finish(self, operation_id, state, error=None, result=None,
+                event=None):
+        """Record the operation's end and ``event`` (see Notifier.event)
+        in one transaction, then send the event."""
+        kept = {}
         if operation_id in self._kept_specs:
-            self.db.finish_operation(
-                operation_id, state, error, result,
-                spec=self._kept_specs.pop(operation_id))
-        else:
-            self.db.finish_operation(operation_id, state, error, result)
+            kept['spec'] = self._kept_specs.pop(operation_id)
+        self.db.finish_operation(operation_id, state, error, result,
+                                 event=event, **kept)
+        if event is None:
+            return
+        try:
+            self.notifier.send(event)
+        except Exception:
+            # Recorded already; the bus only echoes the record.
+            LOG.exception('Could not send %s of operation %s',
+                          event['event_type'], operation_id)
 
     def interrupted(self, name):
         """The last operation a dead process left running, if any.
@@ -251,10 +261,11 @@ class Operations:
             result['plan'] = outcome.plan
         for warning in outcome.warnings:
             LOG.warning('Cluster %s: %s', name, warning)
-        self._finish(operation_id, SUCCEEDED, result=result)
-        self.notifier.emit('tenks.cluster.%s.end' % kind, name,
-                           {'operation': operation_id,
-                            'changed': len(outcome.changed)})
+        self._finish(operation_id, SUCCEEDED, result=result,
+                     event=self.notifier.event(
+                         'tenks.cluster.%s.end' % kind, name,
+                         {'operation': operation_id,
+                          'changed': len(outcome.changed)}))
         return dict(result, operation=operation_id)
 
     def _fail_unstarted(self, operation_id, kind, name, before, reason):
@@ -266,15 +277,11 @@ class Operations:
             operation=kind.capitalize(), cluster=name, reason=reason))
 
     def _fail(self, operation_id, kind, name, error):
-        self._finish(operation_id, FAILED, str(error))
-        try:
-            self.notifier.emit('tenks.cluster.%s.error' % kind, name,
-                               {'operation': operation_id,
-                                'error': str(error)}, error=True)
-        except Exception:
-            # Recorded failed already; the event is only an echo of it.
-            LOG.exception('Could not announce the failure of operation %s',
-                          operation_id)
+        self._finish(operation_id, FAILED, str(error),
+                     event=self.notifier.event(
+                         'tenks.cluster.%s.error' % kind, name,
+                         {'operation': operation_id, 'error': str(error)},
+                         error=True))
 
     def _after_failure(self, kind, name, before, operation_id):
         if self.db.get_cluster(name) is None:

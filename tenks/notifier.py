@@ -24,10 +24,22 @@ class Notifier:
         self.db = db
 
     def emit(self, event_type, cluster, payload, error=False):
-        priority = 'error' if error else 'info'
-        payload = dict(payload, cluster=cluster)
-        self.db.add_event(event_type, priority, cluster, payload)
-        getattr(self._notifier, priority)({}, event_type, payload)
+        event = self.event(event_type, cluster, payload, error)
+        self.db.add_event(**event)
+        self.send(event)
+
+    @staticmethod
+    def event(event_type, cluster, payload, error=False):
+        """An event as recorded, for a caller that records it in a
+        transaction of its own and then sends it (:meth:`send`)."""
+        return {'event_type': event_type,
+                'priority': 'error' if error else 'info',
+                'cluster': cluster, 'payload': dict(payload, cluster=cluster)}
+
+    def send(self, event):
+        """Send a recorded ``event`` on the bus."""
+        getattr(self._notifier, event['priority'])(
+            {}, event['event_type'], event['payload'])
 
 
 def listener(bus, endpoint, pool=None):

@@ -339,12 +339,14 @@ class StateDB:
         self._update_operation(operation_id, progress=progress)
 
     def finish_operation(self, operation_id, state, error=None,
-                         result=None, spec=UNKNOWN):
+                         result=None, spec=UNKNOWN, event=None):
         """End the operation. A deploy's record keeps its spec with the
         BMC password masked: only a running one needs the password, and
         a finished one keeps no copy of it past a teardown. ``spec``: that
         masked spec (None for an operation without one), when the caller
-        knows it."""
+        knows it. ``event``: the keyword arguments of :meth:`add_event`
+        for the event that announces the end, recorded in the same
+        transaction, so whoever sees the operation ended sees it too."""
         values = {'state': state, 'error': error, 'result': result or {},
                   'finished_at': datetime.datetime.now(
                       datetime.timezone.utc)}
@@ -357,6 +359,8 @@ class StateDB:
                 values['spec'] = spec
             conn.execute(sa.update(OPERATIONS).where(
                 OPERATIONS.c.id == operation_id).values(**values))
+            if event is not None:
+                conn.execute(sa.insert(EVENTS).values(**event))
 
     def _update_operation(self, operation_id, **values):
         self._write(sa.update(OPERATIONS).where(

@@ -82,6 +82,34 @@ def test_failure_reverts_exactly_what_the_deploy_created(conductor,
     assert conductor.db.list_resources('unit') == []
 
 
+@pytest.mark.parametrize('fails', [False, True])
+def test_whoever_sees_an_operation_end_sees_its_event(conductor, hypervisor,
+                                                      monkeypatch, fails):
+    """The end (or error) event is recorded with the operation's end,
+    not after it: a client that polls the operation and then lists the
+    events finds it."""
+    if fails:
+        hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+            driver='fake', action='define tk1', reason='disk full')
+    seen = []
+    finish = conductor.db.finish_operation
+
+    def finish_and_look(operation_id, *args, **kwargs):
+        finish(operation_id, *args, **kwargs)
+        seen.append((conductor.db.get_operation(operation_id).state, [
+            e.event_type for e in conductor.db.list_events('unit')]))
+
+    monkeypatch.setattr(conductor.db, 'finish_operation', finish_and_look)
+    try:
+        conductor.deploy(make_spec(count=2))
+    except exceptions.OperationFailed:
+        assert fails
+    last = 'tenks.cluster.deploy.%s' % ('error' if fails else 'end')
+    [(state, events)] = seen
+    assert state == ('failed' if fails else 'succeeded')
+    assert events[0] == 'tenks.cluster.deploy.start' and events[-1] == last
+
+
 def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
                                                         hypervisor):
     spec = make_spec(count=2)
