@@ -3,6 +3,7 @@ tenks-conductor and two tenks-hostagent processes that act as distinct
 hypervisors (own host names, name prefixes, state and vbmcd)."""
 
 import contextlib
+import datetime
 import os
 import secrets
 import signal
@@ -107,7 +108,11 @@ vbmcd_control_port = %d
         self.wait_for_agents(self.hosts)
         return self
 
-    def wait_for_agents(self, hosts, timeout=60):
+    def wait_for_agents(self, hosts, timeout=60, since=None):
+        """Wait until the hostagents of ``hosts`` are up. ``since``: a
+        time (UTC) they must have been heard of after, so that an agent
+        started again counts once it has registered, not while its
+        killed predecessor's last heartbeat is still recent."""
         # A call sent before the conductor's queue exists is lost: poll
         # with a short timeout.
         poll = rpcapi.ConductorAPI(self.bus, timeout=2)
@@ -115,7 +120,8 @@ vbmcd_control_port = %d
         while True:
             try:
                 up = {h['host'] for h in poll.list_hypervisors()
-                      if h['state'] in self.ready_states}
+                      if h['state'] in self.ready_states
+                      and (since is None or heard_after(h, since))}
             except Exception:
                 up = set()
             if set(hosts) <= up:
@@ -146,3 +152,10 @@ vbmcd_control_port = %d
             [os.path.join(BIN, 'tenks'), *args], capture_output=True,
             text=True, timeout=300,
             env=dict(os.environ, TENKS_TRANSPORT_URL=self.url))
+
+
+def heard_after(hypervisor, when):
+    """Whether ``hypervisor`` (as listed) was last heard of after
+    ``when`` (an aware UTC time)."""
+    seen = datetime.datetime.fromisoformat(hypervisor['last_seen'])
+    return seen.replace(tzinfo=datetime.timezone.utc) > when

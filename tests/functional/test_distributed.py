@@ -1,6 +1,7 @@
 """Distributed mode on a real RabbitMQ: a conductor and two hostagents as
 separate processes, driven by the CLI and by another service's client."""
 
+import datetime
 import json
 import os
 import signal
@@ -170,8 +171,9 @@ def _kill_agent_mid_deploy(d, env):
     finally:
         conn.close()
     # Back again, the agent lets a teardown remove what it had made.
+    restarted = datetime.datetime.now(datetime.timezone.utc)
     d.agent(victim).start()
-    d.wait_for_agents([victim])
+    d.wait_for_agents([victim], since=restarted)
     if any(c['name'] == env.cluster for c in d.api.list_clusters()):
         operation = d.wait(d.api.teardown_cluster(env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
