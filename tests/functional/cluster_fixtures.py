@@ -13,8 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import traceback
 
 import libvirt
+import pytest
 from pyroute2 import IPRoute
 
 from tenks import conf as tenks_conf
@@ -32,6 +34,43 @@ def ipmitool(port, *command, password='password'):
         ['ipmitool', '-I', 'lanplus', '-H', '127.0.0.1', '-p', str(port),
          '-U', 'admin', '-P', password, '-R', '3', '-N', '10', *command],
         capture_output=True, text=True, timeout=30)
+
+
+# The call phase's report of a test, stored by conftest's hook.
+CALL_REPORT = pytest.StashKey()
+
+
+def call_failed(request):
+    """Whether the test of fixture ``request`` has failed."""
+    report = request.node.stash.get(CALL_REPORT, None)
+    return report is None or report.failed
+
+
+def assert_nothing_left(request, left):
+    """Fail a test that passed but left ``left`` behind. A test that
+    failed has its own error: what it left (already removed) is only
+    printed beside it, so the report shows the first failure."""
+    if not call_failed(request):
+        assert left == [], 'the test left %s behind' % left
+    elif left:
+        print('The failed test left %s behind (removed)' % left)
+
+
+@contextlib.contextmanager
+def torn_down(cluster):
+    """Tear ``cluster`` down when the block ends, however it ends. When
+    the block failed, its error is the one raised: a teardown that
+    fails too is only printed."""
+    try:
+        yield cluster
+    except BaseException:
+        try:
+            cluster.teardown()
+        except Exception:
+            print('Teardown after the failure failed too:\n%s'
+                  % traceback.format_exc())
+        raise
+    cluster.teardown()
 
 
 @contextlib.contextmanager

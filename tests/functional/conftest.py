@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.functional import cluster_fixtures
 from tests.functional import drivers_fixtures
 from tests.functional.openstack_fixtures import cloud  # noqa
 from tests.functional.openstack_fixtures import full_nova  # noqa
@@ -14,3 +15,13 @@ def left():
     leftovers = drivers_fixtures.Leftovers()
     yield leftovers
     assert leftovers.clean() == []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each test's call report, so that its fixtures know at
+    teardown whether it failed (see cluster_fixtures.call_failed)."""
+    report = yield
+    if report.when == 'call':
+        item.stash[cluster_fixtures.CALL_REPORT] = report
+    return report

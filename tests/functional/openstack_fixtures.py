@@ -95,8 +95,10 @@ def cleaned_up(cluster, cloud, more=()):
     """After a test: what it left on the machine and in Ironic (and the
     leftovers ``more`` lists), removed and returned."""
     left = cluster.leftovers() + list(more)
-    left += remove_ironic_nodes(cloud, cluster.node_prefix)
-    cluster.force_clean()
+    try:
+        left += remove_ironic_nodes(cloud, cluster.node_prefix)
+    finally:
+        cluster.force_clean()
     return left
 
 
@@ -136,14 +138,55 @@ def remove_ironic_nodes(conn, prefix):
     their actions are over (in maintenance where Ironic would refuse:
     an active node); return what was there, for a leftover check."""
     left = []
+    steps = []
     for node in conn.baremetal.nodes():
         if node.name and node.name.startswith(prefix):
             left.append('ironic node %s' % node.name)
-            node = wait_for_node(conn, node.id)
-            if node.provision_state not in DELETABLE:
-                conn.baremetal.set_node_maintenance(node.id, 'test cleanup')
-            conn.baremetal.delete_node(node.id)
+            steps.append(lambda node=node: _remove_ironic_node(conn, node))
+    each(*steps)
     return left
+
+
+def _remove_ironic_node(conn, node):
+    node = wait_for_node(conn, node.id)
+    if node.provision_state not in DELETABLE:
+        conn.baremetal.set_node_maintenance(node.id, 'test cleanup')
+    conn.baremetal.delete_node(node.id)
+    return []
+
+
+def remove_providers(conn, uuids):
+    """Delete the Placement resource providers ``uuids`` (the nodes'
+    own, which nova-compute deletes only some time after their Ironic
+    nodes are gone); return those that were there."""
+    return each(*[lambda uuid=uuid: _remove_provider(conn, uuid)
+                  for uuid in sorted(uuids)])
+
+
+def _remove_provider(conn, uuid):
+    gone = conn.placement.delete('/resource_providers/%s' % uuid,
+                                 raise_exc=False)
+    assert gone.status_code in (204, 404), (
+        'resource provider %s: HTTP %d %s' % (uuid, gone.status_code,
+                                              gone.text))
+    return ['resource provider %s' % uuid] if gone.status_code == 204 else []
+
+
+def each(*steps):
+    """Run every cleanup step (a callable returning a list of what it
+    found), even after one fails; return their lists joined, or raise
+    what failed once all have run."""
+    found, errors = [], []
+    for step in steps:
+        try:
+            found += step()
+        except Exception as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ExceptionGroup('%d cleanup steps failed' % len(errors), errors)
+    return found
 
 
 def adopt(conn, node_id, timeout=60, **instance_info):

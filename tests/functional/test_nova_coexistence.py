@@ -11,6 +11,7 @@ powers the domain on over IPMI, and the domain finds nothing to boot.
 IPMI ports 9480-9499.
 """
 
+import itertools
 import re
 import secrets
 import subprocess
@@ -96,19 +97,40 @@ def images(full_nova):
             conn.image.delete_image(image, ignore_missing=True)
 
 
+# Each test's IPMI ports differ from the last one's: a failed test's
+# BMCs never stand in the next test's way.
+PORT_BASES = itertools.cycle((9480, 9490))
+
+
 @pytest.fixture
-def env(tmp_path, full_nova, cloud):
-    cluster = cf.ClusterEnv(tmp_path, port_base=9480)
+def env(request, tmp_path, full_nova, cloud):
+    cluster = cf.ClusterEnv(tmp_path, port_base=next(PORT_BASES))
     of.use_services(cluster, full_nova)
     yield cluster
-    left = remove_servers(cloud, cluster.cluster)
-    flavors = [f for f in cloud.compute.flavors()
-               if f.name.startswith(cluster.cluster)]
-    for flavor in flavors:
-        cloud.compute.delete_flavor(flavor)
-    left += of.cleaned_up(cluster, cloud,
-                          ['flavor %s' % f.name for f in flavors])
-    assert left == [], 'the test left %s behind' % left
+    cf.assert_nothing_left(request, clean_up(cloud, cluster))
+
+
+def clean_up(conn, cluster):
+    """Remove what ``cluster``'s test left in Nova, Ironic, Placement
+    and on the machine; return what there was. Every step runs, even
+    after one fails."""
+    nodes = set()
+
+    def find_nodes():
+        nodes.update(n['uuid'] for n in cluster.nodes())
+        nodes.update(n.id for n in conn.baremetal.nodes()
+                     if n.name and n.name.startswith(cluster.node_prefix))
+        return []
+
+    # Nova's first: a server holds its node in Ironic and its
+    # allocation in Placement.
+    return of.each(find_nodes,
+                   lambda: remove_servers(conn, cluster.cluster),
+                   lambda: remove_flavors(conn, cluster.cluster),
+                   lambda: of.cleaned_up(cluster, conn),
+                   # A failed test's nodes' providers would otherwise
+                   # stay until nova-compute notices their nodes gone.
+                   lambda: of.remove_providers(conn, nodes))
 
 
 def remove_servers(conn, prefix):
@@ -119,6 +141,16 @@ def remove_servers(conn, prefix):
         if server.name.startswith(prefix):
             left.append('server %s' % server.name)
             delete_server(conn, server)
+    return left
+
+
+def remove_flavors(conn, prefix):
+    """Delete the flavors named ``prefix``*; return what was there."""
+    left = []
+    for flavor in conn.compute.flavors():
+        if flavor.name.startswith(prefix):
+            left.append('flavor %s' % flavor.name)
+            conn.compute.delete_flavor(flavor)
     return left
 
 
@@ -147,15 +179,17 @@ def spec(env, images, **top):
 
 
 def boot(conn, name, flavor, image):
-    """Boot a server without networks; return it once it is ACTIVE or in
-    ERROR."""
+    """Boot a server without networks; return it once it is ACTIVE, or
+    in ERROR with its fault (which Nova writes after the status)."""
     server = conn.compute.create_server(
         name=name, flavor_id=conn.compute.find_flavor(flavor).id,
         image_id=image, networks='none')
     deadline = time.monotonic() + TIMEOUT
     while True:
         server = conn.compute.get_server(server.id)
-        if server.status in ('ACTIVE', 'ERROR') and not server.task_state:
+        if not server.task_state and (
+                server.status == 'ACTIVE'
+                or server.status == 'ERROR' and server.fault):
             return server
         assert time.monotonic() < deadline, (
             'server %s still %s (%s) after %d s'
@@ -324,43 +358,32 @@ def test_nova_schedules_servers_onto_tenks_nodes_and_vms_never(
     phases('server deleted, providers gone')
 
 
-def test_coexistence_check_warns_of_a_hand_made_flavor(
-        tmp_path, full_nova, cloud, images):
-    env = cf.ClusterEnv(tmp_path, port_base=9490)
-    of.use_services(env, full_nova)
-    hand_made = None
+def test_coexistence_check_warns_of_a_hand_made_flavor(env, cloud, images):
+    # A flavor somebody made for the Tenks class, asking for VCPU too.
+    hand_made = cloud.compute.create_flavor(
+        name=env.cluster + "-handmade", vcpus=1, ram=64, disk=0)
     try:
-        # A flavor somebody made for the Tenks class, asking for VCPU too.
-        hand_made = cloud.compute.create_flavor(
-            name=env.cluster + "-handmade", vcpus=1, ram=64, disk=0)
         cloud.compute.create_flavor_extra_specs(hand_made, {
             'resources:%s' % SILVER: '1', 'resources:MEMORY_MB': '0',
             'resources:DISK_GB': '0'})
         data = spec(env, images)
         data['specs'] = data['specs'][1:]
         data['nova_flavors'] = data['nova_flavors'][1:]
-        result = env.deploy(data)
-        # The real nova-compute's provider offers only the class, Tenks'
-        # own flavor zeroes the standard classes: one warning, for the
-        # hand-made flavor.
-        assert result['warnings'] == [
-            'Bare-metal flavor %s-handmade does not zero VCPU: it also '
-            'asks for standard resources' % env.cluster]
-        [node] = env.nodes()
-        assert inventories(cloud, node['uuid']) == {SILVER: (1, 0)}
-        env.teardown()
+        with cf.torn_down(env):
+            result = env.deploy(data)
+            # The real nova-compute's provider offers only the class,
+            # Tenks' own flavor zeroes the standard classes: one warning,
+            # for the hand-made flavor.
+            assert result['warnings'] == [
+                'Bare-metal flavor %s-handmade does not zero VCPU: it also '
+                'asks for standard resources' % env.cluster]
+            [node] = env.nodes()
+            # The deploy waited for the node's own provider.
+            assert inventories(cloud, node['uuid']) == {SILVER: (1, 0)}
         wait_for(lambda: inventories(cloud, node['uuid']) is None,
                  'the node\'s provider gone')
     finally:
-        if hand_made is not None:
-            cloud.compute.delete_flavor(hand_made)
-        flavors = [f for f in cloud.compute.flavors()
-                   if f.name.startswith(env.cluster)]
-        for flavor in flavors:
-            cloud.compute.delete_flavor(flavor)
-        left = of.cleaned_up(env, cloud,
-                             ['flavor %s' % f.name for f in flavors])
-        assert left == [], 'the test left %s behind' % left
+        cloud.compute.delete_flavor(hand_made)
 
 
 def test_full_nova_listens_on_loopback_only(full_nova):
