@@ -232,8 +232,26 @@ class Operations:
         with self._running_mutex:
             self._queued.pop(operation_id, None)
         recorder = progress.ProgressRecorder(self.db, operation_id)
+        # The end is recorded before the cluster's lock and the waiter
+        # go: whoever then starts an operation on the cluster or asks
+        # for this one finds it ended, not running.
         try:
-            outcome = run(operation_id, *args, on_progress=recorder)
+            try:
+                outcome = run(operation_id, *args, on_progress=recorder)
+            finally:
+                recorder.flush()
+            result = {'changed': outcome.changed, 'resumed': resumed,
+                      'warnings': outcome.warnings}
+            if outcome.plan is not None:
+                result['plan'] = outcome.plan
+            for warning in outcome.warnings:
+                LOG.warning('Cluster %s: %s', name, warning)
+            self._finish(operation_id, SUCCEEDED, result=result,
+                         event=self.notifier.event(
+                             'tenks.cluster.%s.end' % kind, name,
+                             {'operation': operation_id,
+                              'changed': len(outcome.changed)}))
+            return dict(result, operation=operation_id)
         except exceptions.OperationFailed as e:
             # The flow ran, and was rolled back.
             error = exceptions.OperationFailed(
@@ -251,22 +269,9 @@ class Operations:
                 reason=str(e) or type(e).__name__))
             raise
         finally:
-            recorder.flush()
             self.locks.release(name)
             with self._running_mutex:
                 self._running.pop(operation_id, None)
-        result = {'changed': outcome.changed, 'resumed': resumed,
-                  'warnings': outcome.warnings}
-        if outcome.plan is not None:
-            result['plan'] = outcome.plan
-        for warning in outcome.warnings:
-            LOG.warning('Cluster %s: %s', name, warning)
-        self._finish(operation_id, SUCCEEDED, result=result,
-                     event=self.notifier.event(
-                         'tenks.cluster.%s.end' % kind, name,
-                         {'operation': operation_id,
-                          'changed': len(outcome.changed)}))
-        return dict(result, operation=operation_id)
 
     def _fail_unstarted(self, operation_id, kind, name, before, reason):
         """End an operation that never began; forget the cluster its

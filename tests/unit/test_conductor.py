@@ -248,6 +248,29 @@ def test_busy_cluster_is_refused(conductor, hypervisor, conf):
     assert hypervisor.things == {}
 
 
+def test_an_operation_holds_its_cluster_until_its_end_is_recorded(
+        conductor, hypervisor, monkeypatch):
+    """A deploy submitted as the last one ends finds the cluster busy:
+    had it been let in, it would have closed the other as interrupted,
+    and a wait for the other would have found it still running."""
+    spec = make_spec(count=1)
+    refused = []
+    finish = conductor.db.finish_operation
+
+    def submit_then_finish(operation_id, *args, **kwargs):
+        try:
+            conductor.submit_deploy(spec)
+        except exceptions.ClusterBusy as e:
+            refused.append(e)
+        finish(operation_id, *args, **kwargs)
+
+    monkeypatch.setattr(conductor.db, 'finish_operation', submit_then_finish)
+    result = conductor.deploy(spec)
+    assert len(refused) == 1
+    operation = conductor.db.get_operation(result['operation'])
+    assert operation.state == 'succeeded'
+
+
 def test_names_and_ports_are_unique_across_clusters(conductor, hypervisor):
     conductor.deploy(make_spec(count=2))
     hypervisor.busy_ports.add(6232)
