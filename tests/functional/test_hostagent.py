@@ -54,8 +54,14 @@ def bus():
         df.rabbitmqctl('set_permissions', '-p', vhost, 'guest', '.*', '.*',
                        '.*')
         conf = fx.make_conf('/nonexistent')
-        yield rpc.Bus(conf, url='rabbit://guest:guest@127.0.0.1:5672/%s'
+        bus = rpc.Bus(conf, url='rabbit://guest:guest@127.0.0.1:5672/%s'
                       % vhost)
+        try:
+            yield bus
+        finally:
+            # Before the vhost goes: a connection left open keeps
+            # trying to reach it, and logs so, for the rest of the run.
+            bus.cleanup()
     finally:
         with contextlib.suppress(subprocess.CalledProcessError):
             df.rabbitmqctl('delete_vhost', vhost)
