@@ -770,22 +770,13 @@ def _check_semantics(spec, physnets_explicit):
 
     start = spec['ipmi_port_range_start']
     end = spec['ipmi_port_range_end']
-    if _is_int(start) and _is_int(end):
-        if end < start:
-            problems.append(
-                'ipmi_port_range_end: %d is less than '
-                'ipmi_port_range_start (%d)' % (end, start))
-        else:
-            # Redfish nodes share their hypervisor's emulator port.
-            total = sum(s['count'] for s in specs
-                        if _is_int(s.get('count'))
-                        and s['count'] > 0
-                        and _bmc_type(spec, s.get('type')) == 'ipmi')
-            if total > end - start + 1:
-                problems.append(
-                    'specs: %d IPMI nodes in total, but the IPMI port range '
-                    '%d-%d has only %d ports (one per node)'
-                    % (total, start, end, end - start + 1))
+    # The range is each BMC address's (each hypervisor's ipmi_address):
+    # how many nodes it holds depends on where they go, which only the
+    # scheduler knows.
+    if _is_int(start) and _is_int(end) and end < start:
+        problems.append(
+            'ipmi_port_range_end: %d is less than '
+            'ipmi_port_range_start (%d)' % (end, start))
     return problems
 
 

@@ -74,6 +74,24 @@ def test_memory_and_interfaces_are_respected_across_hosts():
         '200 left; hv2: MEMORY_MB: 128 asked, 44 of 300 left)')
 
 
+def test_port_range_applies_to_each_bmc_address():
+    """Three hypervisors, three BMC addresses: a range of 11 ports holds
+    33 nodes; a 34th finds every host's range full."""
+    hosts = {'hv%d' % i: facts('hv%d' % i, memory_mb=8192,
+                               address='192.0.2.%d' % i)
+             for i in (1, 2, 3)}
+    spec = make_spec(count=33)
+    assert (spec['ipmi_port_range_start'], spec['ipmi_port_range_end']) == (
+        6230, 6240)
+    nodes = scheduler.schedule(spec, hosts, [])
+    for host in hosts:
+        assert sorted(n['bmc_port'] for n in nodes
+                      if n['hypervisor'] == host) == list(range(6230, 6241))
+    with pytest.raises(exceptions.NoValidHost) as raised:
+        scheduler.schedule(make_spec(count=34), hosts, [])
+    assert 'BMC port removed 3' in str(raised.value)
+
+
 def test_hosts_sharing_an_address_share_its_ports():
     hosts = {'hv1': facts('hv1', prefix='a'), 'hv2': facts('hv2',
                                                           prefix='b')}
