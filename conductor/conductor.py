@@ -33,6 +33,7 @@ from hostagent import rpcapi as hostagent_rpcapi
 from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
+from tenks import names
 from tenks import notifier
 from tenks import placement_aggregates
 from tenks import reconcile
@@ -342,13 +343,19 @@ class Conductor:
         try:
             cluster = self.db.get_cluster(name)
             before = None if cluster is None else cluster.state
+            spec = names.with_physnet_indices(spec, cluster and cluster.spec)
             interrupted = self.operations.interrupted(name)
             if interrupted is not None:
                 pending = interrupted.spec or (cluster and cluster.spec)
-                if pending and pending != spec:
-                    raise exceptions.SpecChanged(name=name, fields=', '.join(
-                        sorted(k for k in set(spec) | set(pending)
-                               if spec.get(k) != pending.get(k))))
+                # Its bridges' indices are derived, and older records
+                # have none.
+                changed = sorted(
+                    k for k in set(spec) | set(pending or {})
+                    if k != 'physnet_indices'
+                    and spec.get(k) != pending.get(k)) if pending else []
+                if changed:
+                    raise exceptions.SpecChanged(name=name,
+                                                 fields=', '.join(changed))
                 return self.operations.submit(
                     interrupted.id, 'deploy', name, before, True,
                     self._resume)
@@ -367,6 +374,7 @@ class Conductor:
         """What a deploy of ``spec`` would change, changing nothing:
         {'cluster', 'changes': [...], 'destructive': bool}."""
         cluster = self.db.get_cluster(spec['cluster'])
+        spec = names.with_physnet_indices(spec, cluster and cluster.spec)
         if cluster is None:
             # New: nothing recorded, no deployment yet.
             cluster = types.SimpleNamespace(spec=spec, uuid='-',

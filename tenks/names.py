@@ -29,9 +29,48 @@ def ifname(*parts):
     return '%s-%s' % (name[:IFNAMSIZ - 5], digest)
 
 
+def physnets(spec):
+    """The cluster's physical networks: those the spec declares, then
+    those only its node types name (hostagents map them), in order."""
+    found = list(spec['physical_networks'])
+    for node_type in spec['node_types'].values():
+        found += [p for p in node_type['physical_networks']
+                  if p not in found]
+    return found
+
+
+def physnet_indices(spec, recorded=None):
+    """{physnet: the index of its bridge} for the physnets of ``spec``.
+
+    The spec's own (``physnet_indices``, which the conductor records)
+    by default, else their order. ``recorded``: those of the cluster as
+    deployed: a physnet keeps its index while it exists, and a new one
+    takes an index the cluster never had, so that no bridge is renamed
+    and a removed physnet's bridge (removed last) is never taken over.
+    """
+    if recorded is None:
+        recorded = spec.get('physnet_indices') or {}
+    kept = {p: recorded[p] for p in physnets(spec) if p in recorded}
+    taken = set(recorded.values())
+    free = (i for i in range(len(taken) + len(physnets(spec)) + 1)
+            if i not in taken)
+    return {p: kept[p] if p in kept else next(free)
+            for p in physnets(spec)}
+
+
+def with_physnet_indices(spec, recorded_spec=None):
+    """``spec`` with its bridges' ``physnet_indices`` settled against
+    those of ``recorded_spec``, the spec the cluster's record holds (None
+    for a new cluster)."""
+    recorded = (physnet_indices(recorded_spec) if recorded_spec is not None
+                else {})
+    return dict(spec, physnet_indices=physnet_indices(spec, recorded))
+
+
 def bridge(spec, physnet, host_prefix=''):
+    indices = spec.get('physnet_indices') or physnet_indices(spec)
     return ifname('%s%s%d' % (host_prefix, spec['bridge_prefix'],
-                              spec['physical_networks'].index(physnet)))
+                              indices[physnet]))
 
 
 def uplink_veths(bridge_name):

@@ -304,7 +304,7 @@ def host_setup(spec, host_facts):
     prefix = host_facts['resource_prefix']
     mappings = host_facts['physnet_mappings']
     bridges = []
-    for physnet in spec['physical_networks']:
+    for physnet in names.physnets(spec):
         bridge = names.bridge(spec, physnet, prefix)
         uplink = None
         if physnet in mappings:

@@ -165,6 +165,47 @@ def test_nic_added_then_removed(conductor, hypervisor):
     assert_agree(conductor, hypervisor)
 
 
+def test_bridges_keep_their_names_while_their_physnets_exist(
+        conductor, hypervisor):
+    three = ['physnet1', 'physnet2', 'physnet3']
+    conductor.deploy(sized(count=1, physnets=('physnet2', 'physnet3'),
+                           physical_networks=three,
+                           physnet_mappings={'physnet2': 'lo'}))
+    assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1',
+                                          'brtenks2']
+    uplinks = sorted(name for kind, name in hypervisor.things
+                     if kind == 'uplink')
+    # physnet1 goes: physnet2 and physnet3 keep their bridges, and the
+    # uplink stays where it is.
+    conductor.deploy(sized(count=1, physnets=('physnet2', 'physnet3'),
+                           physical_networks=three[1:],
+                           physnet_mappings={'physnet2': 'lo'}))
+    assert hypervisor.names('bridge') == ['brtenks1', 'brtenks2']
+    assert sorted(name for kind, name in hypervisor.things
+                  if kind == 'uplink') == uplinks
+    [node] = conductor.db.list_nodes()
+    assert [nic['bridge'] for nic in node.nics] == ['brtenks1', 'brtenks2']
+    # A new physnet takes the lowest index no bridge of the cluster has.
+    conductor.deploy(sized(count=1, physnets=('physnet2', 'physnet3'),
+                           physical_networks=three[1:] + ['physnet4'],
+                           physnet_mappings={'physnet2': 'lo'}))
+    assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1',
+                                          'brtenks2']
+    # One that comes as another goes never takes the index of the one
+    # going: its bridge is removed at the end of that same deploy.
+    conductor.deploy(sized(count=1, physnets=('physnet2',),
+                           physical_networks=['physnet2', 'physnet4',
+                                              'physnet5'],
+                           physnet_mappings={'physnet2': 'lo'}))
+    assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1',
+                                          'brtenks3']
+    assert conductor.db.get_cluster('unit').spec['physnet_indices'] == {
+        'physnet2': 1, 'physnet4': 0, 'physnet5': 3}
+    assert_agree(conductor, hypervisor)
+    conductor.teardown('unit')
+    assert hypervisor.things == {}
+
+
 def two_entries(order=(0, 1)):
     entries = [{'type': 'small', 'count': 2, 'node_name_prefix': 'a'},
                {'type': 'big', 'count': 1, 'node_name_prefix': 'b'}]
