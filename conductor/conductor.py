@@ -681,7 +681,9 @@ def cloud_services(spec):
 
 
 def summary(plan):
-    """What callers see of a plan: its changes (no password), and
-    whether any of them loses something."""
+    """What callers see of a plan: its changes (no password), whether
+    any of them loses something, and notes on what it keeps as it is
+    (a physnet isolated everywhere)."""
     return {'cluster': plan['cluster'], 'changes': plan['changes'],
-            'destructive': bool(reconcile.destructive(plan))}
+            'destructive': bool(reconcile.destructive(plan)),
+            'notes': plan.get('notes', [])}

@@ -25,6 +25,8 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
         raise exceptions.ChangeRefused(name=name, reason=(
             'its nodes on %s cannot be checked: no hostagent up there '
             '(see "tenks hypervisor list")' % ', '.join(away)))
+    mapped = scheduler.physnet_hosts(facts)
+    check_physnets(spec, mapped)
     old_spec = (None if cluster.state == states.CLUSTER_SCHEDULED
                 else cluster.spec)
     mine = [n for n in nodes if n['cluster'] == name]
@@ -59,7 +61,31 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
                           old_views, new_nodes, facts, resources)
     plan['force'] = force
     plan['cluster_state'] = cluster.state
+    plan['notes'] = [
+        'physical network %s is mapped on no hypervisor: its bridges are '
+        'isolated, with no uplink' % physnet
+        for physnet in names.physnets(spec) if physnet not in mapped]
     return plan, new_nodes
+
+
+def check_physnets(spec, mapped):
+    """Raise NoValidHost for a physnet that the node types of ``spec``'s
+    nodes name, that the spec does not declare and that no hypervisor
+    maps (``mapped``: tenks.scheduler.physnet_hosts): a typo, or a
+    hostagent's physnet_mappings missing."""
+    used = {entry['type'] for entry in spec['specs'] if entry['count']}
+    for type_name in sorted(used):
+        for physnet in spec['node_types'][type_name]['physical_networks']:
+            if physnet not in spec['physical_networks'] and (
+                    physnet not in mapped):
+                raise exceptions.NoValidHost(
+                    what='node type %s' % type_name,
+                    reason='its physical network %s is neither declared '
+                           '(physical_networks) nor mapped by a hypervisor '
+                           '(mapped: %s)' % (physnet, ', '.join(
+                               '%s on %s' % (p, ', '.join(hosts))
+                               for p, hosts in sorted(mapped.items()))
+                               or 'none'))
 
 
 def check_redfish_endpoints(facts, nodes, owner):

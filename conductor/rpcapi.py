@@ -108,7 +108,9 @@ class ConductorAPI:
     def plan_cluster(self, spec, force=False):
         """What deploying ``spec`` would change: {'cluster', 'changes':
         [{'node', 'hypervisor', 'resource', 'action', 'field', 'old',
-        'new'}], 'destructive': bool}."""
+        'new'}], 'destructive': bool, 'notes': [str]} (notes: what it
+        keeps as it is and a user may not expect, such as a physnet
+        that no hypervisor maps)."""
         return self._call('plan_cluster', version='1.2', spec=spec,
                           force=force)
 

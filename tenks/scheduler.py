@@ -56,6 +56,7 @@ class Request:
         self.zone = entry.get('availability_zone')
         self.metadata = entry.get('aggregate_metadata') or {}
         self.bridge_type = spec['bridge_type']
+        self.physnets = self.node_type['physical_networks']
         self.firmware = firmware_kind(self.node_type)
         self.bmc_type = bmc_type(spec, entry['type'])
         self.spec = spec
@@ -98,14 +99,16 @@ class HostState:
     endpoint. ``endpoint_users``: {(address, port): {(cluster, host)}} of
     the recorded Redfish nodes. ``placement``: the conductor's
     view of the host (enabled, maintenance, availability_zone,
-    aggregates [{name, metadata}]).
+    aggregates [{name, metadata}]). ``mapped``: {physnet: the hosts that
+    map it}, of every host inspected.
     """
 
     def __init__(self, facts, mine, spec, taken_ports, taken_endpoints,
-                 endpoint_users=None, placement=None):
+                 endpoint_users=None, placement=None, mapped=None):
         placement = placement or {}
         self.name = facts['host']
         self.facts = facts
+        self.mapped = mapped or {}
         self.bmc_address = facts['ipmi_address']
         self.prefix = facts['resource_prefix']
         self.enabled = placement.get('enabled', True)
@@ -240,6 +243,17 @@ def _physnets(host, request, options):
     for physnet, source in host.facts['missing_interfaces']:
         return 'physnet %s' % physnet, 'interface %s of physnet %s ' \
             'missing' % (source, physnet)
+    # A physnet some host maps is a network the node must reach; one no
+    # host maps is an isolated bridge on every host.
+    for physnet in request.physnets:
+        mapping = host.mapped.get(physnet)
+        if mapping and physnet not in host.facts['physnet_mappings']:
+            more = len(mapping) - 3
+            return 'physnet %s' % physnet, (
+                'does not map physnet %s, which %s%s map%s' % (
+                    physnet, ', '.join(mapping[:3]),
+                    ' and %d more' % more if more > 0 else '',
+                    's' if len(mapping) == 1 else ''))
     return None
 
 
@@ -504,9 +518,10 @@ def schedule(spec, facts, recorded, placement=None, options=None):
     return nodes
 
 
-def host_states(spec, facts, recorded, placement):
+def host_states(spec, facts, recorded, placement, mapped=None):
     """A HostState for each host of ``facts``, with the ``recorded``
-    nodes (dicts of every cluster) taken."""
+    nodes (dicts of every cluster) taken; ``mapped``: physnet_hosts of
+    every host inspected (default: those of ``facts``)."""
     by_host = {}
     taken_ports = {}
     endpoint_users = {}
@@ -519,9 +534,20 @@ def host_states(spec, facts, recorded, placement):
         else:
             taken_ports.setdefault(endpoint[0], set()).add(endpoint[1])
     taken_endpoints = {}
+    mapped = mapped or physnet_hosts(facts)
     return [HostState(f, by_host.get(name, []), spec, taken_ports,
-                      taken_endpoints, endpoint_users, placement.get(name))
+                      taken_endpoints, endpoint_users, placement.get(name),
+                      mapped)
             for name, f in sorted(facts.items())]
+
+
+def physnet_hosts(facts):
+    """{physnet: [hosts that map it]} of the hosts of ``facts``."""
+    mapped = {}
+    for name, host_facts in sorted(facts.items()):
+        for physnet in host_facts['physnet_mappings']:
+            mapped.setdefault(physnet, []).append(name)
+    return mapped
 
 
 def place_moves(spec, facts, recorded, moving, allowed, placement=None,
@@ -537,7 +563,8 @@ def place_moves(spec, facts, recorded, moving, allowed, placement=None,
     if callable(placement):
         placement = placement()
     hosts = host_states(spec, {h: f for h, f in facts.items()
-                               if h in allowed}, recorded, placement or {})
+                               if h in allowed}, recorded, placement or {},
+                        physnet_hosts(facts))
     placer = Placer(hosts, options)
     placed = {}
     for node in moving:

@@ -717,31 +717,21 @@ def _check_semantics(spec, physnets_explicit):
         if isinstance(node_type, dict):
             problems += _firmware_problems(spec, type_name, node_type)
 
+    # A node type's physnet the spec does not declare is one the
+    # hostagents map ([hostagent] physnet_mappings), as the Ansible-based
+    # Tenks' per-host variables do: the deploy checks that one does.
     declared = spec['physical_networks']
-    if isinstance(declared, list):
-        if physnets_explicit:
-            known = 'physical_networks declares: %s'
-        else:
-            known = 'physnet_mappings maps: %s'
-        known %= ', '.join(map(str, declared)) or 'none'
-        for type_name, node_type in (node_types or {}).items():
-            used = isinstance(node_type, dict) and node_type.get(
-                'physical_networks')
-            for i, physnet in enumerate(used or []):
-                if isinstance(physnet, str) and physnet not in declared:
-                    problems.append(
-                        '%s: undeclared physical network %r (%s)'
-                        % (_path(['node_types', type_name,
-                                  'physical_networks', i]),
-                           physnet, known))
-        mappings = spec['physnet_mappings']
-        if physnets_explicit and isinstance(mappings, dict):
-            for physnet in mappings:
-                if physnet not in declared:
-                    problems.append(
-                        '%s: physical network %r is not declared (%s)'
-                        % (_path(['physnet_mappings', physnet]), physnet,
-                           known))
+    mappings = spec['physnet_mappings']
+    if (physnets_explicit and isinstance(declared, list)
+            and isinstance(mappings, dict)):
+        known = 'physical_networks declares: %s' % (
+            ', '.join(map(str, declared)) or 'none')
+        for physnet in mappings:
+            if physnet not in declared:
+                problems.append(
+                    '%s: physical network %r is not declared (%s)'
+                    % (_path(['physnet_mappings', physnet]), physnet,
+                       known))
 
     flavors = spec.get('nova_flavors')
     classes = {s['ironic_config']['resource_class'] for s in specs

@@ -195,6 +195,8 @@ class Plan(Lister):
         spec = load_spec(args.spec)
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             plan = tenks.plan(spec, args.force)
+        for note in plan.get('notes', ()):
+            self.app.stderr.write('Note: %s.\n' % note)
         if not plan['changes'] and args.formatter == 'table':
             self.app.stderr.write('Cluster %s is as specified: nothing to '
                                   'change.\n' % spec['cluster'])

@@ -238,6 +238,10 @@ def test_plan_then_a_shrink_asked_in_a_terminal(env, tmp_path):
     bigger = write_spec(tmp_path, env.spec(count=3), 'bigger.yaml')
     planned = tenks(env, 'plan', bigger, '-f', 'json')
     assert planned.returncode == 0, planned.stderr
+    # physnet1 has no uplink anywhere: the plan says so.
+    assert planned.stderr == (
+        'Note: physical network physnet1 is mapped on no hypervisor: its '
+        'bridges are isolated, with no uplink.\n')
     changes = json.loads(planned.stdout)
     new = env.node_name(2)
     assert {(c['node'], c['resource'], c['action']) for c in changes} >= {

@@ -206,6 +206,30 @@ def test_bridges_keep_their_names_while_their_physnets_exist(
     assert hypervisor.things == {}
 
 
+def test_a_physnet_only_the_hostagent_maps(conductor, hypervisor, conf):
+    """As with the Ansible-based Tenks' per-host variables: the spec does
+    not declare it, the hostagent maps it."""
+    spec = sized(count=1, physnets=('physnet1', 'pn9'),
+                 physical_networks=['physnet1'])
+    with pytest.raises(exceptions.NoValidHost) as raised:
+        conductor.deploy(spec)
+    assert ('node type small: its physical network pn9 is neither declared '
+            '(physical_networks) nor mapped by a hypervisor (mapped: none)'
+            in str(raised.value))
+    assert hypervisor.things == {}
+    conf.set_override('physnet_mappings', {'pn9': 'lo'}, group='hostagent')
+    plan = conductor.plan(spec)
+    assert plan['notes'] == [
+        'physical network physnet1 is mapped on no hypervisor: its bridges '
+        'are isolated, with no uplink']
+    conductor.deploy(spec)
+    [node] = conductor.db.list_nodes()
+    assert [(nic['physnet'], nic['bridge']) for nic in node.nics] == [
+        ('physnet1', 'brtenks0'), ('pn9', 'brtenks1')]
+    assert ('uplink', 'brtenks1') in hypervisor.things
+    assert_agree(conductor, hypervisor)
+
+
 def two_entries(order=(0, 1)):
     entries = [{'type': 'small', 'count': 2, 'node_name_prefix': 'a'},
                {'type': 'big', 'count': 1, 'node_name_prefix': 'b'}]

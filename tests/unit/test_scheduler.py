@@ -104,3 +104,37 @@ def test_hosts_sharing_an_address_share_its_ports():
     hosts['hv2']['ipmi_address'] = '192.0.2.2'
     nodes = scheduler.schedule(make_spec(count=4), hosts, [])
     assert sorted(n['bmc_port'] for n in nodes) == [6230, 6230, 6231, 6231]
+
+
+def two_networks(count, **top):
+    return make_spec(count=count, node_types={'small': {
+        'memory_mb': 128, 'vcpus': 1,
+        'physical_networks': ['physnet1', 'physnet2']}}, **top)
+
+
+def test_nodes_go_where_every_network_they_need_is_mapped():
+    both = {'physnet1': 'eth1', 'physnet2': 'eth2'}
+    hosts = {'hv1': facts('hv1', memory_mb=400, mappings=both),
+             'hv2': facts('hv2', memory_mb=4096,
+                          mappings={'physnet1': 'eth1'}),
+             'hv3': facts('hv3', memory_mb=4096)}
+    spec = two_networks(3, physical_networks=['physnet1', 'physnet2'])
+    nodes = scheduler.schedule(spec, hosts, [])
+    # hv2 and hv3 have more room, but lack physnet2 (hv3 both).
+    assert [n['hypervisor'] for n in nodes] == ['hv1'] * 3
+    with pytest.raises(exceptions.NoValidHost) as raised:
+        scheduler.schedule(two_networks(4, physical_networks=[
+            'physnet1', 'physnet2']), hosts, [])
+    message = str(raised.value)
+    assert ('hv2: does not map physnet physnet2, which hv1 maps' in message)
+    assert ('hv3: does not map physnet physnet1, which hv1, hv2 map'
+            in message)
+    assert 'MEMORY_MB removed 1' in message
+
+
+def test_a_network_no_host_maps_is_isolated_everywhere():
+    hosts = {'hv1': facts('hv1', memory_mb=256),
+             'hv2': facts('hv2', memory_mb=256)}
+    nodes = scheduler.schedule(two_networks(2, physical_networks=[
+        'physnet1', 'physnet2']), hosts, [])
+    assert sorted(n['hypervisor'] for n in nodes) == ['hv1', 'hv2']

@@ -333,27 +333,18 @@ def test_bad_volume_format(tmp_path):
         'qcow2, raw']
 
 
-def test_undeclared_physnet(tmp_path):
-    data = change(physical_networks=['physnet1'],
-                  node_types__small__physical_networks=['physnet1', 'pn2'])
-    assert problems(tmp_path, data) == [
-        "node_types.small.physical_networks[1]: undeclared physical "
-        "network 'pn2' (physical_networks declares: physnet1)"]
-
-
-def test_physnet_not_in_mappings(tmp_path):
-    data = change(physnet_mappings={'physnet1': 'eth1'},
-                  node_types__small__physical_networks=['pn2'])
-    assert problems(tmp_path, data) == [
-        "node_types.small.physical_networks[0]: undeclared physical "
-        "network 'pn2' (physnet_mappings maps: physnet1)"]
-
-
-def test_physnet_with_nothing_declared(tmp_path):
-    data = change(node_types__small__physical_networks=['pn'])
-    assert problems(tmp_path, data) == [
-        "node_types.small.physical_networks[0]: undeclared physical "
-        "network 'pn' (physnet_mappings maps: none)"]
+@pytest.mark.parametrize('top', [
+    {'physical_networks': ['physnet1']},
+    {'physnet_mappings': {'physnet1': 'eth1'}},
+    {},
+])
+def test_undeclared_physnet_is_left_to_the_hostagents(top):
+    """A physnet only node types name is one hostagents map, as with the
+    Ansible-based Tenks' per-host variables: the deploy checks it."""
+    data = change(node_types__small__physical_networks=['physnet1', 'pn2'],
+                  **top)
+    assert spec.validate(data)['node_types']['small'][
+        'physical_networks'] == ['physnet1', 'pn2']
 
 
 def test_mapping_of_undeclared_physnet(tmp_path):
