@@ -379,14 +379,18 @@ class Conductor:
             # New: nothing recorded, no deployment yet.
             cluster = types.SimpleNamespace(spec=spec, uuid='-',
                                             state=states.CLUSTER_SCHEDULED)
-        self.cloud.check(cloud_services(spec))
-        facts = inspection.inspect(self.agents, self.hypervisors(), spec)
-        plan, _ = planner.plan_deploy(
-            spec, cluster, facts, [n.as_dict() for n in self.db.list_nodes()],
-            [r.as_dict() for r in self.db.list_resources(spec['cluster'])],
-            force, self.aggregates.placement, self.scheduler_options)
-        planner.add_drift(plan, self._drift(plan, spec),
-                          self._host_resources(spec, cluster.uuid, facts))
+        try:
+            self.cloud.check(cloud_services(spec))
+            facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+            plan, _ = self._checked_plan(spec, cluster, facts, force)
+        except exceptions.TenksError:
+            raise
+        except Exception as e:
+            # One clean error for the caller, not a remote traceback.
+            LOG.exception('Plan of cluster %s failed', spec['cluster'])
+            raise exceptions.OperationFailed(
+                operation='Plan', cluster=spec['cluster'],
+                reason='%s: %s' % (type(e).__name__, e)) from e
         return summary(plan)
 
     def submit_teardown(self, name, force=False):
@@ -480,25 +484,8 @@ class Conductor:
             self.cloud.check(cloud_services(spec))
             facts = inspection.inspect(self.agents, self.hypervisors(), spec)
             with self._allocating():
-                recorded = [n.as_dict() for n in self.db.list_nodes()]
-                resources = [r.as_dict() for r in self.db.list_resources()]
-                moving = self._moving()
-                plan, missing = planner.plan_deploy(
-                    spec, cluster, facts, recorded + moving,
-                    [r for r in resources if r['cluster'] == name], force,
-                    self.aggregates.placement, self.scheduler_options)
-                planner.add_drift(
-                    plan, self._drift(plan, spec),
-                    self._host_resources(spec, cluster.uuid, facts))
-                if not force:
-                    self._check_deployed(name, plan)
-                if plan['changes']:
-                    preflight.check_hosts(
-                        self.agents, spec, cluster.uuid, facts,
-                        [e['new']['record'] for e in plan['nodes']
-                         if e['new'] is not None],
-                        resources
-                        + self._planned_elsewhere(name, facts, recorded))
+                plan, missing = self._checked_plan(spec, cluster, facts,
+                                                   force)
                 self.db.add_nodes(missing)
             if not plan['changes']:
                 moved = reconcile.moved(plan)
@@ -525,6 +512,34 @@ class Conductor:
             raise
         outcome.plan = summary(plan)['changes']
         return outcome
+
+    def _checked_plan(self, spec, cluster, facts, force):
+        """(plan, nodes it schedules) of a deploy of ``spec`` on the
+        hypervisors' ``facts``, after every check a deploy makes before
+        it changes anything, so that ``tenks plan`` refuses what a
+        deploy would: nodes Ironic has deployed left alone (unless
+        ``force``), and the names the deploy would take free on each
+        hypervisor."""
+        name = spec['cluster']
+        recorded = [n.as_dict() for n in self.db.list_nodes()]
+        resources = [r.as_dict() for r in self.db.list_resources()]
+        plan, missing = planner.plan_deploy(
+            spec, cluster, facts, recorded + self._moving(),
+            [r for r in resources if r['cluster'] == name], force,
+            self.aggregates.placement, self.scheduler_options)
+        planner.add_drift(plan, self._drift(plan, spec),
+                          self._host_resources(spec, cluster.uuid, facts))
+        if not force:
+            self._check_deployed(name, plan)
+        if plan['changes']:
+            preflight.check_hosts(
+                self.agents, spec, cluster.uuid, facts,
+                [e['new']['record'] for e in plan['nodes']
+                 if e['new'] is not None],
+                resources + self._planned_elsewhere(name, facts, recorded))
+            preflight.check_new_nodes(self.agents, plan,
+                                      reconcile.bmc_passwords(spec))
+        return plan, missing
 
     def _join_aggregates(self, name):
         """A deploy that changes nothing still puts the providers

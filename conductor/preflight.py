@@ -2,12 +2,14 @@
 
 The scheduler has placed the new nodes on the facts of a first
 ``inspect``; this checks every hypervisor of the plan, and asks each
-whether the interfaces the deploy would create there are free.
+whether the interfaces the deploy would create there are free, and
+whether the domains and volumes of its new nodes are.
 """
 
 import uuid
 
 from conductor import inspection
+from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
@@ -48,3 +50,38 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     problems = scheduler.interface_conflicts(spec, wanted, found, resources)
     if problems:
         raise exceptions.InterfaceConflict(conflicts='; '.join(problems))
+
+
+# inspect_nodes' word for a thing of that name that is not the owner's.
+FOREIGN = 'foreign'
+# The spec field that names each kind of a node's parts.
+NAMED_BY = {'volume': 'vol_name_prefix'}
+
+
+def check_new_nodes(agents, plan, passwords):
+    """Raise NameConflict if a part of a node the plan creates (its
+    domain, a volume, its BMC) exists on its hypervisor without the
+    deployment's mark: another state directory's cluster of the same
+    names, or something Tenks did not make. ``passwords``: the BMC
+    passwords of the spec (tenks.reconcile.bmc_passwords)."""
+    by_host = {}
+    for entry in plan['nodes']:
+        if entry['action'] == reconcile.CREATE:
+            by_host.setdefault(entry['hypervisor'], []).append(entry)
+    problems = []
+    for host, entries in sorted(by_host.items()):
+        found = agents.request(
+            host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
+            nodes=[hostagent_rpcapi.node_request(e['new'], passwords)
+                   for e in entries],
+            owner=plan['owner'])['nodes']
+        for entry in entries:
+            field = 'specs[%d].%%s' % entry['new']['record']['spec_index']
+            problems += [
+                '%s: %s %s on %s exists and is not this deployment\'s' % (
+                    field % NAMED_BY.get(kind, 'node_name_prefix'), kind,
+                    name, host)
+                for kind, name, what in found[entry['uuid']]
+                if what == FOREIGN]
+    if problems:
+        raise exceptions.NameConflict(conflicts='; '.join(problems))

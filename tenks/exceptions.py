@@ -156,6 +156,13 @@ class InterfaceConflict(TenksError):
     msg_fmt = 'Interface names of this deploy are taken: %(conflicts)s'
 
 
+class NameConflict(TenksError):
+    """Domains, volumes or BMCs a deploy would create exist and are not
+    its own."""
+
+    msg_fmt = 'Names of this deploy are taken: %(conflicts)s'
+
+
 class EndpointInUse(TenksError):
     msg_fmt = ('redfish_port: the Redfish endpoint %(address)s:%(port)d on '
                '%(host)s is in use by %(user)s; choose another redfish_port '

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from taskflow import exceptions as tf_exceptions
 
 from tenks import exceptions
+from tests.unit import fakes
 from tests.unit.conftest import make_spec
 
 NODE_KINDS = ('volume', 'port', 'domain', 'bmc')
@@ -419,6 +420,60 @@ def test_plan_shows_the_changes_and_makes_none(conductor, hypervisor):
     assert conductor.plan(make_spec(count=1))['destructive']
     assert snapshot(conductor, hypervisor) == before
     assert conductor.list_operations() == operations
+
+
+def test_plan_refuses_what_deploy_refuses(conductor, hypervisor):
+    """Another cluster with this one's bridge prefix: the plan fails as
+    the deploy does, naming the clash, and neither changes anything."""
+    conductor.deploy(make_spec(count=1))
+    before = snapshot(conductor, hypervisor)
+    other = make_spec(cluster='other', specs=[
+        {'type': 'small', 'count': 1, 'node_name_prefix': 'o'}])
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.InterfaceConflict) as raised:
+            attempt(other)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
+    assert ('bridge_prefix: bridge brtenks0 on hv1 is recorded for cluster '
+            'unit' in errors[0])
+    assert snapshot(conductor, hypervisor) == before
+
+
+def test_plan_and_deploy_refuse_a_domain_or_volume_not_theirs(
+        conductor, hypervisor):
+    """A domain and a volume of the new nodes' names exist without this
+    deployment's mark (another state directory's same-named cluster):
+    refused before anything is made, naming the spec fields."""
+    hypervisor.fail[('domain', 'tk1')] = fakes.conflict('domain', 'tk1')
+    hypervisor.fail[('volume', 'tk0vol0')] = fakes.conflict('volume',
+                                                            'tk0vol0')
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.NameConflict) as raised:
+            attempt(make_spec(count=2))
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] == (
+        "Names of this deploy are taken: specs[0].vol_name_prefix: volume "
+        "tk0vol0 on hv1 exists and is not this deployment's; "
+        "specs[0].node_name_prefix: domain tk1 on hv1 exists and is not "
+        "this deployment's")
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+
+
+def test_an_unexpected_plan_error_is_one_clean_error(conductor, hypervisor,
+                                                     monkeypatch):
+    from conductor import planner
+
+    def broken(*args, **kwargs):
+        raise KeyError('physnet9')
+
+    monkeypatch.setattr(planner, 'plan_deploy', broken)
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.plan(make_spec(count=1))
+    assert str(raised.value) == (
+        "Plan of cluster unit failed: KeyError: 'physnet9'")
 
 
 def test_ipmi_port_range_change_moves_the_bmcs(conductor, hypervisor):
