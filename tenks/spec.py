@@ -163,6 +163,17 @@ _FLAVOR = {
 
 _HOST_TRAITS = {k: v for k, v in _TRAITS.items() if k != 'default'}
 
+_NODE_NAME_PREFIX = _pattern(
+    '^[a-z][a-z0-9-]{0,7}',
+    "a lowercase letter, then up to 7 lowercase letters, digits or '-'")
+_VOL_NAME_PREFIX = _pattern(
+    '^[a-z][a-z0-9_-]{0,15}',
+    "a lowercase letter, then up to 15 lowercase letters, digits, '_' or "
+    "'-'")
+# The prefixes a specs entry takes when it names none, top-level keys of
+# the Ansible-based Tenks.
+SPEC_DEFAULTS = ('node_name_prefix', 'vol_name_prefix')
+
 _SPEC = {
     'type': 'object',
     'additionalProperties': False,
@@ -170,14 +181,8 @@ _SPEC = {
     'properties': {
         'type': {'type': 'string'},
         'count': {'type': 'integer', 'minimum': 0},
-        'node_name_prefix': _pattern(
-            '^[a-z][a-z0-9-]{0,7}',
-            'a lowercase letter, then up to 7 lowercase letters, digits '
-            "or '-'", default='tk'),
-        'vol_name_prefix': _pattern(
-            '^[a-z][a-z0-9_-]{0,15}',
-            'a lowercase letter, then up to 15 lowercase letters, digits, '
-            "'_' or '-'", default='vol'),
+        'node_name_prefix': dict(_NODE_NAME_PREFIX, default='tk'),
+        'vol_name_prefix': dict(_VOL_NAME_PREFIX, default='vol'),
         # Without it the nodes are not enrolled in Ironic.
         'ironic_config': _IRONIC_CONFIG,
         # Where the scheduler may put the nodes (see the README): traits
@@ -216,6 +221,9 @@ SCHEMA = {
             'additionalProperties': _NODE_TYPE,
         },
         'specs': {'type': 'array', 'minItems': 1, 'items': _SPEC},
+        # Defaults of every specs entry (see SPEC_DEFAULTS).
+        'node_name_prefix': _NODE_NAME_PREFIX,
+        'vol_name_prefix': _VOL_NAME_PREFIX,
         # Default: the keys of physnet_mappings (see _normalise).
         'physical_networks': _PHYSNET_LIST,
         'physnet_mappings': {
@@ -244,7 +252,8 @@ SCHEMA = {
                           'default': 'admin'},
         # IPMI 2.0 (lanplus) takes passwords of up to 20 bytes.
         'ipmi_password': {'type': 'string', 'minLength': 1,
-                          'maxLength': 20, 'default': 'password'},
+                          'maxLength': 20, 'default': 'password',
+                          'x-secret': True},
         'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
         # true: KVM, as libvirt_domain_type kvm (see _normalise).
         'libvirt_require_vt': {'type': 'boolean'},
@@ -289,7 +298,7 @@ SCHEMA = {
             '^[^:\\s]{1,64}', '1 to 64 characters, no colon or whitespace',
             default='admin'),
         'redfish_password': {'type': 'string', 'minLength': 1,
-                             'default': 'password'},
+                             'default': 'password', 'x-secret': True},
         # Ironic's redfish_verify_ca: true, false or a CA bundle's path
         # on the Ironic conductor.
         'redfish_verify_ca': {'type': ['boolean', 'string'],
@@ -473,13 +482,16 @@ _TYPE_NAMES = {'integer': 'an integer', 'string': 'a string',
                'boolean': 'true or false'}
 
 
-def _show(value):
+def _show(value, secret=False):
+    """``value`` in a problem; a secret's only by its kind."""
     if value is None:
         return 'no value'
     if isinstance(value, dict):
         return 'a mapping'
     if isinstance(value, list):
         return 'a list'
+    if secret:
+        return 'true or false' if isinstance(value, bool) else 'a number'
     return repr(value)
 
 
@@ -505,7 +517,7 @@ def _describe(error):
             expected = [expected]
         problem = 'expected %s, got %s' % (
             ' or '.join(_TYPE_NAMES[name] for name in expected),
-            _show(value))
+            _show(value, schema.get('x-secret', False)))
         if expected == ['string'] and isinstance(value, (int, float)):
             problem += ' (put it in quotes)'
     elif kind == 'not' and 'x-unsupported' in schema:
@@ -555,6 +567,12 @@ def _normalise(data):
     the Ansible-based Tenks that only steer Ansible left out."""
     spec = {key: copy.deepcopy(value) for key, value in data.items()
             if not _ansible_only(key)}
+    defaults = {key: spec.pop(key) for key in SPEC_DEFAULTS if key in spec}
+    if isinstance(spec.get('specs'), list):
+        for entry in spec['specs']:
+            if isinstance(entry, dict):
+                for key, value in defaults.items():
+                    entry.setdefault(key, value)
     if spec.pop('libvirt_require_vt', None) is True:
         spec.setdefault('libvirt_domain_type', 'kvm')
     _fill_defaults(spec, SCHEMA)

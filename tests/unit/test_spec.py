@@ -248,8 +248,15 @@ def test_bad_traits_resource_classes_and_flavors(tmp_path):
      'specs[0].count: expected an integer, got no value'),
     ('specs', {'type': 'small'}, 'specs: expected a list, got a mapping'),
     ('node_types', ['small'], 'node_types: expected a mapping, got a list'),
+    # A password is never echoed back, whatever its type.
     ('ipmi_password', 1234,
-     'ipmi_password: expected a string, got 1234 (put it in quotes)'),
+     'ipmi_password: expected a string, got a number (put it in quotes)'),
+    ('redfish_password', 20261201,
+     'redfish_password: expected a string, got a number (put it in '
+     'quotes)'),
+    ('redfish_password', True,
+     'redfish_password: expected a string, got true or false (put it in '
+     'quotes)'),
     ('node_types__small__volumes', [{'capacity': [1]}],
      'node_types.small.volumes[0].capacity: expected an integer or a '
      'string, got a list'),
@@ -542,6 +549,22 @@ def test_tenks_example_override_loads_unchanged(caplog):
     assert loaded['specs'][0]['ironic_config']['resource_class'] == (
         'bm_small')
     assert caplog.records == []
+
+
+def test_top_level_name_prefixes_are_every_entry_s_default(tmp_path):
+    """As in the Ansible-based Tenks: node_name_prefix and
+    vol_name_prefix at the top of an override file apply to the specs
+    entries that set none."""
+    data = change(node_name_prefix='ab', vol_name_prefix='disk')
+    data['specs'].append({'type': 'small', 'count': 1,
+                          'node_name_prefix': 'cd'})
+    loaded = spec.validate(data)
+    assert [(e['node_name_prefix'], e['vol_name_prefix'])
+            for e in loaded['specs']] == [('ab', 'disk'), ('cd', 'disk')]
+    assert 'node_name_prefix' not in loaded
+    assert problems(tmp_path, change(node_name_prefix='AB')) == [
+        "node_name_prefix: 'AB' is invalid: expected a lowercase letter, "
+        "then up to 7 lowercase letters, digits or '-'"]
 
 
 def test_tenks_ci_override_loads_with_one_warning(caplog):
