@@ -45,8 +45,9 @@ def physnet_indices(spec, recorded=None):
     The spec's own (``physnet_indices``, which the conductor records)
     by default, else their order. ``recorded``: those of the cluster as
     deployed: a physnet keeps its index while it exists, and a new one
-    takes an index the cluster never had, so that no bridge is renamed
-    and a removed physnet's bridge (removed last) is never taken over.
+    takes the lowest index none of ``recorded`` has, so that no bridge
+    is renamed and the bridge of a physnet the same deploy removes (at
+    its end) is never taken over.
     """
     if recorded is None:
         recorded = spec.get('physnet_indices') or {}
