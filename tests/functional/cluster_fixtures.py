@@ -143,6 +143,10 @@ class ClusterEnv:
         with embedded.embedded(self.conf) as conductor:
             return conductor.deploy(spec)
 
+    def plan(self, spec):
+        with embedded.embedded(self.conf) as conductor:
+            return conductor.plan(spec)
+
     def teardown(self):
         with embedded.embedded(self.conf) as conductor:
             return conductor.teardown(self.cluster)

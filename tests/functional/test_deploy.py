@@ -181,3 +181,31 @@ def test_unreachable_libvirt_is_a_clear_error(env):
         env.deploy(env.spec(count=1))
     assert uri in str(raised.value)
     assert env.leftovers() == []
+
+
+def test_plan_and_deploy_refuse_a_same_named_cluster_of_another_state_dir(
+        env, tmp_path):
+    """Another state directory deploys a cluster of this one's names
+    (another bridge prefix and IPMI ports; no NICs, whose taps would
+    clash first): plan and deploy both refuse it before anything is
+    made, naming the domain and volume found, and this cluster keeps
+    everything."""
+    env.deploy(env.spec(count=1))
+    before = env.leftovers()
+    other = cf.ClusterEnv(tmp_path / 'other', port_base=7110)
+    other.cluster, other.node_prefix = env.cluster, env.node_prefix
+    spec = other.spec(count=1, physical_networks=[], node_types={'small': {
+        'memory_mb': 128, 'vcpus': 1, 'volumes': [{'capacity': '64MiB'}],
+        'physical_networks': []}})
+    name = env.node_name(0)
+    for attempt in (other.plan, other.deploy):
+        with pytest.raises(exceptions.NameConflict) as raised:
+            attempt(spec)
+        message = str(raised.value)
+        assert ("specs[0].node_name_prefix: domain %s on %s exists and is "
+                "not this deployment's" % (name, socket.gethostname())
+                in message), message
+        assert 'volume %svol0' % name in message
+    assert env.leftovers() == before
+    assert other.nodes() == []
+    env.teardown()
