@@ -241,6 +241,25 @@ def test_volume_and_nic_added(env):
     assert env.leftovers() == []
 
 
+def test_a_physnet_removed_renames_no_other_bridge(env):
+    env.deploy(resized(env, count=1, physnets=['physnet1', 'physnet2']))
+    [node] = env.nodes()
+    kept = node['nics'][1]
+    assert kept['bridge'] == env.bridge_prefix + '1'
+
+    # physnet1 goes: physnet2's bridge keeps its name and its tap.
+    env.deploy(resized(env, count=1, physnets=['physnet2']))
+    [node] = env.nodes()
+    assert node['nics'] == [kept]
+    assert os.path.basename(os.path.realpath(
+        '/sys/class/net/%s/master' % kept['tap'])) == kept['bridge']
+    assert not os.path.exists('/sys/class/net/%s0' % env.bridge_prefix)
+    assert answers(node['bmc_port'])
+
+    env.teardown()
+    assert env.leftovers() == []
+
+
 def test_reordered_specs_change_nothing(env):
     entries = [{'type': 'small', 'count': 1,
                 'node_name_prefix': env.node_prefix + 'a'},
