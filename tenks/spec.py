@@ -23,6 +23,11 @@ from tenks import units
 LOG = logging.getLogger(__name__)
 
 TOP_LEVEL = '(top level)'
+# What reading a spec may cost: a huge file or a YAML alias bomb must
+# not take the host's memory (a spec of thousands of entries is a few
+# hundred KiB and a few hundred thousand values).
+MAX_SPEC_BYTES = 4 * 1024 ** 2
+MAX_SPEC_VALUES = 1000000  # with YAML aliases expanded
 # The Ansible-based Tenks deploys one cluster and has no name for it.
 DEFAULT_CLUSTER = 'default'
 
@@ -371,8 +376,10 @@ _Validator = jsonschema.validators.extend(
 _VALIDATOR = _Validator(SCHEMA, format_checker=_FORMATS)
 
 
-class _Loader(yaml.SafeLoader):
-    """The safe loader, but a key repeated in a mapping is an error."""
+class _Loader(getattr(yaml, 'CSafeLoader', yaml.SafeLoader)):
+    """The safe loader (libyaml's parser where PyYAML has it: three
+    times faster on a big spec), but a key repeated in a mapping is an
+    error."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -395,8 +402,13 @@ def load(path):
     normalised, or raise SpecError listing every problem.
     """
     try:
-        with open(path, encoding='utf-8') as f:
-            data = yaml.load(f, Loader=_Loader)
+        with open(path, 'rb') as f:
+            text = f.read(MAX_SPEC_BYTES + 1)
+        if len(text) > MAX_SPEC_BYTES:
+            raise exceptions.SpecError(source=path, problems=[
+                'the file is larger than %d MiB, more than any cluster '
+                'spec needs' % (MAX_SPEC_BYTES // 1024 ** 2)])
+        data = yaml.load(text.decode('utf-8'), Loader=_Loader)
     except OSError as exc:
         raise exceptions.SpecError(source=path, problems=[
             'cannot read the file: %s' % (exc.strerror or exc)]) from exc
@@ -422,6 +434,12 @@ def validate(data, source='<spec>'):
     every default filled in and capacities in bytes, or raise SpecError
     listing every problem.
     """
+    where = _beyond_bound(data)
+    if where is not None:
+        raise exceptions.SpecError(source=source, problems=[
+            '%s: the spec holds more than %d values with its YAML aliases '
+            'expanded, more than any cluster spec needs'
+            % (_path(where), MAX_SPEC_VALUES)])
     errors = sorted(_VALIDATOR.iter_errors(data),
                     key=lambda e: _position(data, e.absolute_path))
     problems = [p for error in errors for p in _describe(error)]
@@ -445,6 +463,25 @@ def validate(data, source='<spec>'):
                 volume['capacity'] = units.parse_capacity(
                     volume['capacity'])
     return spec
+
+
+def _beyond_bound(data):
+    """The path of the value at which ``data``, walked with every
+    reference to a shared value (a YAML alias) counted again, holds
+    more than MAX_SPEC_VALUES values; None when it holds fewer."""
+    count = 0
+    stack = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        count += 1
+        if count > MAX_SPEC_VALUES:
+            return path
+        if isinstance(value, dict):
+            stack += [(path + (key,), item) for key, item in value.items()]
+        elif isinstance(value, list):
+            stack += [(path + (index,), item)
+                      for index, item in enumerate(value)]
+    return None
 
 
 def _ansible_only(key):
@@ -852,58 +889,88 @@ def _volume_name_clashes(specs, node_types):
         entries.append((*prefixes, len(volumes)))
     total = sum(s['count'] for s in specs
                 if _is_int(s.get('count')) and s['count'] > 0)
+    # Entries alike clash alike: each is checked once, as its first
+    # entry. Names of two entries can meet only when one node prefix
+    # starts the other (an equal one gives equal names from one node),
+    # so each is checked against the entries whose node prefix is one
+    # of its own prefix's (at most 7) shorter beginnings: linear in the
+    # number of entries.
+    first_of = {}
+    for index, entry in enumerate(entries):
+        if entry is not None:
+            first_of.setdefault(entry, index)
+    by_node_prefix = {}
+    for entry in first_of:
+        by_node_prefix.setdefault(entry[0], []).append(entry)
+    clashes = []
+    for entry, index in first_of.items():
+        for length in range(1, len(entry[0])):
+            for other in by_node_prefix.get(entry[0][:length], ()):
+                (i, first), (j, second) = sorted(
+                    [(index, entry), (first_of[other], other)])
+                clash = _first_clash(first, second, total)
+                if clash is not None:
+                    clashes.append((j, i, first, second, clash))
     problems = []
-    for j, second in enumerate(entries):
-        for i, first in enumerate(entries[:j + 1]):
-            if first is None or second is None:
-                continue
-            clash = _first_clash(first, second, total)
-            if clash is not None:
-                node, volume, other = clash
-                problems.append(
-                    'specs[%d].vol_name_prefix: volume %s of node %s '
-                    '(node_name_prefix %r, vol_name_prefix %r) has the '
-                    'name of a volume of node %s of specs[%d] '
-                    '(node_name_prefix %r, vol_name_prefix %r): change '
-                    'one of the prefixes' % (
-                        j, volume, other, second[0], second[1], node, i,
-                        first[0], first[1]))
+    for j, i, first, second, (node, volume, other) in sorted(clashes):
+        problems.append(
+            'specs[%d].vol_name_prefix: volume %s of node %s '
+            '(node_name_prefix %r, vol_name_prefix %r) has the '
+            'name of a volume of node %s of specs[%d] '
+            '(node_name_prefix %r, vol_name_prefix %r): change '
+            'one of the prefixes' % (
+                j, volume, other, second[0], second[1], node, i,
+                first[0], first[1]))
     return problems
 
 
 def _first_clash(first, second, total):
     """(node of ``first``, volume name, node of ``second``) sharing a
-    volume name, or None; each is (node prefix, vol prefix, volumes)."""
-    node_prefix, vol_prefix, volumes = first
-    node_prefix2, vol_prefix2, volumes2 = second
-    if not (node_prefix.startswith(node_prefix2)
-            or node_prefix2.startswith(node_prefix)):
-        return None  # names start with their node prefix
-    if node_prefix == node_prefix2 and not (
-            vol_prefix[:1].isdigit() or vol_prefix2[:1].isdigit()):
-        # The index is the whole run of digits after the prefix: equal
-        # names then come from one node.
-        return None
-    for index in range(total):
-        node = '%s%d' % (node_prefix, index)
-        for vol_index in range(volumes):
-            name = '%s%s%d' % (node, vol_prefix, vol_index)
-            other = _parse_volume(name, node_prefix2, vol_prefix2,
-                                  volumes2, total)
-            if other is not None and other != node:
-                return node, name, other
-    return None
+    volume name, or None; each is (node prefix, vol prefix, volumes).
+
+    Names are <node prefix><index><vol prefix><volume index>, indices
+    below ``total`` and the volume counts, written without leading
+    zeros; a vol prefix starts with a letter, so an index is the run of
+    digits after its prefix. Two different nodes can share a name only
+    when a node prefix is the other's followed by an extension of
+    digits D then a non-digit rest R: the shorter's node is <prefix>D,
+    and its volume's tail (<vol prefix><volume index>) is R<index of
+    the longer's node><the longer's vol prefix><volume index>. That is
+    checked for each volume of the shorter: no walk over the indices.
+    """
+    if first[0] == second[0] or not (first[0].startswith(second[0])
+                                     or second[0].startswith(first[0])):
+        return None  # one prefix: equal names come from one node
+    short, long_ = sorted((first, second), key=lambda e: len(e[0]))
+    extension = long_[0][len(short[0]):]
+    digits = len(extension) - len(extension.lstrip(_DIGITS))
+    index, rest = extension[:digits], extension[digits:]
+    if not rest or not _is_index(index, total):
+        return None  # all digits: the longer's node is the shorter's
+    found = []
+    for vol_index in range(short[2]):
+        tail = '%s%d' % (short[1], vol_index)
+        if not tail.startswith(rest):
+            continue
+        after = tail[len(rest):]
+        digits = len(after) - len(after.lstrip(_DIGITS))
+        other, vol = after[:digits], after[digits:]
+        if _is_index(other, total) and vol.startswith(long_[1]) and (
+                _is_index(vol[len(long_[1]):], long_[2])):
+            nodes = (short[0] + index, long_[0] + other)
+            name = nodes[0] + tail
+            # Ordered as ``first`` names its volumes: index, then volume.
+            if first is short:
+                found.append(((0, vol_index), nodes[0], name, nodes[1]))
+            else:
+                found.append(((int(other), int(vol[len(long_[1]):])),
+                              nodes[1], name, nodes[0]))
+    return min(found)[1:] if found else None
 
 
-def _parse_volume(name, node_prefix, vol_prefix, volumes, total):
-    """The node whose volume ``name`` would be, or None."""
-    if not name.startswith(node_prefix):
-        return None
-    rest = name[len(node_prefix):]
-    for vol_index in range(volumes):
-        suffix = '%s%d' % (vol_prefix, vol_index)
-        index = rest[:-len(suffix)]
-        if (rest.endswith(suffix) and index.isdigit()
-                and index == str(int(index)) and int(index) < total):
-            return node_prefix + index
-    return None
+_DIGITS = '0123456789'
+
+
+def _is_index(text, limit):
+    """Whether ``text`` writes an index below ``limit``, as names do."""
+    return text.isdigit() and text == str(int(text)) and int(text) < limit

@@ -1,6 +1,7 @@
 """Everything a deploy could collide on is refused before anything is
 made; advisory checks only warn; options do what their help says."""
 
+import itertools
 import random
 import threading
 import time
@@ -102,6 +103,37 @@ def test_the_volume_name_check_is_sound():
         vols = [v['name'] for n in nodes for v in n['volumes']]
         assert len(vols) == len(set(vols)), entries
     assert accepted > 100 and refused > 20, (accepted, refused)
+
+
+def brute_force_clash(first, second, total):
+    """The first volume name of ``first``'s nodes (index, then volume)
+    that is a volume name of another node of ``second``, by walking
+    every name: the oracle of the spec's check."""
+    (prefix, vol, volumes), (prefix2, vol2, volumes2) = first, second
+    names = {'%s%d%s%d' % (prefix2, j, vol2, b): '%s%d' % (prefix2, j)
+             for j in range(total) for b in range(volumes2)}
+    for i in range(total):
+        for a in range(volumes):
+            node = '%s%d' % (prefix, i)
+            name = '%s%s%d' % (node, vol, a)
+            if names.get(name, node) != node:
+                return node, name, names[name]
+    return None
+
+
+def test_the_volume_name_check_finds_what_walking_every_name_finds():
+    node_prefixes = ['x', 'x1', 'x1a', 'x12b', 'x10', 'x0a', 'x1a1a', 'y']
+    vol_prefixes = ['v', 'a0v', 'a1v', 'a1v1', 'a1a0v', 'a', 'b2v', 'a11v']
+    found = 0
+    for first in itertools.product(node_prefixes, vol_prefixes, (1, 3)):
+        for second in itertools.product(node_prefixes, vol_prefixes,
+                                        (1, 12)):
+            for total in (1, 3, 15):
+                expected = brute_force_clash(first, second, total)
+                assert tenks_spec._first_clash(first, second, total) == (
+                    expected), (first, second, total)
+                found += expected is not None
+    assert found > 200
 
 
 def test_scheduler_passes_over_names_whose_volumes_are_taken():
