@@ -167,6 +167,7 @@ _FLAVOR = {
 }
 
 _HOST_TRAITS = {k: v for k, v in _TRAITS.items() if k != 'default'}
+_PRINTABLE = _pattern('^[ -~]*', 'printable ASCII characters')
 
 _NODE_NAME_PREFIX = _pattern(
     '^[a-z][a-z0-9-]{0,7}',
@@ -235,10 +236,12 @@ SCHEMA = {
             'type': 'object',
             'propertyNames': {'type': 'string', 'minLength': 1,
                               'description': 'a non-empty string'},
+            # Names Linux accepts (dev_valid_name): '..' would otherwise
+            # pass for an existing interface (/sys/class/net/..).
             'additionalProperties': _pattern(
-                r'^[^/\s]{1,15}',
-                "an interface or bridge name: 1 to 15 characters, no '/' "
-                'or whitespace'),
+                r'^(?!\.\.?\Z)[^/:\s]{1,15}',
+                "an interface or bridge name: 1 to 15 characters, no '/', "
+                "':' or whitespace, not '.' or '..'"),
             'default': {},
         },
         'bridge_type': {
@@ -253,12 +256,12 @@ SCHEMA = {
                          'default': '127.0.0.1'},
         'ipmi_port_range_start': dict(_PORT, default=6230),
         'ipmi_port_range_end': dict(_PORT, default=6240),
-        'ipmi_username': {'type': 'string', 'minLength': 1,
-                          'default': 'admin'},
-        # IPMI 2.0 (lanplus) takes passwords of up to 20 bytes.
-        'ipmi_password': {'type': 'string', 'minLength': 1,
-                          'maxLength': 20, 'default': 'password',
-                          'x-secret': True},
+        # IPMI 2.0 (lanplus) takes user names of up to 16 bytes and
+        # passwords of up to 20; ipmitool and Ironic pass them as text.
+        'ipmi_username': dict(_PRINTABLE, minLength=1, maxLength=16,
+                              default='admin'),
+        'ipmi_password': dict(_PRINTABLE, minLength=1, maxLength=20,
+                              default='password', **{'x-secret': True}),
         'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
         # true: KVM, as libvirt_domain_type kvm (see _normalise).
         'libvirt_require_vt': {'type': 'boolean'},
@@ -570,6 +573,8 @@ def _describe(error):
         else:
             problem = '%s is not one of: %s' % (
                 _show(value), ', '.join(map(str, error.validator_value)))
+    elif kind == 'pattern' and schema.get('x-secret'):
+        problem = 'is invalid: expected %s' % schema['description']
     elif kind == 'pattern':
         problem = '%r is invalid: expected %s' % (
             value, schema['description'])

@@ -382,13 +382,32 @@ def test_duplicate_physnets(tmp_path):
     ('physnet1', 'eth 1'),
     ('physnet1', 'a-very-long-name'),
     ('physnet1', ''),
+    ('physnet1', '..'),
+    ('physnet1', '.'),
+    ('physnet1', 'eth0:1'),
 ])
 def test_bad_interface_name(tmp_path, name, interface):
     data = change(physnet_mappings={name: interface})
     assert problems(tmp_path, data) == [
         'physnet_mappings.physnet1: %r is invalid: expected an interface '
-        "or bridge name: 1 to 15 characters, no '/' or whitespace"
-        % interface]
+        "or bridge name: 1 to 15 characters, no '/', ':' or whitespace, "
+        "not '.' or '..'" % interface]
+
+
+@pytest.mark.parametrize('changes, message', [
+    ({'ipmi_username': 'u' * 17},
+     'ipmi_username: is longer than 16 characters'),
+    ({'ipmi_username': 'bad\tname'},
+     "ipmi_username: 'bad\\tname' is invalid: expected printable ASCII "
+     'characters'),
+    # Never echoed: a password's problem says what it should be.
+    ({'ipmi_password': 'p\u00e4ssword'},
+     'ipmi_password: is invalid: expected printable ASCII characters'),
+    ({'ipmi_password': 'p' * 21},
+     'ipmi_password: is longer than 20 characters'),
+])
+def test_ipmi_credentials_ipmi_can_carry(tmp_path, changes, message):
+    assert problems(tmp_path, change(**changes)) == [message]
 
 
 @pytest.mark.parametrize('changes, message', [
