@@ -21,6 +21,7 @@ from conductor import agents
 from conductor import aggregates
 from conductor import hypervisors
 from conductor import inspection
+from conductor import late
 from conductor import locks
 from conductor import manager
 from conductor import moves
@@ -69,12 +70,13 @@ class Conductor:
         self._runner = None
         self._runner_lock = threading.Lock()
         self.db = db_api.StateDB(engine)
-        self.waiters = waiters.Waiters()
-        self.agents = agents.AgentClient(
-            bus, self.waiters, self.host, conf.conductor.agent_timeout,
-            conf.conductor.agent_retries)
         self.notifier = notifier.Notifier(bus, self.db,
                                           'tenks.conductor.%s' % self.host)
+        self.waiters = waiters.Waiters()
+        self.late_results = late.LateResults(self.db, self.notifier)
+        self.agents = agents.AgentClient(
+            bus, self.waiters, self.host, conf.conductor.agent_timeout,
+            conf.conductor.agent_retries, self.late_results)
         self.cloud = cloud.Cloud(conf)
         context.install(context.Clients(
             db=self.db, agents=self.agents, notifier=self.notifier,
@@ -283,7 +285,8 @@ class Conductor:
         operation = self.db.get_operation(operation_id)
         cluster = self.db.get_cluster(operation.cluster)
         spec = operation.spec
-        facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+        facts = inspection.inspect(self.agents, self.hypervisors(), spec,
+                                   operation_id)
         with self._allocating():
             placement = self.aggregates.placement()
             recorded = [n.as_dict() for n in self.db.list_nodes()]
@@ -470,7 +473,8 @@ class Conductor:
         missing = []
         try:
             self.cloud.check(cloud_services(spec))
-            facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+            facts = inspection.inspect(self.agents, self.hypervisors(), spec,
+                                       operation_id)
             with self._allocating():
                 recorded = [n.as_dict() for n in self.db.list_nodes()]
                 resources = [r.as_dict() for r in self.db.list_resources()]
@@ -480,7 +484,7 @@ class Conductor:
                     [r for r in resources if r['cluster'] == name], force,
                     self.aggregates.placement, self.scheduler_options)
                 planner.add_drift(
-                    plan, self._drift(plan, spec),
+                    plan, self._drift(plan, spec, operation_id),
                     self._host_resources(spec, cluster.uuid, facts))
                 if not force:
                     self._check_deployed(name, plan)
@@ -490,7 +494,8 @@ class Conductor:
                         [e['new']['record'] for e in plan['nodes']
                          if e['new'] is not None],
                         resources
-                        + self._planned_elsewhere(name, facts, recorded))
+                        + self._planned_elsewhere(name, facts, recorded),
+                        operation_id)
                 self.db.add_nodes(missing)
             if not plan['changes']:
                 moved = reconcile.moved(plan)
@@ -545,7 +550,7 @@ class Conductor:
         return lambda host: reconcile.host_resources(spec, deployment, host,
                                                      facts[host])
 
-    def _drift(self, plan, spec):
+    def _drift(self, plan, spec, operation=None):
         """What the hypervisors find otherwise than recorded on the nodes
         the plan leaves as they are: {uuid: [[kind, name, what]]}."""
         by_host = {}
@@ -558,7 +563,7 @@ class Conductor:
         for host, nodes in sorted(by_host.items()):
             found.update(self.agents.request(
                 host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
-                nodes=nodes, owner=plan['owner'])['nodes'])
+                operation, nodes=nodes, owner=plan['owner'])['nodes'])
         return found
 
     def _check_deployed(self, name, plan):

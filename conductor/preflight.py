@@ -14,7 +14,8 @@ from tenks import reconcile
 from tenks import scheduler
 
 
-def check_hosts(agents, spec, deployment, facts, nodes, resources):
+def check_hosts(agents, spec, deployment, facts, nodes, resources,
+                operation):
     """Raise NetworkDriverMismatch if a host of the plan (new nodes or
     not) runs another network driver than the spec's bridge_type, and
     InterfaceConflict if an interface the deploy of ``spec`` would
@@ -22,7 +23,7 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     of every cluster), or on its host without this deployment's mark.
 
     ``facts``: {host: first inspect result}; ``nodes``: every node of
-    the cluster, recorded or just scheduled.
+    the cluster, recorded or just scheduled; ``operation``: the deploy's.
     """
     hosts = {host: reconcile.host_setup(spec, facts[host])
              for host in sorted({node['hypervisor'] for node in nodes})}
@@ -35,7 +36,7 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     wanted = scheduler.planned_interfaces(hosts, nodes)
     found = {
         host: agents.request(
-            host, 'inspect', 'inspect/%s' % uuid.uuid4(),
+            host, 'inspect', 'inspect/%s' % uuid.uuid4(), operation,
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
             interfaces=sorted(interfaces),
