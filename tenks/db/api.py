@@ -393,10 +393,12 @@ class StateDB:
             rows = [models.UnansweredRequest.from_row(row)
                     for row in conn.execute(sa.select(UNANSWERED).where(
                         UNANSWERED.c.request_id == request_id))]
-            if not rows or conn.execute(sa.delete(UNANSWERED).where(
-                    UNANSWERED.c.request_id == request_id)).rowcount != len(
-                        rows):
-                # None, or another process settled it meanwhile.
+            if not rows:
+                return None
+            claimed = conn.execute(sa.delete(UNANSWERED).where(
+                UNANSWERED.c.request_id == request_id)).rowcount
+            if claimed != len(rows):
+                # Another process settled it meanwhile.
                 return None
             first = rows[0]
             ours = sa.and_(RESOURCES.c.hypervisor == first.hypervisor,
@@ -405,10 +407,10 @@ class StateDB:
             gone = [(r.kind, r.name) for r in rows if r.effect == REMOVE]
             if succeeded:
                 gone += [tuple(key) for key in removed]
-            elif not conflict:
-                return []
-            else:
+            elif conflict:
                 ensured = []
+            else:
+                return []
             made = set(ensured) if created is True else {
                 tuple(key) for key in created}
             for kind, name in ensured:
