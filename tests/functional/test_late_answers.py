@@ -21,6 +21,21 @@ pytestmark = pytest.mark.functional
 AGENT_TIMEOUT = 4
 
 
+@contextlib.contextmanager
+def cleaned(env):
+    """Yield ``env``; then remove whatever of it the test left, and fail
+    the test if there was anything. A failed test's leftovers (the
+    behaviour under test may be what left them) are removed too."""
+    try:
+        yield env
+    except BaseException:
+        env.force_clean()
+        raise
+    left = env.leftovers()
+    env.force_clean()
+    assert left == [], 'the test left %s behind' % left
+
+
 def eventually(check, timeout=60, what='it'):
     deadline = time.monotonic() + timeout
     while not check():
@@ -51,7 +66,7 @@ def test_failed_teardown_leaves_what_a_stopped_agent_finds_expired(
                        agent_timeout=AGENT_TIMEOUT) as d:
         env = cf.ClusterEnv(tmp_path, port_base=7580,
                             state_dirs=d.state_dirs.values())
-        with cf.checked(env):
+        with cleaned(env):
             operation = d.wait(d.api.deploy_cluster(env.spec(count=2)))
             assert operation['state'] == 'succeeded', operation['error']
             nodes = d.api.list_nodes(env.cluster)
@@ -139,7 +154,7 @@ def test_answer_after_the_waiter_gave_up_is_recorded(tmp_path):
             tmp_path / 'deployment', agent_timeout=AGENT_TIMEOUT) as d:
         env = cf.ClusterEnv(tmp_path, port_base=7590,
                             state_dirs=d.state_dirs.values())
-        with cf.checked(env):
+        with cleaned(env):
             node_types = {'small': {
                 'memory_mb': 128, 'vcpus': 1,
                 'volumes': [{'capacity': '64MiB', 'image': image.url}],
