@@ -1,5 +1,6 @@
 """Requests to hostagents: cast, then wait for the reported result."""
 
+import time
 from concurrent import futures
 
 from hostagent import rpcapi as hostagent_rpcapi
@@ -8,33 +9,56 @@ from tenks import exceptions
 
 class AgentClient:
 
-    def __init__(self, bus, waiters, conductor_host, timeout, retries=0):
+    def __init__(self, bus, waiters, conductor_host, timeout, retries=0,
+                 late_results=None):
+        """``late_results``: a conductor.late.LateResults, which keeps
+        what answers that come after a request gave up do."""
         self.api = hostagent_rpcapi.HostAgentAPI(bus)
         self.waiters = waiters
         self.conductor_host = conductor_host
         self.timeout = timeout
         self.retries = retries
+        self.late_results = late_results
 
-    def request(self, host, method, request_id, **kwargs):
+    def request(self, host, method, request_id, operation=None, late=None,
+                **kwargs):
         """Run ``method`` on ``host``'s agent; return its result.
 
         Without an answer within the timeout the same request is cast
         again, ``retries`` times (agent operations are idempotent and
         keyed by request id, so an agent that comes back in time just
-        answers). Raises the typed error the agent reported, or
-        AgentTimeout.
+        answers). Each copy carries the request's deadline, the end of
+        the last wait: the agent does not begin it after that. Raises
+        the typed error the agent reported, or AgentTimeout.
+
+        ``operation``: the operation the request is part of. ``late``:
+        what an answer that comes after this call gave up does to the
+        record (flows.base.late_ensure, late_remove); kept when it gives
+        up, and applied by conductor.late.
         """
+        deadline = time.time() + self.timeout * (self.retries + 1)
         future = self.waiters.register(request_id)
         try:
             for _ in range(self.retries + 1):
                 self.api.cast(host, method, request_id, self.conductor_host,
+                              operation=operation, deadline=deadline,
                               **kwargs)
                 try:
                     return future.result(self.timeout)
                 except futures.TimeoutError:
                     pass
-            raise exceptions.AgentTimeout(
-                host=host, method=method,
-                timeout=self.timeout * (self.retries + 1))
+            if late is not None:
+                # Kept while the waiter still stands: an answer that
+                # comes now finds one or the other.
+                self.late_results.remember(request_id, host, operation,
+                                           late)
         finally:
             self.waiters.discard(request_id)
+        if future.done():
+            # Answered while this call was giving up.
+            if late is not None:
+                self.late_results.forget(request_id)
+            return future.result()
+        raise exceptions.AgentTimeout(
+            host=host, method=method,
+            timeout=self.timeout * (self.retries + 1))

@@ -21,6 +21,7 @@ from conductor import agents
 from conductor import aggregates
 from conductor import hypervisors
 from conductor import inspection
+from conductor import late
 from conductor import locks
 from conductor import manager
 from conductor import moves
@@ -70,12 +71,13 @@ class Conductor:
         self._runner = None
         self._runner_lock = threading.Lock()
         self.db = db_api.StateDB(engine)
-        self.waiters = waiters.Waiters()
-        self.agents = agents.AgentClient(
-            bus, self.waiters, self.host, conf.conductor.agent_timeout,
-            conf.conductor.agent_retries)
         self.notifier = notifier.Notifier(bus, self.db,
                                           'tenks.conductor.%s' % self.host)
+        self.waiters = waiters.Waiters()
+        self.late_results = late.LateResults(self.db, self.notifier)
+        self.agents = agents.AgentClient(
+            bus, self.waiters, self.host, conf.conductor.agent_timeout,
+            conf.conductor.agent_retries, self.late_results)
         self.cloud = cloud.Cloud(conf)
         context.install(context.Clients(
             db=self.db, agents=self.agents, notifier=self.notifier,
@@ -284,7 +286,8 @@ class Conductor:
         operation = self.db.get_operation(operation_id)
         cluster = self.db.get_cluster(operation.cluster)
         spec = operation.spec
-        facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+        facts = inspection.inspect(self.agents, self.hypervisors(), spec,
+                                   operation_id)
         with self._allocating():
             placement = self.aggregates.placement()
             recorded = [n.as_dict() for n in self.db.list_nodes()]
@@ -482,10 +485,11 @@ class Conductor:
         missing = []
         try:
             self.cloud.check(cloud_services(spec))
-            facts = inspection.inspect(self.agents, self.hypervisors(), spec)
+            facts = inspection.inspect(self.agents, self.hypervisors(), spec,
+                                       operation_id)
             with self._allocating():
                 plan, missing = self._checked_plan(spec, cluster, facts,
-                                                   force)
+                                                   force, operation_id)
                 self.db.add_nodes(missing)
             if not plan['changes']:
                 moved = reconcile.moved(plan)
@@ -513,13 +517,13 @@ class Conductor:
         outcome.plan = summary(plan)['changes']
         return outcome
 
-    def _checked_plan(self, spec, cluster, facts, force):
+    def _checked_plan(self, spec, cluster, facts, force, operation=None):
         """(plan, nodes it schedules) of a deploy of ``spec`` on the
         hypervisors' ``facts``, after every check a deploy makes before
         it changes anything, so that ``tenks plan`` refuses what a
         deploy would: nodes Ironic has deployed left alone (unless
         ``force``), and the names the deploy would take free on each
-        hypervisor."""
+        hypervisor. ``operation``: the deploy's (None: a plan)."""
         name = spec['cluster']
         recorded = [n.as_dict() for n in self.db.list_nodes()]
         resources = [r.as_dict() for r in self.db.list_resources()]
@@ -527,7 +531,7 @@ class Conductor:
             spec, cluster, facts, recorded + self._moving(),
             [r for r in resources if r['cluster'] == name], force,
             self.aggregates.placement, self.scheduler_options)
-        planner.add_drift(plan, self._drift(plan, spec),
+        planner.add_drift(plan, self._drift(plan, spec, operation),
                           self._host_resources(spec, cluster.uuid, facts))
         if not force:
             self._check_deployed(name, plan)
@@ -536,9 +540,11 @@ class Conductor:
                 self.agents, spec, cluster.uuid, facts,
                 [e['new']['record'] for e in plan['nodes']
                  if e['new'] is not None],
-                resources + self._planned_elsewhere(name, facts, recorded))
+                resources + self._planned_elsewhere(name, facts, recorded),
+                operation)
             preflight.check_new_nodes(self.agents, plan,
-                                      reconcile.bmc_passwords(spec))
+                                      reconcile.bmc_passwords(spec),
+                                      operation)
         return plan, missing
 
     def _join_aggregates(self, name):
@@ -568,7 +574,7 @@ class Conductor:
         return lambda host: reconcile.host_resources(spec, deployment, host,
                                                      facts[host])
 
-    def _drift(self, plan, spec):
+    def _drift(self, plan, spec, operation=None):
         """What the hypervisors find otherwise than recorded on the nodes
         the plan leaves as they are: {uuid: [[kind, name, what]]}."""
         by_host = {}
@@ -581,7 +587,7 @@ class Conductor:
         for host, nodes in sorted(by_host.items()):
             found.update(self.agents.request(
                 host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
-                nodes=nodes, owner=plan['owner'])['nodes'])
+                operation, nodes=nodes, owner=plan['owner'])['nodes'])
         return found
 
     def _check_deployed(self, name, plan):

@@ -16,15 +16,16 @@ def redfish_endpoint(spec):
     return {'redfish_address': address, 'redfish_port': port}
 
 
-def inspect(agents, hosts, spec):
-    """Ask each of ``hosts`` what it has; fail before creating anything
-    if an interface the spec maps is missing on all of them."""
+def inspect(agents, hosts, spec, operation=None):
+    """Ask each of ``hosts`` what it has, for ``operation`` (None: for
+    none, a plan); fail before creating anything if an interface the
+    spec maps is missing on all of them."""
     ports = list(range(spec['ipmi_port_range_start'],
                        spec['ipmi_port_range_end'] + 1))
     facts = {}
     for host in hosts:
         facts[host] = agents.request(
-            host, 'inspect', 'inspect/%s' % uuid.uuid4(),
+            host, 'inspect', 'inspect/%s' % uuid.uuid4(), operation,
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
             interfaces=[], owner=None, **redfish_endpoint(spec))

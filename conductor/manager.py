@@ -35,8 +35,10 @@ class ConductorManager:
 
     def report_result(self, context, request_id, host, result=None,
                       error=None):
-        self.conductor.waiters.complete(request_id, host, result=result,
-                                        error=error)
+        if not self.conductor.waiters.complete(request_id, host,
+                                               result=result, error=error):
+            self.conductor.late_results.apply(request_id, host,
+                                              result=result, error=error)
 
     def register_agent(self, context, host, facts):
         self.conductor.register_agent(host, facts)

@@ -16,7 +16,8 @@ from tenks import reconcile
 from tenks import scheduler
 
 
-def check_hosts(agents, spec, deployment, facts, nodes, resources):
+def check_hosts(agents, spec, deployment, facts, nodes, resources,
+                operation):
     """Raise NetworkDriverMismatch if a host of the plan (new nodes or
     not) runs another network driver than the spec's bridge_type, and
     InterfaceConflict if an interface the deploy of ``spec`` would
@@ -24,7 +25,7 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     of every cluster), or on its host without this deployment's mark.
 
     ``facts``: {host: first inspect result}; ``nodes``: every node of
-    the cluster, recorded or just scheduled.
+    the cluster, recorded or just scheduled; ``operation``: the deploy's.
     """
     hosts = {host: reconcile.host_setup(spec, facts[host])
              for host in sorted({node['hypervisor'] for node in nodes})}
@@ -37,7 +38,7 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources):
     wanted = scheduler.planned_interfaces(hosts, nodes)
     found = {
         host: agents.request(
-            host, 'inspect', 'inspect/%s' % uuid.uuid4(),
+            host, 'inspect', 'inspect/%s' % uuid.uuid4(), operation,
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=[],
             interfaces=sorted(interfaces),
@@ -58,12 +59,13 @@ FOREIGN = 'foreign'
 NAMED_BY = {'volume': 'vol_name_prefix'}
 
 
-def check_new_nodes(agents, plan, passwords):
+def check_new_nodes(agents, plan, passwords, operation=None):
     """Raise NameConflict if a part of a node the plan creates (its
     domain, a volume, its BMC) exists on its hypervisor without the
     deployment's mark: another state directory's cluster of the same
     names, or something Tenks did not make. ``passwords``: the BMC
-    passwords of the spec (tenks.reconcile.bmc_passwords)."""
+    passwords of the spec (tenks.reconcile.bmc_passwords);
+    ``operation``: the deploy's (None: a plan)."""
     by_host = {}
     for entry in plan['nodes']:
         if entry['action'] == reconcile.CREATE:
@@ -72,6 +74,7 @@ def check_new_nodes(agents, plan, passwords):
     for host, entries in sorted(by_host.items()):
         found = agents.request(
             host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
+            operation,
             nodes=[hostagent_rpcapi.node_request(e['new'], passwords)
                    for e in entries],
             owner=plan['owner'])['nodes']

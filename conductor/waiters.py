@@ -7,11 +7,7 @@ can arrive before the cast call even returns.
 import threading
 from concurrent import futures
 
-from oslo_log import log as logging
-
 from tenks import exceptions
-
-LOG = logging.getLogger(__name__)
 
 
 class Waiters:
@@ -31,15 +27,17 @@ class Waiters:
             self._futures.pop(request_id, None)
 
     def complete(self, request_id, host, result=None, error=None):
+        """Hand the outcome to its waiter; whether there was one (none: a
+        late answer after a timeout, or a report meant for a conductor
+        that has restarted since)."""
         with self._lock:
+            # Set under the lock: once discard() has returned, the
+            # waiter's future has its outcome or never gets one.
             future = self._futures.pop(request_id, None)
-        if future is None:
-            # Nobody waits: a late answer after a timeout, or a report
-            # meant for a conductor that has restarted since.
-            LOG.debug('Dropping result of request %s from %s: no waiter',
-                      request_id, host)
-            return
-        if error is not None:
-            future.set_exception(exceptions.from_report(error, host))
-        else:
-            future.set_result(result)
+            if future is None:
+                return False
+            if error is not None:
+                future.set_exception(exceptions.from_report(error, host))
+            else:
+                future.set_result(result)
+        return True

@@ -19,6 +19,21 @@ def request_id(operation_id, atom_name, phase='execute'):
     return '%s/%s/%s' % (operation_id, atom_name, phase)
 
 
+def late_ensure(cluster, things):
+    """What an agent request that makes ``things`` ([(kind, name)]) of
+    ``cluster`` does to their records when it answers after its task gave
+    up waiting: those made are recorded present (conductor.late)."""
+    return {'cluster': cluster, 'effects': [
+        (kind, name, db_api.ENSURE) for kind, name in things]}
+
+
+def late_remove(cluster, things):
+    """The same for a request that removes ``things``: they, and a node
+    left with nothing, are forgotten."""
+    return {'cluster': cluster, 'effects': [
+        (kind, name, db_api.REMOVE) for kind, name in things]}
+
+
 class EnsureResource(task.Task):
     """Create one thing on a hypervisor through its hostagent.
 
@@ -64,13 +79,16 @@ class EnsureResource(task.Task):
         """
         return svc.agents.request(
             self.host, 'ensure_' + self.kind,
-            request_id(operation_id, self.name),
+            request_id(operation_id, self.name), operation=operation_id,
+            late=late_ensure(cluster, [(self.kind, self.resource)]),
             **self.request_args(cluster))
 
-    def remove(self, svc, operation_id):
+    def remove(self, svc, operation_id, cluster):
         return svc.agents.request(
             self.host, 'remove_' + self.kind,
             request_id(operation_id, self.name, 'revert'),
+            operation=operation_id,
+            late=late_remove(cluster, [(self.kind, self.resource)]),
             **self.remove_args)
 
     def execute(self, operation_id, cluster):
@@ -123,7 +141,7 @@ class EnsureResource(task.Task):
             if row is None or row.operation != operation_id:
                 return
         try:
-            self.remove(svc, operation_id)
+            self.remove(svc, operation_id, cluster)
         except exceptions.ResourceConflict as e:
             # Not ours after all (made by somebody else meanwhile).
             LOG.warning('Leaving %s %s on %s while reverting: %s',

@@ -81,7 +81,7 @@ class _MoveTask(task.Task):
                 **kwargs):
         return svc.agents.request(
             host, method, base.request_id(operation_id, self.name, phase),
-            **kwargs)
+            operation=operation_id, **kwargs)
 
 
 def export_key(move):
@@ -155,6 +155,8 @@ class PlaceNode(_MoveTask):
         try:
             result = self.request(
                 svc, host, 'ensure_node', operation_id,
+                late=base.late_ensure(
+                    cluster, [(kind, name) for kind, name, _ in wanted]),
                 node=hostagent_rpcapi.node_request(
                     dict(new, volumes=volumes), self.passwords),
                 owner=new['owner'], force=False)
@@ -188,6 +190,8 @@ class PlaceNode(_MoveTask):
             return
         try:
             self.request(svc, host, 'remove_node', operation_id, 'revert',
+                         late=base.late_remove(cluster, [
+                             (r['kind'], r['name']) for r in rows]),
                          node=dict(nodes.parts_of(rows),
                                    name=self.move['name']),
                          owner=self.move['new']['owner'])
@@ -245,6 +249,8 @@ class RetireNode(_MoveTask):
         warnings = []
         try:
             self.request(svc, source, 'remove_node', operation_id,
+                         late=base.late_remove(cluster, [
+                             (r['kind'], r['name']) for r in rows]),
                          node=dict(nodes.parts_of(rows), name=name),
                          owner=self.move['old']['owner'])
             svc.db.delete_resources(source, [(r['kind'], r['name'])

@@ -120,6 +120,8 @@ class ConvergeNode(task.Task):
             result = svc.agents.request(
                 self.host, 'ensure_node',
                 base.request_id(operation_id, self.name),
+                operation=operation_id, late=base.late_ensure(
+                    cluster, [(kind, name) for kind, name, _ in wanted]),
                 node=hostagent_rpcapi.node_request(new, self.passwords, old),
                 owner=new['owner'], force=self.force)
         except REFUSALS:
@@ -165,7 +167,7 @@ class ConvergeNode(task.Task):
             node=self.uuid, operation=operation_id)]
         if self.entry['action'] == CREATE:
             if mine:
-                self._remove(svc, operation_id, mine)
+                self._remove(svc, operation_id, cluster, mine)
             # Failed, kept with what could not be removed, or forgotten.
             records.settle_new_node(svc.db, self.uuid)
             return
@@ -183,6 +185,8 @@ class ConvergeNode(task.Task):
             result = svc.agents.request(
                 self.host, 'ensure_node',
                 base.request_id(operation_id, self.name, 'revert'),
+                operation=operation_id, late=base.late_ensure(
+                    cluster, [(kind, name) for kind, name, _ in wanted]),
                 node=hostagent_rpcapi.node_request(old, self.passwords,
                                                    added),
                 owner=old['owner'], force=self.force)
@@ -203,12 +207,14 @@ class ConvergeNode(task.Task):
                     (kind, name) for kind, name, _ in wanted}})
         self._record(svc, old['record'])
 
-    def _remove(self, svc, operation_id, rows):
+    def _remove(self, svc, operation_id, cluster, rows):
         """Remove the things ``rows`` record; whether they are gone."""
         try:
             svc.agents.request(
                 self.host, 'remove_node',
                 base.request_id(operation_id, self.name, 'revert'),
+                operation=operation_id, late=base.late_remove(
+                    cluster, [(r['kind'], r['name']) for r in rows]),
                 node=dict(parts_of(rows), name=self.entry['name']),
                 owner=self.entry['new']['owner'])
         except exceptions.ResourceConflict as e:
@@ -272,6 +278,8 @@ class RemoveNode(task.Task):
                     host, 'remove_node', base.request_id(
                         operation_id, self.name,
                         'execute' if host == self.host else host),
+                    operation=operation_id, late=base.late_remove(
+                        cluster, [(r['kind'], r['name']) for r in here]),
                     node=dict(parts_of(here), name=self.node_name),
                     owner=owner)
                 changed = result['changed'] or changed

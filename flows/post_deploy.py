@@ -105,7 +105,7 @@ class EnsureFlavor(base.EnsureResource):
             LOG.warning('Could not give flavor %s its old values back while '
                         'reverting: %s', self.resource, e)
 
-    def remove(self, svc, operation_id):
+    def remove(self, svc, operation_id, cluster):
         return remove_flavor(svc, **self.remove_args)
 
     def ensure(self, svc, operation_id, cluster, adopt):

@@ -28,8 +28,9 @@ class MarkCluster(task.Task):
     with its nodes that never started, unless some of its resources could
     not be removed; a deployed cluster whose reconfiguration was rolled
     back whole (nothing this operation made stays recorded) is deployed
-    still; any other is marked failed, so a failed operation never leaves
-    it looking busy or healthy, and a re-run or a teardown can finish.
+    still; any other is marked failed (a teardown that failed may have
+    removed some of it), so a failed operation never leaves it looking
+    busy or healthy, and a re-run or a teardown can finish.
     """
 
     def __init__(self, state, previous=None):
@@ -54,10 +55,11 @@ class MarkCluster(task.Task):
         if (result == states.CLUSTER_SCHEDULED
                 and not db.list_resources(cluster)):
             db.delete_cluster(cluster)
-        elif result == states.CLUSTER_DEPLOYED and not db.list_resources(
-                cluster, operation=operation_id) and all(
-                node.state == states.NODE_DEPLOYED
-                for node in db.list_nodes(cluster=cluster)):
+        elif (result == states.CLUSTER_DEPLOYED
+                and self.state == states.CLUSTER_DEPLOYING
+                and not db.list_resources(cluster, operation=operation_id)
+                and all(node.state == states.NODE_DEPLOYED
+                        for node in db.list_nodes(cluster=cluster))):
             db.set_cluster_state(cluster, states.CLUSTER_DEPLOYED)
         else:
             db.set_cluster_state(cluster, states.CLUSTER_FAILED)

@@ -392,7 +392,7 @@ class EnsureIronicNode(base.EnsureResource):
         self.entry = entry
         self.finishes = finishes
 
-    def remove(self, svc, operation_id):
+    def remove(self, svc, operation_id, cluster):
         return remove_node(svc, **self.remove_args)
 
     def execute(self, operation_id, cluster):

@@ -52,10 +52,10 @@ class RemoveResource(task.Task):
         super().__init__(
             name='remove-%s:%s:%s' % (row['kind'], row['hypervisor'],
                                       row['name']),
-            requires=(base.OPERATION_ID,))
+            requires=(base.OPERATION_ID, base.CLUSTER))
         self.row = row
 
-    def execute(self, operation_id):
+    def execute(self, operation_id, cluster):
         svc = context.get()
         row = self.row
         try:
@@ -66,6 +66,8 @@ class RemoveResource(task.Task):
                 result = svc.agents.request(
                     row['hypervisor'], 'remove_' + row['kind'],
                     base.request_id(operation_id, self.name),
+                    operation=operation_id, late=base.late_remove(
+                        cluster, [(row['kind'], row['name'])]),
                     **row['remove_args'])
         except exceptions.ResourceConflict as e:
             result = {'changed': False, 'warnings': [

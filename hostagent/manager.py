@@ -23,6 +23,14 @@ side, each in its own thread of the RPC server's executor.
 ``inspect_nodes`` (API 1.3) only reads, and takes none of those locks:
 a node that another request changes meanwhile is seen before or after
 (the drivers keep a single read of a volume or a BMC whole).
+
+A request carries its operation and a deadline in its context (API
+1.6): the time its conductor stops waiting for it. One whose deadline
+has passed when it is about to run, its locks taken, is dropped unrun
+and unreported, and no outcome is kept: a request of a failed or
+rolled-back operation never acts later, when an agent that was stopped
+comes back. A copy that joins a running request extends its deadline; a
+request without one (an older conductor) runs whenever it comes.
 """
 
 import collections
@@ -32,6 +40,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 
 import oslo_messaging as messaging
 from oslo_log import log as logging
@@ -95,6 +104,28 @@ def interface_mark(name):
         return None
 
 
+class Running:
+    """The copies of a request that runs: whom to report to, and the
+    latest of their deadlines (None: a copy came without one)."""
+
+    def __init__(self, reply_to, deadline):
+        self.reply_tos = [reply_to]
+        self.deadline = deadline
+
+    def join(self, reply_to, deadline):
+        self.reply_tos.append(reply_to)
+        if self.deadline is not None:
+            self.deadline = None if deadline is None else max(
+                self.deadline, deadline)
+
+    def overdue(self):
+        """Seconds since the deadline passed, or None while it has not."""
+        if self.deadline is None:
+            return None
+        late = time.time() - self.deadline
+        return late if late > 0 else None
+
+
 class HostAgentManager:
 
     target = messaging.Target(version=RPC_API_VERSION)
@@ -122,7 +153,7 @@ class HostAgentManager:
         # Checked at start: a typo must not register a wrong inventory.
         self.provider_facts = resources.hostagent_facts(conf.hostagent)
         self._recent = collections.OrderedDict()
-        # request id -> the reply_to of every copy waiting for it to end
+        # request id -> Running
         self._running = {}
         self._lock = threading.Lock()
         # (kind, name...) -> [lock, requests holding or awaiting it]
@@ -156,36 +187,41 @@ class HostAgentManager:
                 if not entry[1]:
                     del self._things[thing]
 
-    def _run(self, request_id, reply_to, things, action, *args):
+    def _run(self, context, request_id, reply_to, things, action, *args):
         """Run ``action(*args)`` once for ``request_id``, alone on each
-        of ``things``, and report its outcome to every copy's
-        ``reply_to``."""
+        of ``things``, unless its deadline (in ``context``) has passed,
+        and report its outcome to every copy's ``reply_to``."""
         with self._lock:
             outcome = self._recent.get(request_id)
             if outcome is None:
-                waiting = self._running.get(request_id)
-                if waiting is not None:
+                running = self._running.get(request_id)
+                if running is not None:
                     # The first copy reports to this one's reply_to too.
                     LOG.info('Request %s runs already; joined it',
                              request_id)
-                    waiting.append(reply_to)
+                    running.join(reply_to, context.get('deadline'))
                     return
-                self._running[request_id] = [reply_to]
+                running = self._running[request_id] = Running(
+                    reply_to, context.get('deadline'))
         if outcome is not None:
             self.conductor.report_result(reply_to, request_id, self.host,
                                          **outcome)
             return
         try:
             with self._serialised(things):
+                if self._expired(request_id, running, context):
+                    return
                 outcome = self._outcome(request_id, action, *args)
         finally:
             with self._lock:
-                reply_tos = self._running.pop(request_id)
+                # Not if _expired dropped it: a new copy's may be there.
+                if self._running.get(request_id) is running:
+                    del self._running[request_id]
                 if outcome is not None:
                     self._recent[request_id] = outcome
                     while len(self._recent) > RECENT_RESULTS:
                         self._recent.popitem(last=False)
-        for conductor in reply_tos:
+        for conductor in running.reply_tos:
             # One conductor out of reach must not keep the others waiting.
             try:
                 self.conductor.report_result(conductor, request_id,
@@ -193,6 +229,19 @@ class HostAgentManager:
             except Exception as e:
                 LOG.warning('Could not report request %s to %s: %s',
                             request_id, conductor, e)
+
+    def _expired(self, request_id, running, context):
+        """Whether the request's deadline has passed; it is then
+        forgotten, so that a copy that comes later starts afresh."""
+        with self._lock:
+            late = running.overdue()
+            if late is None:
+                return False
+            del self._running[request_id]
+        LOG.info('Dropped request %s of operation %s unrun: its deadline '
+                 'passed %.1f s ago, its conductor no longer waits for it',
+                 request_id, context.get('operation'), late)
+        return True
 
     def _outcome(self, request_id, action, *args):
         try:
@@ -284,30 +333,30 @@ class HostAgentManager:
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner,
                 redfish_address=None, redfish_port=None, bridge_type=None):
-        self._run(request_id, reply_to, [], self._inspect, physnet_mappings,
-                  ipmi_address, ipmi_ports, interfaces, owner,
-                  redfish_address, redfish_port, bridge_type)
+        self._run(context, request_id, reply_to, [], self._inspect,
+                  physnet_mappings, ipmi_address, ipmi_ports, interfaces,
+                  owner, redfish_address, redfish_port, bridge_type)
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):
-        self._run(request_id, reply_to, [('pool', name)],
+        self._run(context, request_id, reply_to, [('pool', name)],
                   self.virt.ensure_pool, name, path, owner, pool_type,
                   devices)
 
     def remove_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):
-        self._run(request_id, reply_to, [('pool', name)],
+        self._run(context, request_id, reply_to, [('pool', name)],
                   self.virt.remove_pool, name, path, owner, pool_type,
                   devices)
 
     def ensure_volume(self, context, request_id, reply_to, pool, name,
                       capacity, fmt, owner):
-        self._run(request_id, reply_to, [('volume', pool, name)],
+        self._run(context, request_id, reply_to, [('volume', pool, name)],
                   self.virt.ensure_volume, pool, name, capacity, fmt, owner)
 
     def remove_volume(self, context, request_id, reply_to, pool, name,
                       owner):
-        self._run(request_id, reply_to, [('volume', pool, name)],
+        self._run(context, request_id, reply_to, [('volume', pool, name)],
                   self.virt.remove_volume, pool, name, owner)
 
     def _network(self, bridge_type, method):
@@ -320,78 +369,78 @@ class HostAgentManager:
 
     def ensure_bridge(self, context, request_id, reply_to, name, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(request_id, reply_to, [('bridge', name)],
+        self._run(context, request_id, reply_to, [('bridge', name)],
                   self._network(bridge_type, 'ensure_bridge'), name, owner)
 
     def remove_bridge(self, context, request_id, reply_to, name, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(request_id, reply_to, [('bridge', name)],
+        self._run(context, request_id, reply_to, [('bridge', name)],
                   self._network(bridge_type, 'remove_bridge'), name, owner)
 
     def ensure_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(request_id, reply_to, [('uplink', bridge)],
+        self._run(context, request_id, reply_to, [('uplink', bridge)],
                   self._network(bridge_type, 'ensure_uplink'), bridge,
                   source, veth_names, owner)
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(request_id, reply_to, [('uplink', bridge)],
+        self._run(context, request_id, reply_to, [('uplink', bridge)],
                   self._network(bridge_type, 'remove_uplink'), bridge,
                   source, veth_names, owner)
 
     def ensure_port(self, context, request_id, reply_to, bridge, name,
                     owner, bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(request_id, reply_to, [('port', name)],
+        self._run(context, request_id, reply_to, [('port', name)],
                   self._network(bridge_type, 'ensure_port'), bridge, name,
                   owner)
 
     def remove_port(self, context, request_id, reply_to, name, owner,
                     bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(request_id, reply_to, [('port', name)],
+        self._run(context, request_id, reply_to, [('port', name)],
                   self._network(bridge_type, 'remove_port'), name, owner)
 
     def ensure_domain(self, context, request_id, reply_to, domain, owner):
-        self._run(request_id, reply_to, [('domain', domain['name'])],
+        self._run(context, request_id, reply_to, [('domain', domain['name'])],
                   self.virt.ensure_domain, domain, owner)
 
     def remove_domain(self, context, request_id, reply_to, name, owner):
-        self._run(request_id, reply_to, [('domain', name)],
+        self._run(context, request_id, reply_to, [('domain', name)],
                   self.virt.remove_domain, name, owner)
 
     def ensure_bmc(self, context, request_id, reply_to, domain, address,
                    port, username, password):
-        self._run(request_id, reply_to, [('bmc', domain)],
+        self._run(context, request_id, reply_to, [('bmc', domain)],
                   self.bmc.ensure_bmc, domain, address, port, username,
                   password)
 
     def remove_bmc(self, context, request_id, reply_to, domain):
         # Whichever its type: a Redfish one is recorded as a bmc too.
-        self._run(request_id, reply_to, [('bmc', domain)],
+        self._run(context, request_id, reply_to, [('bmc', domain)],
                   self.nodes.remove_bmc, domain)
 
     def ensure_node(self, context, request_id, reply_to, node, owner, force):
-        self._run(request_id, reply_to, nodes.things(node) or [],
+        self._run(context, request_id, reply_to, nodes.things(node) or [],
                   self.nodes.ensure, node, owner, force)
 
     def remove_node(self, context, request_id, reply_to, node, owner):
-        self._run(request_id, reply_to, nodes.things(node) or [],
+        self._run(context, request_id, reply_to, nodes.things(node) or [],
                   self.nodes.remove, node, owner)
 
     def export_node(self, context, request_id, reply_to, node, owner):
-        self._run(request_id, reply_to, [('domain', node['name'])],
+        self._run(context, request_id, reply_to, [('domain', node['name'])],
                   self.nodes.export, node, owner, self.exports)
 
     def close_export(self, context, request_id, reply_to, name):
-        self._run(request_id, reply_to, [],
+        self._run(context, request_id, reply_to, [],
                   lambda: {'changed': self.exports.close(name)})
 
     def power_node(self, context, request_id, reply_to, name, owner, on):
-        self._run(request_id, reply_to, [('domain', name)],
+        self._run(context, request_id, reply_to, [('domain', name)],
                   self.nodes.power, name, owner, on)
 
     def inspect_nodes(self, context, request_id, reply_to, nodes, owner):
-        self._run(request_id, reply_to, [], self.nodes.inspect, nodes,
-                  owner)
+        self._run(context, request_id, reply_to, [], self.nodes.inspect,
+                  nodes, owner)

@@ -2,9 +2,10 @@
 
 Every method is a cast to one hypervisor (``server=host``) carrying a
 ``request_id`` and the name of the conductor to report to
-(``reply_to``); the agent answers with the conductor's
-``report_result``. Operations come in idempotent ``ensure_*`` /
-``remove_*`` pairs, so a repeated request does no harm.
+(``reply_to``), and in its context its operation and deadline (1.6);
+the agent answers with the conductor's ``report_result``. Operations
+come in idempotent ``ensure_*`` / ``remove_*`` pairs, so a repeated
+request does no harm.
 
 ``ensure_node(node, owner, force)`` converges one node to ``node``::
 
@@ -97,11 +98,20 @@ API version history:
   serving them. ``power_node(name, owner, on)`` starts or powers off a
   domain. A volume's ``source`` of ensure_node may carry the ``token``
   an export gave (sent in the X-Tenks-Transfer-Token header).
+* 1.6 - Deadlines. Every request's context carries ``operation`` (the
+  id of the operation it is part of, or None) and ``deadline`` (UTC
+  epoch seconds: when its conductor stops waiting for it, its retries
+  included). The agent drops a request whose deadline has passed when
+  it is about to run it (after waiting for its locks): unrun,
+  unreported, no outcome kept; a request it has finished is still
+  answered at once. A request without a deadline (from an older
+  conductor) runs whenever it comes. Casts with a deadline ask for 1.6:
+  an older agent would run them after their operation has ended.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.5'
+RPC_API_VERSION = '1.6'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -144,6 +154,8 @@ OPTIONAL = dict({method: ('bridge_type',) for method in (
 SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'inspect_nodes': '1.4', 'export_node': '1.5', 'close_export': '1.5',
          'power_node': '1.5'}
+# What a cast with a deadline asks for (every method has it).
+DEADLINES = '1.6'
 
 
 def node_request(view, passwords, gone=None):
@@ -188,8 +200,14 @@ class HostAgentAPI:
     def __init__(self, bus):
         self.client = bus.get_client(rpc.HOSTAGENT_TOPIC, RPC_API_VERSION)
 
-    def cast(self, host, method, request_id, reply_to, **kwargs):
-        """Ask the agent on ``host`` to run ``method``; it reports back."""
+    def cast(self, host, method, request_id, reply_to, *, operation=None,
+             deadline=None, **kwargs):
+        """Ask the agent on ``host`` to run ``method``; it reports back.
+
+        ``deadline``: when the caller stops waiting (UTC epoch seconds);
+        the agent does not start the request after it. ``operation``:
+        the operation the request is part of, for the agent's log.
+        """
         expected = set(METHODS[method])
         optional = set(OPTIONAL.get(method, ()))
         if not expected <= set(kwargs) <= expected | optional:
@@ -199,9 +217,13 @@ class HostAgentAPI:
         if set(kwargs) & optional:
             # An older agent would refuse them as unknown arguments.
             version = '1.4'
+        context = {}
+        if deadline is not None:
+            context = {'operation': operation, 'deadline': deadline}
+            version = DEADLINES
         cctxt = self.client.prepare(server=host, version=version)
-        cctxt.cast({}, method, request_id=request_id, reply_to=reply_to,
-                   **kwargs)
+        cctxt.cast(context, method, request_id=request_id,
+                   reply_to=reply_to, **kwargs)
 
     def ask_to_register(self):
         """Ask every hostagent to register with its facts now."""

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from tenks import exceptions
 from tenks import fileutils
+from tenks import states
 from tenks.db import migrations
 from tenks.db import models
 
@@ -21,6 +22,9 @@ LOG = logging.getLogger(__name__)
 
 RESOURCE_CREATING = 'creating'
 RESOURCE_PRESENT = 'present'
+# What the answer of an unanswered request does to a thing's record.
+ENSURE = 'ensure'
+REMOVE = 'remove'
 OPERATION_RUNNING = 'running'
 # An argument not given (None being a value).
 UNKNOWN = object()
@@ -81,6 +85,7 @@ HYPERVISORS = models.Hypervisor.table
 EVENTS = models.Event.table
 AGGREGATES = models.Aggregate.table
 AGGREGATE_HOSTS = models.AggregateHost.table
+UNANSWERED = models.UnansweredRequest.table
 
 
 class StateDB:
@@ -153,8 +158,10 @@ class StateDB:
                     .values(state=state))
 
     def delete_cluster(self, name):
-        """Delete the cluster's record, its spec and password with it."""
-        self._write(sa.delete(CLUSTERS).where(CLUSTERS.c.name == name))
+        """Delete the cluster's record, its spec and password with it, and
+        what answers to its requests would still have done."""
+        self._write(sa.delete(CLUSTERS).where(CLUSTERS.c.name == name),
+                    sa.delete(UNANSWERED).where(UNANSWERED.c.cluster == name))
         if self.engine.url.get_backend_name() == 'sqlite':
             # Copy the WAL, where earlier versions of the record stay,
             # into the database (secure_delete zeroes the freed space),
@@ -238,6 +245,12 @@ class StateDB:
         name recorded for another cluster raises ResourceConflict and
         records nothing. ``new``: most likely none is recorded (a node
         being created), so try recording them all at once first.
+
+        The request this precedes decides what the things recorded
+        before are: an answer to an earlier request on them that comes
+        late no longer changes their records (a removal's would undo
+        what this one records). Things not recorded have no such answer
+        to come: it came when their records went, or never will.
         """
         if new:
             try:
@@ -267,6 +280,8 @@ class StateDB:
                                       name, args, node)
                        for kind, name, args in wanted
                        if (kind, name) not in before]
+            if before:
+                conn.execute(self._superseding(hypervisor, list(before)))
             if missing:
                 conn.execute(sa.insert(RESOURCES), missing)
         return before
@@ -307,10 +322,15 @@ class StateDB:
         # Never with no keys: an empty or_() matches every row of the
         # hypervisor.
         return sa.delete(RESOURCES).where(
-            RESOURCES.c.hypervisor == hypervisor,
-            sa.or_(*[sa.and_(RESOURCES.c.kind == kind,
-                             RESOURCES.c.name == name)
-                     for kind, name in keys]))
+            RESOURCES.c.hypervisor == hypervisor, _things(RESOURCES, keys))
+
+    @staticmethod
+    def _superseding(hypervisor, keys):
+        """Forget what unanswered requests would do to ``keys`` ([(kind,
+        name)], not empty) on ``hypervisor``."""
+        return sa.delete(UNANSWERED).where(
+            UNANSWERED.c.hypervisor == hypervisor,
+            _things(UNANSWERED, keys))
 
     def delete_resource(self, hypervisor, kind, name):
         self._write(sa.delete(RESOURCES).where(
@@ -323,6 +343,106 @@ class StateDB:
         if cluster is not None:
             query = query.filter_by(cluster=cluster)
         return self._read(models.Resource, query.order_by(RESOURCES.c.id))
+
+    # Requests given up on (conductor.late)
+
+    def add_unanswered(self, request_id, hypervisor, operation, cluster,
+                       effects):
+        """Keep what the answer to ``request_id``, should it still come,
+        does to the records of ``effects`` ([(kind, name, ENSURE or
+        REMOVE)]) of ``cluster`` on ``hypervisor``."""
+        self._write(
+            sa.delete(UNANSWERED).where(
+                UNANSWERED.c.request_id == request_id),
+            (sa.insert(UNANSWERED), [
+                {'request_id': request_id, 'operation': operation,
+                 'cluster': cluster, 'hypervisor': hypervisor,
+                 'kind': kind, 'name': name, 'effect': effect,
+                 'created_at': models.now()}
+                for kind, name, effect in effects]))
+
+    def forget_unanswered(self, request_id):
+        self._write(sa.delete(UNANSWERED).where(
+            UNANSWERED.c.request_id == request_id))
+
+    def list_unanswered(self, cluster=None):
+        query = sa.select(UNANSWERED).order_by(UNANSWERED.c.id)
+        if cluster is not None:
+            query = query.where(UNANSWERED.c.cluster == cluster)
+        return self._read(models.UnansweredRequest, query)
+
+    def settle_unanswered(self, request_id, succeeded, conflict=False,
+                          created=(), removed=()):
+        """Apply the answer to ``request_id``, once, in one transaction.
+
+        ``succeeded``: the agent did as asked: the things it ensures
+        exist ('creating' becomes 'present', credited to its operation
+        if ``created``, [(kind, name)] or True for all, has them; one it
+        did not create is no longer credited to it), those it removes
+        and those ``removed`` are gone. ``conflict``: it found something
+        not ours, so it left it: the things it removes lose their
+        records, as a teardown's do. Any other answer (an error) changes
+        nothing: what may exist stays recorded.
+
+        A node left with nothing recorded is forgotten, and its cluster,
+        if deployed, is marked failed when the node was deployed.
+        Returns the nodes forgotten, or None if nothing awaited the
+        answer (it came before, twice, or a later request superseded it).
+        """
+        with self.engine.begin() as conn:
+            rows = [models.UnansweredRequest.from_row(row)
+                    for row in conn.execute(sa.select(UNANSWERED).where(
+                        UNANSWERED.c.request_id == request_id))]
+            if not rows:
+                return None
+            claimed = conn.execute(sa.delete(UNANSWERED).where(
+                UNANSWERED.c.request_id == request_id)).rowcount
+            if claimed != len(rows):
+                # Another process settled it meanwhile.
+                return None
+            first = rows[0]
+            ours = sa.and_(RESOURCES.c.hypervisor == first.hypervisor,
+                           RESOURCES.c.cluster == first.cluster)
+            ensured = [(r.kind, r.name) for r in rows if r.effect == ENSURE]
+            gone = [(r.kind, r.name) for r in rows if r.effect == REMOVE]
+            if succeeded:
+                gone += [tuple(key) for key in removed]
+            elif conflict:
+                ensured = []
+            else:
+                return []
+            made = set(ensured) if created is True else {
+                tuple(key) for key in created}
+            for kind, name in ensured:
+                credit = first.operation if (kind, name) in made else sa.case(
+                    (RESOURCES.c.operation == first.operation, sa.null()),
+                    else_=RESOURCES.c.operation)
+                conn.execute(sa.update(RESOURCES).where(
+                    ours, RESOURCES.c.kind == kind, RESOURCES.c.name == name,
+                    RESOURCES.c.state == RESOURCE_CREATING).values(
+                        state=RESOURCE_PRESENT, operation=credit))
+            if not gone:
+                return []
+            match = sa.and_(ours, _things(RESOURCES, gone))
+            uuids = sorted({row.node for row in conn.execute(
+                sa.select(RESOURCES.c.node).where(match)) if row.node})
+            conn.execute(sa.delete(RESOURCES).where(match))
+            forgotten = []
+            for uuid in uuids:
+                if conn.execute(sa.select(RESOURCES.c.id).where(
+                        RESOURCES.c.node == uuid).limit(1)).first():
+                    continue
+                node = models.Node.from_row(conn.execute(
+                    sa.select(NODES).where(NODES.c.uuid == uuid)).first())
+                if node is not None:
+                    conn.execute(sa.delete(NODES).where(NODES.c.uuid == uuid))
+                    forgotten.append(node)
+            if any(n.state == states.NODE_DEPLOYED for n in forgotten):
+                conn.execute(sa.update(CLUSTERS).where(
+                    CLUSTERS.c.name == first.cluster,
+                    CLUSTERS.c.state == states.CLUSTER_DEPLOYED).values(
+                        state=states.CLUSTER_FAILED))
+        return forgotten
 
     # Operations
 
@@ -507,3 +627,9 @@ class StateDB:
         if cluster is not None:
             query = query.where(EVENTS.c.cluster == cluster)
         return list(reversed(self._read(models.Event, query.limit(limit))))
+
+
+def _things(table, keys):
+    """Rows of ``table`` whose (kind, name) is one of ``keys``."""
+    return sa.or_(*[sa.and_(table.c.kind == kind, table.c.name == name)
+                    for kind, name in keys])

@@ -137,6 +137,26 @@ class Resource(Record):
         sa.UniqueConstraint('hypervisor', 'kind', 'name'))
 
 
+class UnansweredRequest(Record):
+    """A thing an agent request acts on, after its conductor gave up
+    waiting for the answer (the agent may have begun it before its
+    deadline): what the answer, should it still come, does to the thing's
+    record (conductor.late)."""
+
+    table = sa.Table(
+        'tenks_unanswered_requests', metadata,
+        _column('id', sa.Integer(), primary_key=True),
+        _column('request_id', sa.String(255), index=True),
+        _column('operation', sa.String(36), nullable=True),
+        _column('cluster', sa.String(64), index=True),
+        _column('hypervisor', sa.String(255)),
+        _column('kind', sa.String(16)),
+        _column('name', sa.String(255)),
+        # 'ensure': the answer says it exists; 'remove': that it is gone.
+        _column('effect', sa.String(8)),
+        _created())
+
+
 class Operation(Record):
     table = sa.Table(
         'tenks_operations', metadata,

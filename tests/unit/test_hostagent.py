@@ -1,6 +1,8 @@
 """The hostagent manager runs each request id once."""
 
+import logging
 import threading
+import time
 
 from hostagent import manager
 from tenks import rpc
@@ -96,3 +98,89 @@ def test_remove_waits_for_a_running_ensure_of_the_same_thing(conf,
         ('op/v0/revert', {'changed': True})]
     assert hypervisor.names('volume') == ['v1']
     assert agent._things == {}
+
+
+def within(seconds, operation='op-1'):
+    """A request context whose deadline is ``seconds`` from now."""
+    return {'operation': operation, 'deadline': time.time() + seconds}
+
+
+VOLUME = ('pool', 'v0', 1024, 'qcow2', 'tenks:c:a')
+
+
+def test_request_past_its_deadline_is_dropped_unrun(conf, hypervisor,
+                                                    caplog):
+    """Its conductor no longer waits: nothing is done, reported or kept,
+    so a copy sent again in time (a resumed operation) runs it."""
+    agent = make_agent(conf)
+    caplog.set_level(logging.INFO, logger='hostagent.manager')
+    agent.ensure_volume(within(-1), 'r1', 'cond-a', *VOLUME)
+    assert hypervisor.calls['ensure_volume'] == 0
+    assert agent.conductor.sent == []
+    assert 'Dropped request r1 of operation op-1 unrun' in caplog.text
+    assert agent._running == {} and agent._recent == {}
+
+    agent.ensure_volume(within(60), 'r1', 'cond-a', *VOLUME)
+    assert hypervisor.names('volume') == ['v0']
+    assert [r for _, r, _ in agent.conductor.sent] == ['r1']
+
+
+def test_deadline_is_checked_once_the_locks_are_taken(conf, hypervisor):
+    """A revert's remove_volume waits for the ensure_volume of the same
+    volume that still runs; if its deadline passes meanwhile it is
+    dropped, and what the ensure made stays."""
+    agent = make_agent(conf)
+    entered, release = fakes.block(agent.virt, 'ensure_volume')
+    first = threading.Thread(target=agent.ensure_volume, args=(
+        within(60), 'op/v0/execute', 'cond-a', *VOLUME))
+    first.start()
+    assert entered.wait(10)
+    remover = threading.Thread(target=agent.remove_volume, args=(
+        within(0.2), 'op/v0/revert', 'cond-a', 'pool', 'v0', VOLUME[-1]))
+    remover.start()
+    time.sleep(0.3)
+    release.set()
+    first.join(10)
+    remover.join(10)
+
+    assert [r for _, r, _ in agent.conductor.sent] == ['op/v0/execute']
+    assert hypervisor.names('volume') == ['v0']
+    assert hypervisor.calls['remove_volume'] == 0
+    assert agent._running == {} and agent._things == {}
+
+
+def test_finished_request_is_answered_after_its_deadline(conf, hypervisor):
+    agent = make_agent(conf)
+    agent.ensure_volume(within(60), 'r1', 'cond-a', *VOLUME)
+    agent.ensure_volume(within(-1), 'r1', 'cond-b', *VOLUME)
+    outcome = {'result': {'created': True, 'changed': True}}
+    assert agent.conductor.sent == [('cond-a', 'r1', outcome),
+                                    ('cond-b', 'r1', outcome)]
+    assert hypervisor.calls['ensure_volume'] == 1
+
+
+def test_copy_that_joins_extends_the_deadline(conf, hypervisor):
+    """A resumed operation sends the request again with a later deadline
+    while the first copy still waits for its locks: it runs, and both
+    copies hear of it."""
+    agent = make_agent(conf)
+    entered, release = fakes.block(agent.virt, 'ensure_volume')
+    holder = threading.Thread(target=agent.ensure_volume, args=(
+        {}, 'other', 'cond-a', *VOLUME))
+    holder.start()
+    assert entered.wait(10)
+    remover = threading.Thread(target=agent.remove_volume, args=(
+        within(0.2), 'r1', 'cond-a', 'pool', 'v0', VOLUME[-1]))
+    remover.start()
+    time.sleep(0.05)
+    agent.remove_volume(within(60), 'r1', 'cond-b', 'pool', 'v0',
+                        VOLUME[-1])
+    time.sleep(0.3)
+    release.set()
+    holder.join(10)
+    remover.join(10)
+
+    assert [(c, r) for c, r, _ in agent.conductor.sent] == [
+        ('cond-a', 'other'), ('cond-a', 'r1'), ('cond-b', 'r1')]
+    assert hypervisor.names('volume') == []
+

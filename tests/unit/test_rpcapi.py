@@ -30,7 +30,8 @@ class RecordingClient:
         self.sent.append(('call', method, kwargs, self.options))
 
     def cast(self, context, method, **kwargs):
-        self.sent.append(('cast', method, kwargs, self.options))
+        self.sent.append(('cast', method, kwargs,
+                          dict(self.options, context=context)))
 
 
 class Bus:
@@ -229,3 +230,18 @@ def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
              'close_export': '1.5', 'power_node': '1.5'}
     assert options['version'] == since.get(method, '1.0')
     assert hostagent_rpcapi.SINCE == since
+
+
+@pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
+def test_hostagent_casts_carry_their_operation_and_deadline(method):
+    """In the request context, asking for 1.6: an older agent would run
+    a request after its conductor gave up on it."""
+    bus = Bus()
+    args = dict.fromkeys(hostagent_rpcapi.METHODS[method])
+    hostagent_rpcapi.HostAgentAPI(bus).cast(
+        'hv1', method, 'req', 'c1', operation='op-1', deadline=1234.5,
+        **args)
+    [(_, _, kwargs, options)] = bus.sent
+    assert options['version'] == '1.6'
+    assert options['context'] == {'operation': 'op-1', 'deadline': 1234.5}
+    assert kwargs == dict(args, request_id='req', reply_to='c1')
