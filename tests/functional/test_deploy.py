@@ -1,6 +1,7 @@
 """Deploy and tear down real clusters: libvirt, virtualbmc, ipmitool,
 Linux bridges, through the conductor, the bus and the hostagent."""
 
+import contextlib
 import os
 import socket
 import time
@@ -10,6 +11,7 @@ import libvirt
 import pytest
 from pyroute2 import IPRoute
 
+from conductor import preflight
 from tenks import exceptions
 from tests.functional import cluster_fixtures as cf
 
@@ -123,13 +125,33 @@ def test_teardown_repairs_nothing_it_does_not_own(env, conn):
             ipr.link('del', ifname=external)
 
 
-def test_failure_mid_deploy_rolls_back_everything(env, conn):
-    """The second node's domain name is taken by a domain Tenks does not
-    own: its task fails, and everything created so far is reverted."""
+def test_failure_mid_deploy_rolls_back_everything(env, conn, monkeypatch):
+    """A domain Tenks does not own takes the second node's name: found
+    before anything is made, the deploy is refused; appearing after the
+    checks (made meanwhile by someone else), it fails the node's task,
+    and everything created so far is reverted."""
     foreign = env.node_name(1)
-    conn.defineXML(
-        "<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory>"
-        "<os><type arch='x86_64'>hvm</type></os></domain>" % foreign)
+    xml = ("<domain type='qemu'><name>%s</name><memory unit='MiB'>64"
+           "</memory><os><type arch='x86_64'>hvm</type></os></domain>"
+           % foreign)
+    conn.defineXML(xml)
+    try:
+        with pytest.raises(exceptions.NameConflict) as raised:
+            env.deploy(env.spec(count=2))
+        assert ('specs[0].node_name_prefix: domain %s on %s exists and is '
+                "not this deployment's" % (foreign, socket.gethostname())
+                in str(raised.value))
+        assert env.leftovers() == ['domain %s' % foreign]
+    finally:
+        conn.lookupByName(foreign).undefine()
+
+    check = preflight.check_new_nodes
+
+    def check_then_define(*args, **kwargs):
+        check(*args, **kwargs)
+        conn.defineXML(xml)
+
+    monkeypatch.setattr(preflight, 'check_new_nodes', check_then_define)
     try:
         with pytest.raises(exceptions.OperationFailed) as raised:
             env.deploy(env.spec(count=2))
@@ -146,7 +168,8 @@ def test_failure_mid_deploy_rolls_back_everything(env, conn):
         with pytest.raises(exceptions.ClusterNotFound):
             env.teardown()
     finally:
-        conn.lookupByName(foreign).undefine()
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.lookupByName(foreign).undefine()
 
 
 def test_taken_ipmi_port_is_skipped_and_exhaustion_is_refused(env, conn):
