@@ -110,6 +110,39 @@ def test_whoever_sees_an_operation_end_sees_its_event(conductor, hypervisor,
     assert events[0] == 'tenks.cluster.deploy.start' and events[-1] == last
 
 
+def test_a_rolled_back_node_is_announced_gone(conductor, hypervisor,
+                                              monkeypatch):
+    """A node a failed deploy created, announced, then rolled back gets
+    its tenks.node.delete.end."""
+    small = make_spec()['node_types']['small']
+    types = {'small': small, 'other': dict(small, vcpus=2)}
+    conductor.deploy(make_spec(node_types=types, specs=[
+        {'type': 'small', 'count': 1}, {'type': 'other', 'count': 1}]))
+    real_remove = hypervisor.remove
+
+    def remove(kind, name):
+        if (kind, name) == ('domain', 'tk1'):
+            raise exceptions.DriverError(driver='fake', action='undefine '
+                                         'tk1', reason='busy')
+        return real_remove(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', remove)
+    # tk2 is made and announced; removing tk1 (last) fails.
+    with pytest.raises(exceptions.OperationFailed):
+        conductor.deploy(make_spec(node_types=types, specs=[
+            {'type': 'small', 'count': 2}, {'type': 'other', 'count': 0}]))
+    assert 'tk2' not in [n.name for n in conductor.db.list_nodes()]
+    events = conductor.list_events('unit')
+    last = events[events.index(next(
+        e for e in reversed(events)
+        if e['event_type'] == 'tenks.cluster.deploy.start')):]
+    assert [(e['event_type'], e['payload'].get('name')) for e in last] == [
+        ('tenks.cluster.deploy.start', None),
+        ('tenks.node.create.end', 'tk2'),
+        ('tenks.node.delete.end', 'tk2'),
+        ('tenks.cluster.deploy.error', None)]
+
+
 def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
                                                         hypervisor):
     spec = make_spec(count=2)
