@@ -641,11 +641,18 @@ class Conductor:
         """Resume the flow of an interrupted operation; one interrupted
         before its flow was saved starts again from its checks."""
         try:
-            return self.runner.resume(operation_id, on_progress=on_progress)
+            outcome = self.runner.resume(operation_id,
+                                         on_progress=on_progress)
         except exceptions.NothingToResume:
             operation = self.db.get_operation(operation_id)
             if self.db.get_cluster(operation.cluster) is None:
                 raise
+        else:
+            operation = self.db.get_operation(operation_id)
+            if operation.kind == 'deploy':
+                # The changes the whole deploy applies, as a run gives.
+                outcome.plan = operation.plan['changes']
+            return outcome
         if operation.kind == 'move':
             # Planned again by a new "maintenance start".
             raise exceptions.NothingToResume(id=operation_id)

@@ -91,9 +91,18 @@ class FlowRunner:
 
     def _run(self, engine, on_progress):
         engine.compile()
+        engine.prepare()
         graph = engine.compilation.execution_graph
-        outcome = Outcome([node.name for node, data in graph.nodes(data=True)
-                           if data['kind'] == 'task'], on_progress)
+        names = [node.name for node, data in graph.nodes(data=True)
+                 if data['kind'] == 'task']
+        outcome = Outcome(names, on_progress)
+        # A resumed flow: what its atoms did before counts too.
+        done = engine.storage.get_atoms_states(names)
+        for name in names:
+            if done[name][0] == states.SUCCESS:
+                outcome.on_atom(states.SUCCESS, {
+                    'task_name': name,
+                    'result': engine.storage.get_execute_result(name)})
         engine.atom_notifier.register(engine.atom_notifier.ANY,
                                       outcome.on_atom)
         try:

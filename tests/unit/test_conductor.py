@@ -12,10 +12,13 @@ import pytest
 from flows import nodes
 from tenks import exceptions
 from tenks import reconcile
+from tenks.cli import embedded
 from tests.unit import fakes
 from tests.unit import test_flows
 from tests.unit.conftest import make_spec
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 EVERYTHING = {'pool', 'bridge', 'volume', 'port', 'domain', 'bmc'}
 
 
@@ -262,6 +265,51 @@ def test_interrupted_deploy_is_finished_with_its_own_spec(conductor,
     result = conductor.deploy(make_spec(count=2))
     assert result['resumed']
     assert hypervisor.names('domain') == ['tk0', 'tk1']
+
+
+# A deploy whose process dies once every node is made, before the spec
+# is recorded (argv[1]: the state directory).
+KILLED_BEFORE_COMMIT = """
+import os
+import sys
+
+import pytest
+
+from flows import records
+from tenks.cli import embedded
+from tests.unit import conftest
+
+monkeypatch = pytest.MonkeyPatch()
+conftest.fake_hypervisor(monkeypatch)
+monkeypatch.setattr(records.CommitSpec, 'execute',
+                    lambda self, operation_id, cluster: os._exit(9))
+with embedded.embedded(conftest.make_conf(sys.argv[1])) as conductor:
+    conductor.deploy(conftest.make_spec(count=2))
+"""
+
+
+def test_a_resumed_deploy_reports_the_whole_operation(conf, hypervisor):
+    """Its changed tasks, progress and plan count what ran before the
+    resume too."""
+    killed = subprocess.run(
+        [sys.executable, '-c', KILLED_BEFORE_COMMIT, conf.state_dir],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 9, killed.stderr
+    with embedded.embedded(conf) as conductor:
+        result = conductor.deploy(make_spec(count=2))
+        operation = conductor.get_operation(result['operation'])
+        uuids = [n.uuid for n in conductor.db.list_nodes(cluster='unit')]
+    assert result['resumed']
+    assert sorted(result['changed']) == sorted(
+        ['pool:hv1:tenks-unit', 'bridge:hv1:brtenks0']
+        + ['node:%s' % uuid for uuid in uuids])
+    assert [(c['node'], c['action']) for c in result['plan']
+            if c['resource'] == 'domain'] == [('tk0', 'create'),
+                                              ('tk1', 'create')]
+    assert operation['progress']['node'] == [2, 2]
+    assert operation['result'] == {
+        key: result[key] for key in ('changed', 'resumed', 'warnings',
+                                     'plan')}
 
 
 def test_busy_cluster_is_refused(conductor, hypervisor, conf):
