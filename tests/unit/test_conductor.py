@@ -113,6 +113,33 @@ def test_whoever_sees_an_operation_end_sees_its_event(conductor, hypervisor,
     assert events[0] == 'tenks.cluster.deploy.start' and events[-1] == last
 
 
+def test_failed_shrink_says_what_it_removed_and_what_remains(
+        conductor, hypervisor, monkeypatch):
+    conductor.deploy(make_spec(count=3))
+    real_remove = hypervisor.remove
+
+    def remove(kind, name):
+        if (kind, name) == ('domain', 'tk2'):
+            raise exceptions.DriverError(driver='fake', action='undefine '
+                                         'tk2', reason='busy')
+        return real_remove(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', remove)
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(make_spec(count=1))
+    message = str(raised.value)
+    assert 'deployed before is kept' not in message
+    assert message.endswith(
+        'What this deploy created was rolled back, not what it removed '
+        '(node tk1); cluster unit now has 2 node(s) (hv1: tk0, tk2): run '
+        'the deploy again to finish')
+    assert sorted(n.name for n in conductor.db.list_nodes()) == ['tk0',
+                                                                 'tk2']
+    monkeypatch.undo()
+    assert conductor.deploy(make_spec(count=1))['changed']
+    assert [n.name for n in conductor.db.list_nodes()] == ['tk0']
+
+
 def test_a_rolled_back_node_is_announced_gone(conductor, hypervisor,
                                               monkeypatch):
     """A node a failed deploy created, announced, then rolled back gets
