@@ -168,25 +168,37 @@ class Operations:
                 'operation %s ended %s' % (operation_id, operation.state)))
         return dict(operation.result or {}, operation=operation_id)
 
-    def resume_interrupted(self, resume):
+    def resume_interrupted(self, resume, which=None):
         """Submit ``resume`` for what this conductor was running when it
-        last stopped."""
+        last stopped and no process runs now (its cluster's lock is
+        free); ``which(operation)``: only those it accepts. Returns the
+        ids of those submitted."""
+        submitted = []
         for operation in self.db.list_operations(
                 state=db_api.OPERATION_RUNNING, conductor=self.host):
+            if which is not None and not which(operation):
+                continue
             try:
                 self.locks.acquire(operation.cluster)
             except exceptions.ClusterBusy:
+                continue
+            if self.db.get_operation(operation.id).state != \
+                    db_api.OPERATION_RUNNING:
+                # Ended by its process since it was listed.
+                self.locks.release(operation.cluster)
                 continue
             LOG.info('Resuming %s %s of cluster %s', operation.kind,
                      operation.id, operation.cluster)
             cluster = self.db.get_cluster(operation.cluster)
             try:
-                self.submit(operation.id, operation.kind, operation.cluster,
-                            None if cluster is None else cluster.state,
-                            True, resume)
+                submitted.append(self.submit(
+                    operation.id, operation.kind, operation.cluster,
+                    None if cluster is None else cluster.state, True,
+                    resume))
             except exceptions.ConductorBusy:
                 self.locks.release(operation.cluster)
-                return
+                break
+        return submitted
 
     def submit(self, operation_id, kind, name, before, resumed, run, *args):
         """Run ``run(operation_id, *args, on_progress)`` in the pool; the

@@ -82,6 +82,11 @@ class FlowRunner:
         flow_detail = next(iter(book), None)
         if flow_detail is None:
             raise exceptions.NothingToResume(id=operation_id)
+        if flow_detail.state in (states.REVERTED, states.FAILURE):
+            # Run again, it would start over.
+            raise exceptions.OperationFailed(
+                'it had failed and been rolled back when the process running '
+                'it stopped, before recording why')
         engine = engines.load_from_detail(flow_detail, backend=self.backend,
                                           **self._options())
         return self._run(engine, on_progress)

@@ -294,34 +294,46 @@ def test_interrupted_deploy_is_finished_with_its_own_spec(conductor,
     assert hypervisor.names('domain') == ['tk0', 'tk1']
 
 
-# A deploy whose process dies once every node is made, before the spec
-# is recorded (argv[1]: the state directory).
-KILLED_BEFORE_COMMIT = """
+# An embedded conductor with a fake hypervisor in a process of its own,
+# which runs the code after it and exits with status 9 where that code
+# calls os._exit(9) (argv[1]: the state directory).
+KILLED = """
 import os
 import sys
 
 import pytest
 
+from conductor import operations
 from flows import records
+from tenks import exceptions
 from tenks.cli import embedded
 from tests.unit import conftest
 
 monkeypatch = pytest.MonkeyPatch()
-conftest.fake_hypervisor(monkeypatch)
-monkeypatch.setattr(records.CommitSpec, 'execute',
-                    lambda self, operation_id, cluster: os._exit(9))
+hypervisor = conftest.fake_hypervisor(monkeypatch)
 with embedded.embedded(conftest.make_conf(sys.argv[1])) as conductor:
-    conductor.deploy(conftest.make_spec(count=2))
+%s
 """
+
+
+def killed(conf, code):
+    """Run ``code`` in a process of its own (see KILLED), which must die
+    in it."""
+    done = subprocess.run(
+        [sys.executable, '-c', KILLED % code, conf.state_dir], cwd=ROOT,
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, done.stderr
 
 
 def test_a_resumed_deploy_reports_the_whole_operation(conf, hypervisor):
     """Its changed tasks, progress and plan count what ran before the
     resume too."""
-    killed = subprocess.run(
-        [sys.executable, '-c', KILLED_BEFORE_COMMIT, conf.state_dir],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert killed.returncode == 9, killed.stderr
+    # Dead once every node is made, before the spec is recorded.
+    killed(conf, """
+    monkeypatch.setattr(records.CommitSpec, 'execute',
+                        lambda self, operation_id, cluster: os._exit(9))
+    conductor.deploy(conftest.make_spec(count=2))
+""")
     with embedded.embedded(conf) as conductor:
         result = conductor.deploy(make_spec(count=2))
         operation = conductor.get_operation(result['operation'])
@@ -337,6 +349,52 @@ def test_a_resumed_deploy_reports_the_whole_operation(conf, hypervisor):
     assert operation['result'] == {
         key: result[key] for key in ('changed', 'resumed', 'warnings',
                                      'plan')}
+
+
+def test_a_teardown_killed_after_its_last_removal_ends(conf, hypervisor):
+    """Its cluster's record gone, no operation of that cluster would end
+    it: the next embedded conductor does, with its real outcome."""
+    killed(conf, """
+    conductor.deploy(conftest.make_spec(count=2))
+    forget = records.ForgetCluster.execute
+
+    def forget_and_die(self, cluster):
+        forget(self, cluster)
+        os._exit(9)
+
+    monkeypatch.setattr(records.ForgetCluster, 'execute', forget_and_die)
+    conductor.teardown('unit')
+""")
+    with embedded.embedded(conf) as conductor:
+        [deploy, teardown] = conductor.list_operations('unit')
+        assert teardown['state'] == 'succeeded', teardown['error']
+        # Every removal of the killed process counts.
+        assert len([t for t in teardown['result']['changed']
+                    if t.startswith('remove:')]) == 2
+        assert conductor.list_events('unit')[-1]['event_type'] == (
+            'tenks.cluster.teardown.end')
+        # Its cluster is free for a new deploy at once.
+        assert conductor.deploy(make_spec(count=1))['changed']
+
+
+def test_a_deploy_killed_once_rolled_back_ends_failed(conf, hypervisor):
+    """A resume does not run a rolled-back flow again: it ends failed."""
+    killed(conf, """
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    monkeypatch.setattr(operations.Operations, '_fail',
+                        lambda *args: os._exit(9))
+    conductor.deploy(conftest.make_spec(count=2))
+""")
+    with embedded.embedded(conf) as conductor:
+        [operation] = conductor.list_operations('unit')
+        assert operation['state'] == 'failed'
+        assert operation['error'] == (
+            'Deploy of cluster unit failed: it had failed and been rolled '
+            'back when the process running it stopped, before recording '
+            'why. Everything this deploy created was rolled back')
+        assert conductor.list_nodes() == []
+    assert hypervisor.things == {}
 
 
 def test_busy_cluster_is_refused(conductor, hypervisor, conf):
