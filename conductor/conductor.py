@@ -430,6 +430,20 @@ class Conductor:
         """Resume what this conductor was running when it last stopped."""
         self.operations.resume_interrupted(self._resume)
 
+    def end_orphans(self):
+        """End the operations of this host that no process runs and whose
+        cluster's record is gone: a teardown killed after its last
+        removal, a deploy killed once rolled back. No later operation of
+        their cluster would end them; resumed, they end as they ended.
+        Returns once they have, their clusters' locks free again."""
+        for operation_id in self.operations.resume_interrupted(
+                self._resume, lambda operation: self.db.get_cluster(
+                    operation.cluster) is None):
+            try:
+                self.wait(operation_id)
+            except exceptions.TenksError:
+                pass  # recorded in the operation
+
     # Records
 
     def get_operation(self, operation_id):
@@ -670,11 +684,18 @@ class Conductor:
         """Resume the flow of an interrupted operation; one interrupted
         before its flow was saved starts again from its checks."""
         try:
-            return self.runner.resume(operation_id, on_progress=on_progress)
+            outcome = self.runner.resume(operation_id,
+                                         on_progress=on_progress)
         except exceptions.NothingToResume:
             operation = self.db.get_operation(operation_id)
             if self.db.get_cluster(operation.cluster) is None:
                 raise
+        else:
+            operation = self.db.get_operation(operation_id)
+            if operation.kind == 'deploy':
+                # The changes the whole deploy applies, as a run gives.
+                outcome.plan = operation.plan['changes']
+            return outcome
         if operation.kind == 'move':
             # Planned again by a new "maintenance start".
             raise exceptions.NothingToResume(id=operation_id)

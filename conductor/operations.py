@@ -168,25 +168,37 @@ class Operations:
                 'operation %s ended %s' % (operation_id, operation.state)))
         return dict(operation.result or {}, operation=operation_id)
 
-    def resume_interrupted(self, resume):
+    def resume_interrupted(self, resume, which=None):
         """Submit ``resume`` for what this conductor was running when it
-        last stopped."""
+        last stopped and no process runs now (its cluster's lock is
+        free); ``which(operation)``: only those it accepts. Returns the
+        ids of those submitted."""
+        submitted = []
         for operation in self.db.list_operations(
                 state=db_api.OPERATION_RUNNING, conductor=self.host):
+            if which is not None and not which(operation):
+                continue
             try:
                 self.locks.acquire(operation.cluster)
             except exceptions.ClusterBusy:
+                continue
+            if self.db.get_operation(operation.id).state != \
+                    db_api.OPERATION_RUNNING:
+                # Ended by its process since it was listed.
+                self.locks.release(operation.cluster)
                 continue
             LOG.info('Resuming %s %s of cluster %s', operation.kind,
                      operation.id, operation.cluster)
             cluster = self.db.get_cluster(operation.cluster)
             try:
-                self.submit(operation.id, operation.kind, operation.cluster,
-                            None if cluster is None else cluster.state,
-                            True, resume)
+                submitted.append(self.submit(
+                    operation.id, operation.kind, operation.cluster,
+                    None if cluster is None else cluster.state, True,
+                    resume))
             except exceptions.ConductorBusy:
                 self.locks.release(operation.cluster)
-                return
+                break
+        return submitted
 
     def submit(self, operation_id, kind, name, before, resumed, run, *args):
         """Run ``run(operation_id, *args, on_progress)`` in the pool; the
@@ -289,28 +301,89 @@ class Operations:
                          error=True))
 
     def _after_failure(self, kind, name, before, operation_id):
+        """What a failed operation left: the end of its error."""
         if self.db.get_cluster(name) is None:
             return '. Everything this %s created was rolled back' % kind
-        if kind == 'move':
-            return ('. Nodes whose move failed were rolled back to their '
-                    'old hypervisor, those moved stay at their new one: '
-                    '"tenks node list" shows where each node is')
         if kind == 'teardown':
             left = len(self.db.list_resources(name))
             return ('. %d resource(s) remain recorded: run the teardown '
                     'again to finish it' % left)
+        plan = self.db.get_operation(operation_id).plan
+        if kind == 'move':
+            return ('. Nodes whose move failed were rolled back to their '
+                    'old hypervisor, those moved stay at their new one: %s'
+                    % '; '.join(moved_nodes(self.db, plan)))
+        removed = removed_things(self.db, plan)
         kept = self.db.list_resources(name, operation=operation_id)
         if kept:
             return ('. %d resource(s) this deploy created could not be '
-                    'removed (%s); they stay recorded with their nodes: '
+                    'removed (%s); they stay recorded with their nodes%s: '
                     'run the deploy again, or "tenks teardown %s", to '
                     'finish' % (len(kept), ', '.join(
-                        '%s %s' % (r.kind, r.name) for r in kept), name))
-        if before == states.CLUSTER_DEPLOYED:
+                        '%s %s' % (r.kind, r.name) for r in kept),
+                        _not_undone(removed), name))
+        if before == states.CLUSTER_DEPLOYED and not removed:
             return ('. What this deploy created was rolled back; the '
                     'cluster deployed before is kept')
-        return ('. What this deploy created was rolled back; cluster %s '
+        if before == states.CLUSTER_DEPLOYED:
+            return ('. What this deploy created was rolled back%s; cluster '
+                    '%s now has %s: run the deploy again to finish' % (
+                        _not_undone(removed), name, where_nodes_are(
+                            self.db.list_nodes(cluster=name))))
+        return ('. What this deploy created was rolled back%s; cluster %s '
                 'was not deployed before and stays recorded as failed with '
                 '%d resource(s) of earlier operations: run the deploy again, '
                 'or "tenks teardown %s"' % (
-                    name, len(self.db.list_resources(name)), name))
+                    _not_undone(removed), name,
+                    len(self.db.list_resources(name)), name))
+
+
+def removed_things(db, plan):
+    """What a deploy's ``plan`` removed, as its failure left it (removals
+    run last and are not undone): ['node tk2', 'bridge br1 on hv1',
+    'nova_flavor f1', ...]."""
+    names = {entry['uuid']: entry['name'] for entry in plan['nodes']}
+    gone = ['node %s' % entry['name'] for entry in plan['nodes']
+            if entry['new'] is None and db.get_node(entry['uuid']) is None]
+    left = {(r.kind, r.name) for r in db.list_resources(plan['cluster'])}
+    gone += ['%s %s on %s' % (row['kind'], row['name'], row['hypervisor'])
+             for row in plan['host_remove']
+             if not db.get_resource(row['hypervisor'], row['kind'],
+                                    row['name'])]
+    gone += ['nova_flavor %s' % flavor
+             for flavor in plan['flavors']['remove']
+             if ('nova_flavor', flavor) not in left]
+    gone += ['the Ironic node of %s' % names[uuid]
+             for uuid in plan['unenrol'] if ('ironic_node', uuid) not in left]
+    return gone
+
+
+def _not_undone(removed):
+    if not removed:
+        return ''
+    return ', not what it removed (%s)' % ', '.join(removed)
+
+
+def where_nodes_are(nodes):
+    """'3 node(s) (hv1: tk0, tk2; hv2: tk1)' of node records."""
+    by_host = {}
+    for node in nodes:
+        by_host.setdefault(node.hypervisor, []).append(node.name)
+    return '%d node(s) (%s)' % (len(nodes), '; '.join(
+        '%s: %s' % (host, ', '.join(sorted(names)))
+        for host, names in sorted(by_host.items())))
+
+
+def moved_nodes(db, plan):
+    """Where each node of a move ``plan`` is, as its failure left it:
+    ['tk0 moved to hv2', 'tk1 stays on hv1']."""
+    where = []
+    for move in plan['moves']:
+        host = db.get_node(move['uuid']).hypervisor
+        if host == move['target']:
+            where.append('%s moved to %s' % (move['name'], host))
+        elif host == move['source']:
+            where.append('%s stays on %s' % (move['name'], host))
+        else:
+            where.append('%s is on %s' % (move['name'], host))
+    return where

@@ -73,10 +73,15 @@ RPC_API_VERSION = '1.4'
 
 class ConductorAPI:
 
-    def __init__(self, bus, timeout=None):
+    def __init__(self, bus, timeout=None, retry=None):
+        """``timeout``: of each call (default: rpc_response_timeout);
+        ``retry``: how many times a call is sent again while the broker
+        cannot be reached (default: until it can)."""
         self.client = bus.get_client(rpc.CONDUCTOR_TOPIC, RPC_API_VERSION)
         if timeout is not None:
             self.client = self.client.prepare(timeout=timeout)
+        if retry is not None:
+            self.client = self.client.prepare(retry=retry)
 
     def _call(self, method, version='1.0', **kwargs):
         return self.client.prepare(version=version).call({}, method,

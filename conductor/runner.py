@@ -82,6 +82,11 @@ class FlowRunner:
         flow_detail = next(iter(book), None)
         if flow_detail is None:
             raise exceptions.NothingToResume(id=operation_id)
+        if flow_detail.state in (states.REVERTED, states.FAILURE):
+            # Run again, it would start over.
+            raise exceptions.OperationFailed(
+                'it had failed and been rolled back when the process running '
+                'it stopped, before recording why')
         engine = engines.load_from_detail(flow_detail, backend=self.backend,
                                           **self._options())
         return self._run(engine, on_progress)
@@ -91,9 +96,18 @@ class FlowRunner:
 
     def _run(self, engine, on_progress):
         engine.compile()
+        engine.prepare()
         graph = engine.compilation.execution_graph
-        outcome = Outcome([node.name for node, data in graph.nodes(data=True)
-                           if data['kind'] == 'task'], on_progress)
+        names = [node.name for node, data in graph.nodes(data=True)
+                 if data['kind'] == 'task']
+        outcome = Outcome(names, on_progress)
+        # A resumed flow: what its atoms did before counts too.
+        done = engine.storage.get_atoms_states(names)
+        for name in names:
+            if done[name][0] == states.SUCCESS:
+                outcome.on_atom(states.SUCCESS, {
+                    'task_name': name,
+                    'result': engine.storage.get_execute_result(name)})
         engine.atom_notifier.register(engine.atom_notifier.ANY,
                                       outcome.on_atom)
         try:

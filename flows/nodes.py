@@ -16,6 +16,7 @@ from flows import records
 from flows import registration
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -168,8 +169,13 @@ class ConvergeNode(task.Task):
         if self.entry['action'] == CREATE:
             if mine:
                 self._remove(svc, operation_id, cluster, mine)
-            # Failed, kept with what could not be removed, or forgotten.
-            records.settle_new_node(svc.db, self.uuid)
+            node = svc.db.get_node(self.uuid)
+            # Failed, kept with what could not be removed, or forgotten;
+            # one announced created (deployed) is announced gone.
+            if (records.settle_new_node(svc.db, self.uuid)
+                    and node.state == states.NODE_DEPLOYED):
+                svc.notifier.emit('tenks.node.delete.end', cluster,
+                                  records.node_payload(node))
             return
         old = self.entry['old']
         # The old view back, without what this operation added; what it

@@ -14,11 +14,12 @@ RECORD_FIELDS = ('node_type', 'vcpus', 'memory_mb', 'volumes', 'nics',
 
 def settle_new_node(db, node_uuid):
     """Forget a node whose first deploy failed, unless some of its
-    resources remain recorded."""
+    resources remain recorded; whether it was forgotten."""
     if db.list_resources(node=node_uuid):
         db.set_node_state(node_uuid, states.NODE_FAILED)
-    else:
-        db.delete_node(node_uuid)
+        return False
+    db.delete_node(node_uuid)
+    return True
 
 
 class MarkCluster(task.Task):

@@ -97,6 +97,13 @@ class PolicyNotAuthorized(TenksError):
     msg_fmt = 'Policy does not allow %(action)s to be performed'
 
 
+class ConductorLost(TenksError):
+    msg_fmt = ('Stopped following operation %(id)s: no answer from the '
+               'conductor for %(waited)d s (--reconnect-timeout; last: '
+               '%(reason)s). It may still run: "tenks operation show %(id)s" '
+               'shows how it is doing')
+
+
 class NothingToResume(TenksError):
     msg_fmt = ('Operation %(id)s cannot resume: no flow was saved for it '
                '(its conductor stopped before the flow began), so it '

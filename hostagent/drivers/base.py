@@ -52,7 +52,8 @@ class VirtDriver(abc.ABC):
         """Return facts about the hypervisor as a JSON-able dict.
 
         Keys: ``libvirt_version`` (str), ``cpus`` (int), ``memory_mb``
-        (int), ``firmware`` (what it can boot: 'bios', 'uefi',
+        (int: the host's total memory, MemTotal, steady between
+        registrations), ``firmware`` (what it can boot: 'bios', 'uefi',
         'secure_boot'; optional, BIOS only without it). Raises
         HypervisorUnavailable when libvirt cannot be reached, naming the
         URI.

@@ -17,6 +17,14 @@ from tenks import exceptions
 
 TRANSPORT_URL_ENV = 'TENKS_TRANSPORT_URL'
 POLL_INTERVAL = 0.2
+# Following an operation over the bus: how long each question about it
+# may wait for an answer at most (the conductor answers at once; a lower
+# rpc_response_timeout wins), the longest pause between questions while
+# none comes, and how long to go on asking without one
+# (--reconnect-timeout).
+POLL_TIMEOUT = 10
+BACKOFF_MAX = 10
+RECONNECT_TIMEOUT = 600
 
 
 def transport_url(conf):
@@ -60,6 +68,11 @@ class RemoteClient:
         from tenks import rpc
         self.bus = rpc.Bus(conf, url=url)
         self.api = rpcapi.ConductorAPI(self.bus)
+        # Questions that fail fast when nobody answers (or the broker
+        # cannot be reached), so that wait() asks again.
+        self.poll = rpcapi.ConductorAPI(
+            self.bus, timeout=min(POLL_TIMEOUT, conf.rpc_response_timeout),
+            retry=0)
 
     def __enter__(self):
         return self
@@ -76,10 +89,41 @@ class RemoteClient:
     def teardown(self, name, force=False):
         return self.api.teardown_cluster(name, force)
 
-    def wait(self, operation_id):
-        """The operation once it has ended."""
+    def wait(self, operation_id, patience=RECONNECT_TIMEOUT, notice=None):
+        """The operation once it has ended, followed through a reply
+        timeout, a broker reconnecting, a conductor restarting: while no
+        answer comes, its state is asked again, the pauses growing to
+        BACKOFF_MAX s; after ``patience`` s without one, ConductorLost.
+        ``notice(text)`` hears when answers stop and come back."""
+        import oslo_messaging as messaging
+        notice = notice or (lambda text: None)
+        lost = None
+        pause = POLL_INTERVAL
         while True:
-            operation = self.api.get_operation(operation_id)
+            asked = time.monotonic()
+            try:
+                operation = self.poll.get_operation(operation_id)
+            except (messaging.MessagingTimeout,
+                    messaging.MessageDeliveryFailure) as e:
+                reason = '%s: %s' % (type(e).__name__, e)
+                now = time.monotonic()
+                if lost is None:
+                    lost = asked
+                    notice(
+                        'No answer from the conductor about operation %s '
+                        '(%s); still following it (--reconnect-timeout %d '
+                        's)' % (operation_id, reason, patience))
+                if now - lost >= patience:
+                    raise exceptions.ConductorLost(
+                        id=operation_id, waited=now - lost,
+                        reason=reason) from None
+                time.sleep(min(pause, max(0, lost + patience - now)))
+                pause = min(pause * 2, BACKOFF_MAX)
+                continue
+            if lost is not None:
+                lost, pause = None, POLL_INTERVAL
+                notice('The conductor answers again: following operation %s'
+                       % operation_id)
             if operation['state'] != 'running':
                 return operation
             time.sleep(POLL_INTERVAL)
@@ -157,7 +201,9 @@ class EmbeddedClient:
     def teardown(self, name, force=False):
         return self.conductor.submit_teardown(name, force)
 
-    def wait(self, operation_id):
+    def wait(self, operation_id, patience=None, notice=None):
+        """The operation once it has ended (it runs in this process:
+        nothing to lose on the way)."""
         try:
             self.conductor.wait(operation_id)
         except exceptions.TenksError:

@@ -6,6 +6,7 @@ imported by the commands that read specs, not by ``tenks --help``.
 """
 
 import json
+import logging
 import os
 import time
 
@@ -16,6 +17,8 @@ from cliff import show
 from tenks import exceptions
 from tenks.cli import client
 from tenks.cli import columns
+
+LOG = logging.getLogger(__name__)
 
 NODE_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain', 'vcpus',
                 'memory_mb', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
@@ -126,7 +129,23 @@ class OperationCommand(Command):
                           help='Follow the operation to its end (default).')
         wait.add_argument('--no-wait', dest='wait', action='store_false',
                           help='Print the operation id and return.')
+        parser.add_argument(
+            '--reconnect-timeout', type=float, metavar='SECONDS',
+            default=client.RECONNECT_TIMEOUT,
+            help='Following it over the bus, how long to keep asking a '
+                 'conductor (or broker) that does not answer before giving '
+                 'up (default %d); a restarted conductor goes on with the '
+                 'same operation.' % client.RECONNECT_TIMEOUT)
         return parser
+
+    def wait(self, tenks, operation_id, args):
+        """The operation ``operation_id`` once ended; what following it
+        over the bus meets is said on stderr."""
+        def notice(text):
+            self.app.stderr.write(text + '\n')
+            self.app.stderr.flush()
+        LOG.info('Following operation %s', operation_id)
+        return tenks.wait(operation_id, args.reconnect_timeout, notice)
 
     def run_operation(self, args, start, describe, source=None):
         """``start(client)`` -> operation id; ``describe(operation, s)``
@@ -138,11 +157,12 @@ class OperationCommand(Command):
             if not args.wait:
                 self.app.stdout.write(operation_id + '\n')
                 return
-            operation = tenks.wait(operation_id)
+            operation = self.wait(tenks, operation_id, args)
         if operation['state'] != 'succeeded':
+            error = operation['error'] or 'operation %s ended %s' % (
+                operation_id, operation['state'])
             raise exceptions.OperationFailed(
-                '%s: %s' % (source, operation['error']) if source
-                else operation['error'])
+                '%s: %s' % (source, error) if source else error)
         for warning in operation['result'].get('warnings', []):
             self.app.stderr.write('Warning: %s\n' % warning)
         if operation['result'].get('resumed'):
@@ -517,7 +537,7 @@ class _Maintenance(OperationCommand):
                 for operation_id in operations:
                     self.app.stdout.write(operation_id + '\n')
             else:
-                operations = [tenks.wait(o) for o in operations]
+                operations = [self.wait(tenks, o, args) for o in operations]
         failed = list(answer['refused'].items())
         for operation in operations if args.wait else ():
             for warning in operation['result'].get('warnings', []) if (

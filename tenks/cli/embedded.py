@@ -34,6 +34,9 @@ def embedded(conf, exits=False):
     conductor = tenks_conductor.Conductor(conf, bus)
     agent.start()
     conductor.start()
+    # Operations no later one of their cluster would end (embedded, no
+    # conductor resumes what a killed tenks command left running).
+    conductor.end_orphans()
     try:
         yield conductor
     finally:

@@ -156,7 +156,7 @@ class ClusterEnv:
             return [n.as_dict() for n in
                     conductor.db.list_nodes(cluster=self.cluster)]
 
-    def _ours(self, name):
+    def ours(self, name):
         # Pools carry a host prefix ('tenks-a<cluster>'); clusters named
         # after this one (cluster-a, ...) count too.
         return name.startswith(self.node_prefix) or (
@@ -177,10 +177,10 @@ class ClusterEnv:
             try:
                 found += ['domain %s' % d.name()
                           for d in conn.listAllDomains()
-                          if self._ours(d.name())]
+                          if self.ours(d.name())]
                 found += ['pool %s' % p.name()
                           for p in conn.listAllStoragePools()
-                          if self._ours(p.name())]
+                          if self.ours(p.name())]
             finally:
                 conn.close()
         with IPRoute() as ipr:
@@ -209,7 +209,7 @@ class ClusterEnv:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
         for uri in self.uris:
-            remove_libvirt_things(uri, self._ours)
+            remove_libvirt_things(uri, self.ours)
         with IPRoute() as ipr:
             for link in self._links(ipr):
                 with contextlib.suppress(Exception):

@@ -7,7 +7,9 @@ import datetime
 import os
 import secrets
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 from conductor import rpcapi
@@ -153,9 +155,83 @@ vbmcd_control_port = %d
             text=True, timeout=300,
             env=dict(os.environ, TENKS_TRANSPORT_URL=self.url))
 
+    def cli_process(self, *args, stderr, url=None):
+        """``tenks ARGS`` started over ``url`` (default: this vhost's),
+        its calls timing out after 3 s (the conductor answers at once);
+        its stdout a pipe, its stderr ``stderr``."""
+        config = self.tmp / 'cli.conf'
+        config.write_text('[DEFAULT]\nrpc_response_timeout = 3\n')
+        return subprocess.Popen(
+            [os.path.join(BIN, 'tenks'), '--config-file', str(config),
+             *args], stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env=dict(os.environ, TENKS_TRANSPORT_URL=url or self.url))
+
 
 def heard_after(hypervisor, when):
     """Whether ``hypervisor`` (as listed) was last heard of after
     ``when`` (an aware UTC time)."""
     seen = datetime.datetime.fromisoformat(hypervisor['last_seen'])
     return seen.replace(tzinfo=datetime.timezone.utc) > when
+
+
+class BrokerProxy:
+    """A TCP proxy on loopback to RabbitMQ: a client that reaches the
+    broker through it loses its connections when the proxy stops, and
+    can connect again once it starts again (on the same port)."""
+
+    def __init__(self, target=('127.0.0.1', 5672)):
+        self.target = target
+        self.port = cf.free_tcp_port()
+        self._listener = None
+        self._sockets = []
+        self._lock = threading.Lock()
+
+    def url(self, url):
+        """``url`` (rabbit://user:password@127.0.0.1:5672/vhost) through
+        this proxy."""
+        return url.replace(':%d/' % self.target[1], ':%d/' % self.port)
+
+    def start(self):
+        self._listener = socket.create_server(('127.0.0.1', self.port))
+        threading.Thread(target=self._accept, args=(self._listener,),
+                         daemon=True).start()
+
+    def stop(self):
+        """Close the listening socket and every connection through it."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+            if self._listener is not None:
+                sockets.append(self._listener)
+                self._listener = None
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener):
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # stopped
+            try:
+                broker = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, broker]
+            for source, sink in ((client, broker), (broker, client)):
+                threading.Thread(target=self._pump, args=(source, sink),
+                                 daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

@@ -43,16 +43,25 @@ def _pid(path):
 
 
 @contextlib.contextmanager
-def private_libvirtd(root, timeout=90):
+def private_libvirtd(root, ours, timeout=90):
     """Run a libvirtd with its state under ``root`` (a path); yield its
-    URI. On exit its domains are destroyed and undefined, and both of
+    URI.
+
+    It starts with the machine's daemon settings and nothing else: no
+    domain, pool, network or filter of the machine's libvirt. On exit
+    the domains and pools whose names ``ours(name)`` accepts (what the
+    test made) are removed, the pools with their volumes, and both of
     its daemons stopped."""
     root = str(root)
     for name in DIRS:
         os.makedirs(os.path.join(root, name), exist_ok=True)
-    shutil.rmtree(os.path.join(root, 'etc'))
-    shutil.copytree('/etc/libvirt', os.path.join(root, 'etc'))
-    with open(os.path.join(root, 'etc', 'qemu.conf'), 'a') as f:
+    etc = os.path.join(root, 'etc')
+    # The settings files only: the definitions are in subdirectories.
+    for name in os.listdir('/etc/libvirt'):
+        path = os.path.join('/etc/libvirt', name)
+        if os.path.isfile(path):
+            shutil.copy(path, etc)
+    with open(os.path.join(etc, 'qemu.conf'), 'a') as f:
         # Root: its QEMU reaches the tests' private temporary
         # directories.
         f.write('\ncgroup_controllers = [ ]\nuser = "root"\n'
@@ -80,12 +89,12 @@ def private_libvirtd(root, timeout=90):
                 time.sleep(0.2)
         yield uri
     finally:
-        _stop(root, uri)
+        _stop(root, uri, ours)
 
 
-def _stop(root, uri):
+def _stop(root, uri, ours):
     with contextlib.suppress(libvirt.libvirtError):
-        cf.remove_libvirt_things(uri, lambda name: True)
+        cf.remove_libvirt_things(uri, ours)
     for name in ('libvirtd.pid', 'virtlogd.pid'):
         pid = _pid(os.path.join(root, name))
         if pid is None:

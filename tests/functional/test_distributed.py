@@ -181,26 +181,65 @@ def _kill_agent_mid_deploy(d, env):
         assert operation['state'] == 'succeeded', operation['error']
 
 
+def wait_for_text(path, text, timeout=60):
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.1)
+
+
+def followed(path):
+    """The id of the operation a CLI run with -v and its stderr in
+    ``path`` follows, once it does."""
+    wait_for_text(path, 'Following operation ')
+    return path.read_text().split('Following operation ')[1].split()[0]
+
+
 def test_stopped_conductor_hands_back_and_resumes(tmp_path):
     """SIGTERM with no grace period: the running deploy is handed back,
-    and the restarted conductor finishes the same operation."""
+    and the restarted conductor finishes the same operation. The CLI
+    waiting on it, its questions timing out meanwhile, follows it to its
+    end; what it prints and the result count the whole operation."""
     with df.Deployment(tmp_path / 'deployment', grace=0) as d:
         env = cf.ClusterEnv(tmp_path, port_base=7560,
                             state_dirs=d.state_dirs.values())
         with cf.checked(env):
-            operation_id = d.api.deploy_cluster(env.spec(count=4))
-            d.conductor.stop()
-            state_db = os.path.join(str(tmp_path / 'deployment'),
-                                    d.conductor_host, 'state.sqlite')
-            with sqlite3.connect(state_db) as db:
-                [(state,)] = db.execute(
-                    'SELECT state FROM tenks_operations WHERE id = ?',
-                    (operation_id,)).fetchall()
-            assert state == 'running'
-            d.conductor.start()
+            path = tmp_path / 'cluster.yaml'
+            path.write_text(yaml.safe_dump(env.spec(count=4)))
+            err = tmp_path / 'cli.err'
+            with open(err, 'w') as stderr:
+                cli = d.cli_process('-v', 'deploy', str(path),
+                                    stderr=stderr)
+            try:
+                operation_id = followed(err)
+                d.conductor.stop()
+                state_db = os.path.join(str(tmp_path / 'deployment'),
+                                        d.conductor_host, 'state.sqlite')
+                with sqlite3.connect(state_db) as db:
+                    [(state,)] = db.execute(
+                        'SELECT state FROM tenks_operations WHERE id = ?',
+                        (operation_id,)).fetchall()
+                assert state == 'running'
+                wait_for_text(err, 'No answer from the conductor about '
+                                   'operation %s' % operation_id)
+                d.conductor.start()
+                out, _ = cli.communicate(timeout=300)
+            finally:
+                cli.kill()
+            assert cli.returncode == 0, err.read_text()
+            assert 'The conductor answers again' in err.read_text()
             operation = d.wait(operation_id)
             assert operation['state'] == 'succeeded', operation['error']
-            assert operation['result']['resumed']
+            result = operation['result']
+            assert result['resumed']
+            # The whole deploy: every node, and the plan it applied.
+            assert operation['progress']['node'] == [4, 4]
+            assert len([t for t in result['changed']
+                        if t.startswith('node:')]) == 4
+            assert 'Resumed deploy %s' % operation_id in out
+            assert 'Cluster %s deployed: 4 node(s), %d change(s)' % (
+                env.cluster, len(result['plan'])) in out
+            assert result['plan']
             # One start, one end: the resume did not announce it again.
             events = [e['event_type'] for e in d.api.list_events(env.cluster)
                       if e['payload'].get('operation') == operation_id]
@@ -213,6 +252,38 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
                                    'status').returncode == 0
             operation = d.wait(d.api.teardown_cluster(env.cluster))
             assert operation['state'] == 'succeeded', operation['error']
+
+
+def test_cli_follows_its_operation_through_a_broker_outage(
+        deployment, env, tmp_path):
+    """The CLI's connection to RabbitMQ breaks while it follows a deploy
+    (its own only: it goes through a proxy) and comes back: the CLI
+    follows the same operation to its end."""
+    path = tmp_path / 'cluster.yaml'
+    path.write_text(yaml.safe_dump(env.spec(count=2)))
+    proxy = df.BrokerProxy()
+    proxy.start()
+    err = tmp_path / 'cli.err'
+    with open(err, 'w') as stderr:
+        cli = deployment.cli_process('-v', 'deploy', str(path),
+                                     stderr=stderr,
+                                     url=proxy.url(deployment.url))
+    try:
+        operation_id = followed(err)
+        proxy.stop()
+        wait_for_text(err, 'No answer from the conductor about operation '
+                           '%s' % operation_id)
+        time.sleep(5)
+        proxy.start()
+        out, _ = cli.communicate(timeout=300)
+    finally:
+        cli.kill()
+        proxy.stop()
+    assert cli.returncode == 0, err.read_text()
+    assert 'Cluster %s deployed: 2 node(s)' % env.cluster in out
+    assert 'The conductor answers again' in err.read_text()
+    operation = deployment.wait(deployment.api.teardown_cluster(env.cluster))
+    assert operation['state'] == 'succeeded', operation['error']
 
 
 def test_down_hostagent_fails_the_operation_not_the_call(tmp_path):

@@ -78,6 +78,25 @@ def test_facts(driver):
     assert facts['memory_mb'] >= 128
 
 
+def mem_total_mib():
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemTotal:'):
+                return int(line.split()[1]) // 1024
+    raise AssertionError('no MemTotal in /proc/meminfo')
+
+
+def test_memory_is_the_hosts_total_whatever_is_free(driver):
+    """The MEMORY_MB inventory a hostagent registers is the host's
+    MemTotal, the same at each registration while free memory moves."""
+    first = driver.facts()['memory_mb']
+    # Some 256 MiB less free memory, written so that it is taken.
+    taken = b'\x01' * (256 * 1024 * 1024)
+    second = driver.facts()['memory_mb']
+    del taken
+    assert first == second == mem_total_mib()
+
+
 def test_unreachable_libvirt(tmp_path):
     uri = 'qemu+unix:///system?socket=/nonexistent/hx.sock'
     driver = libvirt_driver.LibvirtDriver(

@@ -31,8 +31,13 @@ PATTERN = '0x5a'
 
 @pytest.fixture
 def two_hosts(tmp_path, openstack_services):
-    with lf.private_libvirtd(tmp_path / 'libvirt-b') as uri_b:
+    """The deployment, hvb's libvirt URI and the test's cluster, whose
+    things are all the private libvirtd's clean-up removes."""
+    env = cf.ClusterEnv(tmp_path, port_base=PORT_BASE)
+    with lf.private_libvirtd(tmp_path / 'libvirt-b', env.ours) as uri_b:
         d = df.Deployment(tmp_path / 'deployment')
+        env.state_dirs += d.state_dirs.values()
+        env.uris.append(uri_b)
         hva, hvb = d.hosts
         with open(d.agent(hvb).config, 'a') as f:
             f.write('libvirt_uri = %s\npool_dir = %s\n' % (
@@ -43,7 +48,7 @@ def two_hosts(tmp_path, openstack_services):
                                          openstack_services['placement'],
                                          openstack_services['compute']))
         with d:
-            yield d, uri_b
+            yield d, uri_b, env
 
 
 def node_map(api, cluster):
@@ -107,13 +112,10 @@ def wait_state(deployment, host, state, timeout=30):
 
 
 def test_maintenance_moves_nodes_and_rebalance_moves_them_back(
-        two_hosts, tmp_path, cloud):
-    d, uri_b = two_hosts
+        two_hosts, cloud):
+    d, uri_b, env = two_hosts
     api = d.api
     hva, hvb = d.hosts
-    env = cf.ClusterEnv(tmp_path, port_base=PORT_BASE,
-                        state_dirs=d.state_dirs.values())
-    env.uris.append(uri_b)
     aggregate = 'mt-%s' % d.token
     left = []
     try:

@@ -22,9 +22,8 @@ def use_fake_drivers(monkeypatch, hv):
         lambda namespace, name, conf: drivers[namespace](conf, hv))
 
 
-@pytest.fixture
-def hypervisor(monkeypatch):
-    """A fake hypervisor behind the real hostagent manager."""
+def fake_hypervisor(monkeypatch):
+    """A fake hypervisor behind hostagent managers made from now on."""
     hv = fakes.Hypervisor()
     use_fake_drivers(monkeypatch, hv)
     monkeypatch.setattr(manager, 'udp_port_free',
@@ -34,13 +33,24 @@ def hypervisor(monkeypatch):
 
 
 @pytest.fixture
-def conf(tmp_path):
+def hypervisor(monkeypatch):
+    """A fake hypervisor behind the real hostagent manager."""
+    return fake_hypervisor(monkeypatch)
+
+
+def make_conf(state_dir):
+    """The unit tests' service options, with state in ``state_dir``."""
     conf = tenks_conf.new_conf()
     conf([], default_config_files=[])
-    conf.set_override('state_dir', str(tmp_path / 'state'))
+    conf.set_override('state_dir', str(state_dir))
     conf.set_override('host', 'hv1', group='hostagent')
     conf.set_override('agent_timeout', 10, group='conductor')
     return conf
+
+
+@pytest.fixture
+def conf(tmp_path):
+    return make_conf(tmp_path / 'state')
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import io
 import json
 import logging
 
+import oslo_messaging as messaging
 import pytest
 import yaml
 
@@ -373,3 +374,82 @@ def test_hypervisor_maintenance_commands(deployed):
     assert 'out of maintenance: 0 node(s) moved' in stopped.out
     shown = deployed('hypervisor', 'show', host, '-f', 'json').json()
     assert (shown['state'], shown['enabled']) == ('up', True)
+
+
+# Following an operation over the bus (RemoteClient.wait), with a fake
+# clock and a fake conductor.
+
+
+class Clock:
+
+    def __init__(self):
+        self.now = 0.0
+        self.slept = []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class Conductor:
+    """Answers get_operation with each of ``answers`` in turn (raising
+    those that are errors); each question takes a second."""
+
+    def __init__(self, clock, answers):
+        self.clock = clock
+        self.answers = list(answers)
+
+    def get_operation(self, operation_id):
+        self.clock.now += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return {'id': operation_id, 'state': answer}
+
+
+def remote(monkeypatch, answers):
+    clock = Clock()
+    monkeypatch.setattr(client, 'time', clock)
+    tenks = client.RemoteClient.__new__(client.RemoteClient)
+    tenks.poll = Conductor(clock, answers)
+    return tenks, clock
+
+
+TIMEOUT = messaging.MessagingTimeout('Timed out waiting for a reply')
+UNREACHABLE = messaging.MessageDeliveryFailure(
+    'Unable to connect to AMQP server')
+
+
+def test_waiting_over_the_bus_follows_the_operation_through_lost_answers(
+        monkeypatch):
+    """A reply timeout, a broker that cannot be reached, a conductor
+    restarting: the same operation is asked about again until it ends."""
+    tenks, clock = remote(monkeypatch, ['running', TIMEOUT, UNREACHABLE,
+                                        TIMEOUT, 'running', 'failed'])
+    notices = []
+    operation = tenks.wait('op1', 600, notices.append)
+    assert operation == {'id': 'op1', 'state': 'failed'}
+    assert notices == [
+        'No answer from the conductor about operation op1 (MessagingTimeout: '
+        'Timed out waiting for a reply); still following it '
+        '(--reconnect-timeout 600 s)',
+        'The conductor answers again: following operation op1']
+    # Pauses growing while nothing answers, short again after.
+    assert clock.slept == [0.2, 0.2, 0.4, 0.8, 0.2]
+
+
+def test_waiting_over_the_bus_gives_up_after_the_reconnect_timeout(
+        monkeypatch):
+    tenks, clock = remote(monkeypatch, [TIMEOUT] * 20)
+    with pytest.raises(exceptions.ConductorLost) as raised:
+        tenks.wait('op1', 30)
+    assert str(raised.value) == (
+        'Stopped following operation op1: no answer from the conductor for '
+        '30 s (--reconnect-timeout; last: MessagingTimeout: Timed out '
+        'waiting for a reply). It may still run: "tenks operation show op1" '
+        'shows how it is doing')
+    assert 30 <= clock.now < 30 + 1 + client.BACKOFF_MAX
+    assert max(clock.slept) == client.BACKOFF_MAX

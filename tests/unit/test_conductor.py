@@ -12,10 +12,13 @@ import pytest
 from flows import nodes
 from tenks import exceptions
 from tenks import reconcile
+from tenks.cli import embedded
 from tests.unit import fakes
 from tests.unit import test_flows
 from tests.unit.conftest import make_spec
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 EVERYTHING = {'pool', 'bridge', 'volume', 'port', 'domain', 'bmc'}
 
 
@@ -108,6 +111,66 @@ def test_whoever_sees_an_operation_end_sees_its_event(conductor, hypervisor,
     [(state, events)] = seen
     assert state == ('failed' if fails else 'succeeded')
     assert events[0] == 'tenks.cluster.deploy.start' and events[-1] == last
+
+
+def test_failed_shrink_says_what_it_removed_and_what_remains(
+        conductor, hypervisor, monkeypatch):
+    conductor.deploy(make_spec(count=3))
+    real_remove = hypervisor.remove
+
+    def remove(kind, name):
+        if (kind, name) == ('domain', 'tk2'):
+            raise exceptions.DriverError(driver='fake', action='undefine '
+                                         'tk2', reason='busy')
+        return real_remove(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', remove)
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(make_spec(count=1))
+    message = str(raised.value)
+    assert 'deployed before is kept' not in message
+    assert message.endswith(
+        'What this deploy created was rolled back, not what it removed '
+        '(node tk1); cluster unit now has 2 node(s) (hv1: tk0, tk2): run '
+        'the deploy again to finish')
+    assert sorted(n.name for n in conductor.db.list_nodes()) == ['tk0',
+                                                                 'tk2']
+    monkeypatch.undo()
+    assert conductor.deploy(make_spec(count=1))['changed']
+    assert [n.name for n in conductor.db.list_nodes()] == ['tk0']
+
+
+def test_a_rolled_back_node_is_announced_gone(conductor, hypervisor,
+                                              monkeypatch):
+    """A node a failed deploy created, announced, then rolled back gets
+    its tenks.node.delete.end."""
+    small = make_spec()['node_types']['small']
+    types = {'small': small, 'other': dict(small, vcpus=2)}
+    conductor.deploy(make_spec(node_types=types, specs=[
+        {'type': 'small', 'count': 1}, {'type': 'other', 'count': 1}]))
+    real_remove = hypervisor.remove
+
+    def remove(kind, name):
+        if (kind, name) == ('domain', 'tk1'):
+            raise exceptions.DriverError(driver='fake', action='undefine '
+                                         'tk1', reason='busy')
+        return real_remove(kind, name)
+
+    monkeypatch.setattr(hypervisor, 'remove', remove)
+    # tk2 is made and announced; removing tk1 (last) fails.
+    with pytest.raises(exceptions.OperationFailed):
+        conductor.deploy(make_spec(node_types=types, specs=[
+            {'type': 'small', 'count': 2}, {'type': 'other', 'count': 0}]))
+    assert 'tk2' not in [n.name for n in conductor.db.list_nodes()]
+    events = conductor.list_events('unit')
+    last = events[events.index(next(
+        e for e in reversed(events)
+        if e['event_type'] == 'tenks.cluster.deploy.start')):]
+    assert [(e['event_type'], e['payload'].get('name')) for e in last] == [
+        ('tenks.cluster.deploy.start', None),
+        ('tenks.node.create.end', 'tk2'),
+        ('tenks.node.delete.end', 'tk2'),
+        ('tenks.cluster.deploy.error', None)]
 
 
 def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
@@ -229,6 +292,109 @@ def test_interrupted_deploy_is_finished_with_its_own_spec(conductor,
     result = conductor.deploy(make_spec(count=2))
     assert result['resumed']
     assert hypervisor.names('domain') == ['tk0', 'tk1']
+
+
+# An embedded conductor with a fake hypervisor in a process of its own,
+# which runs the code after it and exits with status 9 where that code
+# calls os._exit(9) (argv[1]: the state directory).
+KILLED = """
+import os
+import sys
+
+import pytest
+
+from conductor import operations
+from flows import records
+from tenks import exceptions
+from tenks.cli import embedded
+from tests.unit import conftest
+
+monkeypatch = pytest.MonkeyPatch()
+hypervisor = conftest.fake_hypervisor(monkeypatch)
+with embedded.embedded(conftest.make_conf(sys.argv[1])) as conductor:
+%s
+"""
+
+
+def killed(conf, code):
+    """Run ``code`` in a process of its own (see KILLED), which must die
+    in it."""
+    done = subprocess.run(
+        [sys.executable, '-c', KILLED % code, conf.state_dir], cwd=ROOT,
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, done.stderr
+
+
+def test_a_resumed_deploy_reports_the_whole_operation(conf, hypervisor):
+    """Its changed tasks, progress and plan count what ran before the
+    resume too."""
+    # Dead once every node is made, before the spec is recorded.
+    killed(conf, """
+    monkeypatch.setattr(records.CommitSpec, 'execute',
+                        lambda self, operation_id, cluster: os._exit(9))
+    conductor.deploy(conftest.make_spec(count=2))
+""")
+    with embedded.embedded(conf) as conductor:
+        result = conductor.deploy(make_spec(count=2))
+        operation = conductor.get_operation(result['operation'])
+        uuids = [n.uuid for n in conductor.db.list_nodes(cluster='unit')]
+    assert result['resumed']
+    assert sorted(result['changed']) == sorted(
+        ['pool:hv1:tenks-unit', 'bridge:hv1:brtenks0']
+        + ['node:%s' % uuid for uuid in uuids])
+    assert [(c['node'], c['action']) for c in result['plan']
+            if c['resource'] == 'domain'] == [('tk0', 'create'),
+                                              ('tk1', 'create')]
+    assert operation['progress']['node'] == [2, 2]
+    assert operation['result'] == {
+        key: result[key] for key in ('changed', 'resumed', 'warnings',
+                                     'plan')}
+
+
+def test_a_teardown_killed_after_its_last_removal_ends(conf, hypervisor):
+    """Its cluster's record gone, no operation of that cluster would end
+    it: the next embedded conductor does, with its real outcome."""
+    killed(conf, """
+    conductor.deploy(conftest.make_spec(count=2))
+    forget = records.ForgetCluster.execute
+
+    def forget_and_die(self, cluster):
+        forget(self, cluster)
+        os._exit(9)
+
+    monkeypatch.setattr(records.ForgetCluster, 'execute', forget_and_die)
+    conductor.teardown('unit')
+""")
+    with embedded.embedded(conf) as conductor:
+        [deploy, teardown] = conductor.list_operations('unit')
+        assert teardown['state'] == 'succeeded', teardown['error']
+        # Every removal of the killed process counts.
+        assert len([t for t in teardown['result']['changed']
+                    if t.startswith('remove:')]) == 2
+        assert conductor.list_events('unit')[-1]['event_type'] == (
+            'tenks.cluster.teardown.end')
+        # Its cluster is free for a new deploy at once.
+        assert conductor.deploy(make_spec(count=1))['changed']
+
+
+def test_a_deploy_killed_once_rolled_back_ends_failed(conf, hypervisor):
+    """A resume does not run a rolled-back flow again: it ends failed."""
+    killed(conf, """
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    monkeypatch.setattr(operations.Operations, '_fail',
+                        lambda *args: os._exit(9))
+    conductor.deploy(conftest.make_spec(count=2))
+""")
+    with embedded.embedded(conf) as conductor:
+        [operation] = conductor.list_operations('unit')
+        assert operation['state'] == 'failed'
+        assert operation['error'] == (
+            'Deploy of cluster unit failed: it had failed and been rolled '
+            'back when the process running it stopped, before recording '
+            'why. Everything this deploy created was rolled back')
+        assert conductor.list_nodes() == []
+    assert hypervisor.things == {}
 
 
 def test_busy_cluster_is_refused(conductor, hypervisor, conf):

@@ -190,6 +190,33 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
     assert hypervisor.things == {}
 
 
+def test_a_failed_move_says_where_each_node_is(conductor, hypervisor,
+                                              hv2):
+    deploy_on_hv1(conductor, hypervisor, count=2)
+    [tk0] = [n.uuid for n in conductor.db.list_nodes() if n.name == 'tk0']
+    ensure = hv2.ensure
+
+    def ensure_but_tk1s_bmc(kind, name, value=True):
+        if (kind, name) == ('bmc', 'tk1'):
+            # Once tk0 has moved (its record names hv2).
+            deadline = time.monotonic() + 10
+            while conductor.db.get_node(tk0).hypervisor != 'hv2':
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            raise exceptions.DriverError(driver='fake', action='start a '
+                                         'BMC', reason='port taken')
+        return ensure(kind, name, value)
+
+    hv2.ensure = ensure_but_tk1s_bmc
+    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    assert operation['state'] == 'failed'
+    assert operation['error'].endswith(
+        'those moved stay at their new one: tk0 moved to hv2; tk1 stays '
+        'on hv1')
+    assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
+        'tk0': 'hv2', 'tk1': 'hv1'}
+
+
 def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,
                                                       hv2):
     deploy_on_hv1(conductor, hypervisor, count=1, running=False)

@@ -312,11 +312,16 @@ class LibvirtDriver(base.VirtDriver):
         with self._libvirt('read hypervisor facts') as conn:
             version = conn.getLibVersion()
             info = conn.getInfo()
+            # The host's MemTotal (/proc/meminfo): the node info's figure
+            # is what its NUMA cells report, which can be a fraction of it
+            # and vary between readings.
+            memory_kib = conn.getMemoryStats(
+                libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)['total']
         return {
             'libvirt_version': '%d.%d.%d' % (
                 version // 1000000, version // 1000 % 1000, version % 1000),
             'cpus': info[2],
-            'memory_mb': info[1],
+            'memory_mb': memory_kib // 1024,
             'firmware': ['bios'] + sorted(self._firmware()),
         }
 
