@@ -61,8 +61,8 @@ NAMED_BY = {'volume': 'vol_name_prefix'}
 
 def check_new_nodes(agents, plan, passwords, operation=None):
     """Raise NameConflict if a part of a node the plan creates (its
-    domain, a volume, its BMC) exists on its hypervisor without the
-    deployment's mark: another state directory's cluster of the same
+    domain, a volume) exists on its hypervisor without the deployment's
+    mark: another state directory's cluster of the same
     names, or something Tenks did not make. ``passwords``: the BMC
     passwords of the spec (tenks.reconcile.bmc_passwords);
     ``operation``: the deploy's (None: a plan)."""
@@ -77,7 +77,7 @@ def check_new_nodes(agents, plan, passwords, operation=None):
             operation,
             nodes=[hostagent_rpcapi.node_request(e['new'], passwords)
                    for e in entries],
-            owner=plan['owner'])['nodes']
+            owner=plan['owner'], parts=['domain', 'volume'])['nodes']
         for entry in entries:
             field = 'specs[%d].%%s' % entry['new']['record']['spec_index']
             problems += [

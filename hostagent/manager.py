@@ -441,6 +441,7 @@ class HostAgentManager:
         self._run(context, request_id, reply_to, [('domain', name)],
                   self.nodes.power, name, owner, on)
 
-    def inspect_nodes(self, context, request_id, reply_to, nodes, owner):
+    def inspect_nodes(self, context, request_id, reply_to, nodes, owner,
+                      parts=None):
         self._run(context, request_id, reply_to, [], self.nodes.inspect,
-                  nodes, owner)
+                  nodes, owner, parts)

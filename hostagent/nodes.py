@@ -32,6 +32,8 @@ STOPPED = (None, 'shut off', 'crashed')
 # What inspect says of a part (besides base.FOREIGN, 'stopped' of a BMC
 # that is as asked but does not run, 'smaller' of a volume to grow).
 MISSING = 'missing'
+# The kinds of a node's parts that inspect reads.
+PARTS = ('volume', 'bridge', 'port', 'domain', 'bmc')
 DIFFERS = 'differs'
 # The network driver of a NIC (or port) whose request names none.
 DEFAULT_BRIDGE_TYPE = 'linuxbridge'
@@ -393,72 +395,99 @@ class Nodes:
                            'attached as it is, never made)')
         return found
 
-    def inspect(self, nodes, owner):
+    def inspect(self, nodes, owner, parts=None):
         """What ensure of each of ``nodes`` would make or change; reads
-        only. See hostagent.rpcapi for the result.
+        only. See hostagent.rpcapi for the result. ``parts``: the kinds
+        of part to read (default: every kind of PARTS).
 
         Each kind of part is read for all nodes at once. The parts a
         node's ``remove`` names are not looked at.
         """
         for node in nodes:
             check(node)
-        pools = {}
-        for node in nodes:
-            pools.setdefault(node['pool'], []).extend(
-                v['name'] for v in ours(node))
-        volumes = {pool: self.virt.volume_infos(pool, names, owner)
-                   for pool, names in pools.items()}
-        attached = self._read_existing(nodes)
-        domains = self.virt.domains_changes(
-            [domain(n, attached) for n in nodes], owner)
-        nics = {}
-        for node in nodes:
-            for nic in node['nics']:
-                nics.setdefault(bridge_type(nic), []).append(nic)
+        parts = set(PARTS if parts is None else parts)
+        unknown = parts - set(PARTS)
+        if unknown:
+            raise exceptions.InvalidNodeRequest(
+                node='(inspect_nodes)', problems='unknown parts %s' % (
+                    ', '.join(sorted(unknown))))
+        volumes, attached, domains = {}, {}, {}
+        if parts & {'volume', 'domain'}:
+            attached = self._read_existing(nodes)
+        if 'volume' in parts:
+            pools = {}
+            for node in nodes:
+                pools.setdefault(node['pool'], []).extend(
+                    v['name'] for v in ours(node))
+            volumes = {pool: self.virt.volume_infos(pool, names, owner)
+                       for pool, names in pools.items()}
+        if 'domain' in parts:
+            domains = self.virt.domains_changes(
+                [domain(n, attached) for n in nodes], owner)
         ports, bridges = {}, {}
-        for kind, of_kind in sorted(nics.items()):
-            network = self.network(kind)
-            ports.update(network.port_changes(of_kind, owner))
-            bridges.update(network.bridge_changes(
-                sorted({nic['bridge'] for nic in of_kind}), owner))
-        bmcs = self.bmc.bmc_changes({
-            n['name']: {k: v for k, v in n['bmc'].items()
-                        if k in ('address', 'port', 'username', 'password')}
-            for n in nodes if bmc_type(n) == 'ipmi'})
-        bmcs.update(self.redfish.system_changes(owner, {
-            n['name']: n['bmc'] for n in nodes if bmc_type(n) == 'redfish'}))
+        if parts & {'port', 'bridge'}:
+            nics = {}
+            for node in nodes:
+                for nic in node['nics']:
+                    nics.setdefault(bridge_type(nic), []).append(nic)
+            for kind, of_kind in sorted(nics.items()):
+                network = self.network(kind)
+                ports.update(network.port_changes(of_kind, owner))
+                bridges.update(network.bridge_changes(
+                    sorted({nic['bridge'] for nic in of_kind}), owner))
+        bmcs = {}
+        if 'bmc' in parts:
+            bmcs = self.bmc.bmc_changes({
+                n['name']: {k: v for k, v in n['bmc'].items()
+                            if k in ('address', 'port', 'username',
+                                     'password')}
+                for n in nodes if bmc_type(n) == 'ipmi'})
+            bmcs.update(self.redfish.system_changes(owner, {
+                n['name']: n['bmc'] for n in nodes
+                if bmc_type(n) == 'redfish'}))
         drift = {}
         for node in nodes:
-            # An existing volume missing: not ours to make.
-            found = [['volume', name, MISSING]
-                     for key, name in sorted(existing(node))
-                     if attached[(key, name)] is None]
-            for vol in ours(node):
-                info = volumes[node['pool']][vol['name']]
-                if info is None or info == base.FOREIGN:
-                    found.append(['volume', vol['name'], info or MISSING])
-                    continue
-                try:
-                    if volume_change(node, vol, info):
-                        found.append(['volume', vol['name'], 'smaller'])
-                except exceptions.ResourceConflict:
-                    found.append(['volume', vol['name'], DIFFERS])
+            found = []
+            if 'volume' in parts:
+                found += self._volume_drift(node, volumes, attached)
             # A bridge gone (or replaced) is the node's drift too: a
             # deploy makes it again before the node's ports.
-            found += [['bridge', bridge, _what(bridges[bridge])]
-                      for bridge in sorted({n['bridge']
-                                            for n in node['nics']})
-                      if bridges.get(bridge, []) != []]
-            found += [['port', nic['tap'], _what(ports[nic['tap']])]
-                      for nic in node['nics']
-                      if ports[nic['tap']] != []]
+            if 'bridge' in parts:
+                found += [['bridge', bridge, _what(bridges[bridge])]
+                          for bridge in sorted({n['bridge']
+                                                for n in node['nics']})
+                          if bridges.get(bridge, []) != []]
+            if 'port' in parts:
+                found += [['port', nic['tap'], _what(ports[nic['tap']])]
+                          for nic in node['nics']
+                          if ports[nic['tap']] != []]
             name = node['name']
-            for kind, what in (('domain', _what(domains[name])),
-                               ('bmc', _what(bmcs[name]))):
+            for kind, read in (('domain', domains), ('bmc', bmcs)):
+                what = kind in parts and _what(read[name])
                 if what:
                     found.append([kind, name, what])
             drift[node['uuid']] = found
         return {'changed': False, 'nodes': drift}
+
+    @staticmethod
+    def _volume_drift(node, volumes, attached):
+        """[['volume', name, what]] of ``node``'s volumes, from the
+        volume_infos of its pool and its existing volumes read."""
+        # An existing volume missing: not ours to make.
+        found = [['volume', name, MISSING]
+                 for key, name in sorted(existing(node))
+                 if attached[(key, name)] is None]
+        for vol in ours(node):
+            info = volumes[node['pool']][vol['name']]
+            if info is None or info == base.FOREIGN:
+                found.append(['volume', vol['name'], info or MISSING])
+                continue
+            try:
+                if volume_change(node, vol, info):
+                    found.append(['volume', vol['name'], 'smaller'])
+            except exceptions.ResourceConflict:
+                found.append(['volume', vol['name'], DIFFERS])
+        return found
 
     def ensure(self, node, owner, force):
         """Converge ``node``; see the module and hostagent.rpcapi."""

@@ -107,11 +107,15 @@ API version history:
   answered at once. A request without a deadline (from an older
   conductor) runs whenever it comes. Casts with a deadline ask for 1.6:
   an older agent would run them after their operation has ended.
+* 1.7 - inspect_nodes takes ``parts``, the kinds of part to read
+  (``volume``, ``bridge``, ``port``, ``domain``, ``bmc``; default all):
+  a deploy's check of its new nodes reads their domains and volumes
+  only, without a round trip to the BMC daemons.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.6'
+RPC_API_VERSION = '1.7'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -147,7 +151,10 @@ OPTIONAL = dict({method: ('bridge_type',) for method in (
     'ensure_port', 'remove_port')},
     ensure_pool=('pool_type', 'devices'),
     remove_pool=('pool_type', 'devices'),
-    inspect=('redfish_address', 'redfish_port', 'bridge_type'))
+    inspect=('redfish_address', 'redfish_port', 'bridge_type'),
+    inspect_nodes=('parts',))
+# The version that brought an optional argument, when not 1.4.
+OPTIONAL_SINCE = {'parts': '1.7'}
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
@@ -213,14 +220,16 @@ class HostAgentAPI:
         if not expected <= set(kwargs) <= expected | optional:
             raise TypeError('%s takes %s (and optionally %s), got %s' % (
                 method, sorted(expected), sorted(optional), sorted(kwargs)))
-        version = SINCE.get(method, '1.0')
-        if set(kwargs) & optional:
-            # An older agent would refuse them as unknown arguments.
-            version = '1.4'
+        # The newest version of what the request uses: an older agent
+        # refuses it rather than ignore a part of it.
+        versions = [SINCE.get(method, '1.0')]
+        versions += [OPTIONAL_SINCE.get(arg, '1.4')
+                     for arg in set(kwargs) & optional]
         context = {}
         if deadline is not None:
             context = {'operation': operation, 'deadline': deadline}
-            version = DEADLINES
+            versions.append(DEADLINES)
+        version = max(versions, key=lambda v: tuple(map(int, v.split('.'))))
         cctxt = self.client.prepare(server=host, version=version)
         cctxt.cast(context, method, request_id=request_id,
                    reply_to=reply_to, **kwargs)

@@ -164,7 +164,7 @@ class InterfaceConflict(TenksError):
 
 
 class NameConflict(TenksError):
-    """Domains, volumes or BMCs a deploy would create exist and are not
+    """Domains or volumes a deploy would create exist and are not
     its own."""
 
     msg_fmt = 'Names of this deploy are taken: %(conflicts)s'

@@ -204,6 +204,25 @@ def test_inspect_reads_each_kind_once_and_changes_nothing(agent,
                    'port_changes': 1, 'bmc_changes': 1}
 
 
+def test_inspect_reads_only_the_parts_asked_for(agent, hypervisor):
+    """A deploy's check of new nodes asks for domains and volumes: no
+    BMC daemon, port or bridge is read."""
+    agent.nodes.ensure(node(), OWNER, False)
+    hypervisor.fail[('domain', 'n1')] = fakes.conflict('domain', 'n1')
+    calls = dict(hypervisor.calls)
+    result = agent.nodes.inspect([node(), second()], OWNER,
+                                 ['domain', 'volume'])
+    assert result['nodes'] == {
+        node()['uuid']: [],
+        second()['uuid']: [['volume', 'n1v0', 'missing'],
+                           ['domain', 'n1', 'foreign']]}
+    assert {k: v - calls.get(k, 0) for k, v in hypervisor.calls.items()
+            if v != calls.get(k, 0)} == {'volume_infos': 1,
+                                         'domains_changes': 1}
+    with pytest.raises(exceptions.InvalidNodeRequest):
+        agent.nodes.inspect([node()], OWNER, ['domain', 'nvram'])
+
+
 def test_inspect_words_for_drift(agent, hypervisor):
     agent.nodes.ensure(node(), OWNER, False)
     hypervisor.stopped_bmcs.add('n0')

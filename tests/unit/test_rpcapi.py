@@ -245,3 +245,21 @@ def test_hostagent_casts_carry_their_operation_and_deadline(method):
     assert options['version'] == '1.6'
     assert options['context'] == {'operation': 'op-1', 'deadline': 1234.5}
     assert kwargs == dict(args, request_id='req', reply_to='c1')
+
+
+def test_optional_arguments_ask_for_the_version_that_brought_them():
+    """inspect_nodes' parts came with 1.7: an older agent refuses the
+    request instead of reading every part; 1.4's optional arguments
+    still ask for 1.4 (1.6 with a deadline)."""
+    bus = Bus()
+    api = hostagent_rpcapi.HostAgentAPI(bus)
+    api.cast('hv1', 'inspect_nodes', 'req', 'c1', nodes=[], owner='o',
+             parts=['domain'])
+    api.cast('hv1', 'inspect_nodes', 'req', 'c1', deadline=1.0, nodes=[],
+             owner='o', parts=['domain'])
+    api.cast('hv1', 'ensure_bridge', 'req', 'c1', name='b', owner='o',
+             bridge_type='openvswitch')
+    api.cast('hv1', 'ensure_bridge', 'req', 'c1', deadline=1.0, name='b',
+             owner='o', bridge_type='openvswitch')
+    assert [options['version'] for _, _, _, options in bus.sent] == [
+        '1.7', '1.7', '1.4', '1.6']
