@@ -91,9 +91,10 @@ def test_second_state_dir_never_removes_what_the_first_deployed(env,
 
 def test_second_state_dir_without_links_is_refused_in_its_flow(env,
                                                               tmp_path):
-    """Without NICs nothing is refused before the flow: the second
-    deployment's flow meets the first one's pool, and its rollback
-    leaves every domain, pool, volume and BMC of the first."""
+    """Without NICs, and with nodes of other names, nothing is refused
+    before the flow: the second deployment's flow meets the first one's
+    pool, and its rollback leaves every domain, pool, volume and BMC of
+    the first."""
     spec = env.spec(count=2, physical_networks=[], node_types={'small': {
         'memory_mb': 128, 'vcpus': 1, 'volumes': [{'capacity': '64MiB'}]}})
     env.deploy(spec)
@@ -104,7 +105,8 @@ def test_second_state_dir_without_links_is_refused_in_its_flow(env,
 
     other = cf.ClusterEnv(tmp_path / 'other', port_base=PORT_BASE)
     with pytest.raises(exceptions.OperationFailed) as raised:
-        other.deploy(spec)
+        other.deploy(dict(spec, specs=[dict(
+            spec['specs'][0], node_name_prefix=env.node_prefix + 'x')]))
     # The flow ran, and its pool task met the first deployment's mark.
     assert 'pool:' in str(raised.value)
     assert 'tenks:%s:' % env.cluster in str(raised.value)
