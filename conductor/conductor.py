@@ -9,6 +9,7 @@ together and says what a deploy and a teardown run.
 """
 
 import contextlib
+import datetime
 import os
 import threading
 import types
@@ -107,6 +108,7 @@ class Conductor:
             return self._runner
 
     def start(self):
+        self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.server.start()
         if self.bus.embedded:
             # Its one hostagent runs in this process and is not waited on.
@@ -427,7 +429,17 @@ class Conductor:
         return self.operations.wait(operation_id)
 
     def resume_interrupted(self):
-        """Resume what this conductor was running when it last stopped."""
+        """Resume what this conductor was running when it last stopped,
+        once the hostagents it knew have registered again (start asked
+        them to), for at most agent_down_time: until then a host it has
+        not heard from yet looks down, and a resumed deploy would find no
+        hypervisor to inspect."""
+        if not self.db.list_operations(state=db_api.OPERATION_RUNNING,
+                                       conductor=self.host):
+            return
+        if not self.bus.embedded:
+            self.registry.wait_for_registrations(
+                self.started_at, self.conf.conductor.agent_down_time)
         self.operations.resume_interrupted(self._resume)
 
     def end_orphans(self):

@@ -2,8 +2,18 @@
 they are up, and which may take new nodes."""
 
 import datetime
+import time
+
+from oslo_log import log as logging
 
 from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
+
+
+def _seen(row):
+    """When the hypervisor of ``row`` was last heard of (aware, UTC)."""
+    return row.last_seen.replace(tzinfo=datetime.timezone.utc)
 
 
 class HypervisorRegistry:
@@ -16,9 +26,32 @@ class HypervisorRegistry:
     def register_agent(self, host, facts):
         self.db.register_hypervisor(host, facts)
 
+    def wait_for_registrations(self, since, timeout, poll=0.2):
+        """Wait until every hostagent that was up when any was last
+        heard of has registered after ``since`` (an aware UTC time), for
+        at most ``timeout`` seconds; one down by then stays down."""
+        rows = self.db.list_hypervisors()
+        if not rows:
+            return
+        newest = max(_seen(row) for row in rows)
+        expected = {row.host for row in rows if (
+            newest - _seen(row)).total_seconds() <= (
+                self.conf.conductor.agent_down_time)}
+        deadline = time.monotonic() + timeout
+        while True:
+            heard = {row.host for row in self.db.list_hypervisors()
+                     if _seen(row) > since}
+            missing = expected - heard
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(poll)
+        if missing:
+            LOG.warning('Hostagents %s have not registered since this '
+                        'conductor started: they count as down',
+                        ', '.join(sorted(missing)))
+
     def hypervisor_state(self, row):
-        age = (datetime.datetime.now(datetime.timezone.utc)
-               - row.last_seen.replace(tzinfo=datetime.timezone.utc))
+        age = (datetime.datetime.now(datetime.timezone.utc) - _seen(row))
         if age.total_seconds() > self.conf.conductor.agent_down_time:
             return 'down'
         if row.maintenance:

@@ -10,6 +10,20 @@ def main():
 
 
 def run_conductor(conf, bus):
-    conductor = tenks_conductor.Conductor(conf, bus)
-    conductor.resume_interrupted()
-    return conductor
+    return ConductorService(tenks_conductor.Conductor(conf, bus))
+
+
+class ConductorService:
+    """A conductor as the process runs it: started, then resuming what
+    it was running when it last stopped (once it listens, and has heard
+    from the hostagents again)."""
+
+    def __init__(self, conductor):
+        self.conductor = conductor
+
+    def start(self):
+        self.conductor.start()
+        self.conductor.resume_interrupted()
+
+    def stop(self):
+        return self.conductor.stop()

@@ -1,6 +1,7 @@
 """The conductor's operations end to end on the in-memory bus, with the
 real hostagent manager in front of fake drivers."""
 
+import datetime
 import os
 import subprocess
 import sys
@@ -8,11 +9,13 @@ import threading
 import time
 
 import pytest
+import sqlalchemy as sa
 
 from flows import nodes
 from tenks import exceptions
 from tenks import reconcile
 from tenks.cli import embedded
+from tenks.db import models
 from tests.unit import fakes
 from tests.unit import test_flows
 from tests.unit.conftest import make_spec
@@ -736,3 +739,35 @@ def test_waiting_on_an_operation_that_has_ended_gives_its_outcome(
         conductor.wait(failed)
     with pytest.raises(exceptions.OperationNotFound):
         conductor.wait('no-such-operation')
+
+
+def test_a_restarted_conductor_waits_for_the_hostagents_it_knew(
+        conductor, monkeypatch):
+    """Before resuming, a conductor that starts waits until the agents
+    that were up re-register (it asked them to), not for one long down,
+    and for at most the time given."""
+    from conductor import hypervisors
+    db = conductor.db
+    for host in ('hva', 'hvb', 'gone'):
+        db.register_hypervisor(host, {})
+    long_ago = datetime.datetime.now(datetime.timezone.utc) - (
+        datetime.timedelta(days=1))
+    with db.engine.begin() as connection:
+        connection.execute(sa.update(models.Hypervisor.table).where(
+            models.Hypervisor.table.c.host == 'gone').values(
+                last_seen=long_ago))
+    started = datetime.datetime.now(datetime.timezone.utc)
+    registry = hypervisors.HypervisorRegistry(conductor.conf, None, db)
+    # hv1 is the embedded conductor's own hostagent.
+    timer = threading.Timer(0.5, lambda: [
+        db.register_hypervisor(host, {}) for host in ('hva', 'hvb', 'hv1')])
+    timer.start()
+    begun = time.monotonic()
+    registry.wait_for_registrations(started, timeout=10, poll=0.05)
+    assert 0.4 < time.monotonic() - begun < 5
+    # Nobody registers again: the wait ends at its timeout.
+    begun = time.monotonic()
+    registry.wait_for_registrations(
+        datetime.datetime.now(datetime.timezone.utc), timeout=0.5,
+        poll=0.05)
+    assert 0.4 < time.monotonic() - begun < 5
