@@ -48,6 +48,9 @@ from tenks.db import migrations
 
 LOG = logging.getLogger(__name__)
 
+# Seconds between two prunes of the state database by a running
+# conductor (it prunes as it starts too).
+PRUNE_INTERVAL = 3600
 # What a deploy that changes nothing ran: no flow.
 NOTHING_CHANGED = types.SimpleNamespace(changed=[], warnings=[], plan=[])
 
@@ -71,6 +74,7 @@ class Conductor:
                 migration.upgrade(engine)
         self._runner = None
         self._runner_lock = threading.Lock()
+        self._stopping = threading.Event()
         self.db = db_api.StateDB(engine)
         self.notifier = notifier.Notifier(bus, self.db,
                                           'tenks.conductor.%s' % self.host)
@@ -110,9 +114,13 @@ class Conductor:
     def start(self):
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.server.start()
+        self.prune()
         if self.bus.embedded:
             # Its one hostagent runs in this process and is not waited on.
             return
+        self._pruner = threading.Thread(target=self._prune_hourly,
+                                        name='prune', daemon=True)
+        self._pruner.start()
         self.aggregates.start_mirror(
             self.conf.openstack.placement_aggregates_interval)
         # Hostagents that started first registered with nobody: their
@@ -121,6 +129,27 @@ class Conductor:
             hostagent_rpcapi.HostAgentAPI(self.bus).ask_to_register()
         except Exception as e:
             LOG.warning('Could not ask the hostagents to register: %s', e)
+
+    def prune(self):
+        """Forget the flows of the operations that have ended, and what
+        is older than [conductor] operation_retention_days (see
+        StateDB.prune). Returns how many of each went."""
+        days = self.conf.conductor.operation_retention_days
+        pruned = self.db.prune(
+            datetime.datetime.now(datetime.timezone.utc)
+            - datetime.timedelta(days=days) if days else None)
+        if any(pruned.values()):
+            LOG.info('Pruned the state database: %s', ', '.join(
+                '%d %s' % (count, what) for what, count in
+                sorted(pruned.items()) if count))
+        return pruned
+
+    def _prune_hourly(self):
+        while not self._stopping.wait(PRUNE_INTERVAL):
+            try:
+                self.prune()
+            except Exception:
+                LOG.exception('Could not prune the state database')
 
     def stop(self, grace=None):
         """Take no more work, let running operations finish, then stop.
@@ -131,6 +160,7 @@ class Conductor:
         Returns how many were handed back.
         """
         left = self.drain(grace)
+        self._stopping.set()
         self.aggregates.stop_mirror()
         self.server.stop()
         self.server.wait()

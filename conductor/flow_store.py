@@ -24,74 +24,20 @@ import collections
 import threading
 
 import sqlalchemy as sa
-from oslo_serialization import jsonutils
-from oslo_utils import timeutils
 from sqlalchemy import exc as sa_exc
 from taskflow import exceptions as tf_exceptions
 from taskflow import states
 from taskflow.persistence import base
 from taskflow.persistence import models
 
+from tenks.db.flow_tables import ATOMS
+from tenks.db.flow_tables import FLOWS
+from tenks.db.flow_tables import LOGBOOKS
+
 # Atom metadata a resume does without.
 PROGRESS_KEYS = ('progress', 'progress_details')
 # Atoms and flows whose written state a connection remembers.
 REMEMBERED = 4096
-
-
-class _Json(sa.types.TypeDecorator):
-    """JSON as TaskFlow stores it: text, native JSON on PostgreSQL."""
-
-    impl = sa.UnicodeText
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect):
-        if dialect.name == 'postgresql':
-            from sqlalchemy.dialects import postgresql
-            return dialect.type_descriptor(postgresql.JSON())
-        return dialect.type_descriptor(self.impl)
-
-    def process_bind_param(self, value, dialect):
-        if dialect.name == 'postgresql' or value is None:
-            return value
-        return jsonutils.dumps(value)
-
-    def process_result_value(self, value, dialect):
-        if dialect.name == 'postgresql' or value is None:
-            return value
-        return jsonutils.loads(value)
-
-
-def _tables():
-    metadata = sa.MetaData()
-
-    def table(name, *columns):
-        return sa.Table(
-            name, metadata,
-            sa.Column('uuid', sa.String(64), primary_key=True),
-            sa.Column('created_at', sa.DateTime, default=timeutils.utcnow),
-            sa.Column('updated_at', sa.DateTime, onupdate=timeutils.utcnow),
-            sa.Column('name', sa.String(255)),
-            sa.Column('meta', _Json),
-            *columns)
-
-    return (
-        table('logbooks'),
-        table('flowdetails',
-              sa.Column('parent_uuid', sa.String(64)),
-              sa.Column('state', sa.String(255))),
-        table('atomdetails',
-              sa.Column('parent_uuid', sa.String(64)),
-              sa.Column('version', sa.String(64)),
-              sa.Column('state', sa.String(255)),
-              sa.Column('failure', _Json),
-              sa.Column('results', _Json),
-              sa.Column('revert_results', _Json),
-              sa.Column('revert_failure', _Json),
-              sa.Column('atom_type', sa.String(255)),
-              sa.Column('intention', sa.String(255))))
-
-
-LOGBOOKS, FLOWS, ATOMS = _tables()
 
 
 def _atom(row):

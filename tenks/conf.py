@@ -86,6 +86,14 @@ conductor_opts = [
     cfg.StrOpt('database_connection',
                help='SQLAlchemy URL of the state database. Default: a '
                     'SQLite file in state_dir.'),
+    cfg.FloatOpt('operation_retention_days',
+                 default=7, min=0,
+                 help='Days an operation that has ended, the events and '
+                      'the requests no hostagent answered are kept in the '
+                      'state database (0: for ever). The flow of an '
+                      'operation that has ended is forgotten whatever '
+                      'this says: it is never resumed. A conductor prunes '
+                      'as it starts, and every hour.'),
 ]
 
 hostagent_opts = [

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from tenks import exceptions
 from tenks import fileutils
 from tenks import states
+from tenks.db import flow_tables
 from tenks.db import migrations
 from tenks.db import models
 
@@ -614,6 +615,33 @@ class StateDB:
         self._write(sa.delete(AGGREGATE_HOSTS).where(
             AGGREGATE_HOSTS.c.aggregate_id == aggregate_id,
             AGGREGATE_HOSTS.c.host == host))
+
+    # Retention
+
+    def prune(self, before=None):
+        """Forget the flows of the operations that have ended (never
+        resumed, they are only weight), and, with ``before`` (an aware
+        UTC time), the operations that ended before it, the events older
+        than it and the unanswered requests made before it (no answer
+        comes that late). Returns how many of each went: {'flows',
+        'operations', 'events', 'requests'}."""
+        running = sa.select(OPERATIONS.c.id).where(
+            OPERATIONS.c.state == OPERATION_RUNNING)
+        with self.engine.begin() as conn:
+            pruned = {'flows': flow_tables.prune(conn, running)}
+            if before is None:
+                return pruned
+            before = before.astimezone(datetime.timezone.utc).replace(
+                tzinfo=None)
+            pruned.update({
+                'operations': conn.execute(sa.delete(OPERATIONS).where(
+                    OPERATIONS.c.state != OPERATION_RUNNING,
+                    OPERATIONS.c.finished_at < before)).rowcount,
+                'events': conn.execute(sa.delete(EVENTS).where(
+                    EVENTS.c.timestamp < before)).rowcount,
+                'requests': conn.execute(sa.delete(UNANSWERED).where(
+                    UNANSWERED.c.created_at < before)).rowcount})
+            return pruned
 
     # Events
 

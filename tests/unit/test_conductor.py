@@ -771,3 +771,53 @@ def test_a_restarted_conductor_waits_for_the_hostagents_it_knew(
         datetime.datetime.now(datetime.timezone.utc), timeout=0.5,
         poll=0.05)
     assert 0.4 < time.monotonic() - begun < 5
+
+
+def test_prune_forgets_ended_flows_then_what_the_retention_lets_go(
+        conductor, hypervisor, conf):
+    from tenks.db import flow_tables
+    db = conductor.db
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    with pytest.raises(exceptions.OperationFailed):
+        conductor.deploy(make_spec(count=2))
+    del hypervisor.fail[('domain', 'tk1')]
+    conductor.deploy(make_spec(count=2))
+    # A flow of an operation still running (a dead process's) stays.
+    running = conductor.operations.create('deploy', 'unit')
+    with db.engine.begin() as connection:
+        connection.execute(flow_tables.LOGBOOKS.insert().values(
+            uuid=running, name='deploy:unit'))
+
+    def count(table):
+        with db.engine.connect() as connection:
+            return connection.scalar(sa.select(sa.func.count()).select_from(
+                table))
+
+    assert count(flow_tables.LOGBOOKS) == 3
+    assert conductor.prune() == {'flows': 2, 'operations': 0, 'events': 0,
+                                 'requests': 0}
+    assert count(flow_tables.LOGBOOKS) == 1
+    assert count(flow_tables.ATOMS) == count(flow_tables.FLOWS) == 0
+    # Ended more than operation_retention_days ago: forgotten.
+    old = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(
+        days=8)
+    ended = [o.id for o in db.list_operations() if o.id != running]
+    with db.engine.begin() as connection:
+        connection.execute(sa.update(models.Operation.table).where(
+            models.Operation.table.c.id == ended[0]).values(
+                finished_at=old))
+        connection.execute(sa.update(models.Event.table).values(
+            timestamp=old))
+    pruned = conductor.prune()
+    assert (pruned['operations'], pruned['events'] > 0) == (1, True)
+    assert sorted(o.id for o in db.list_operations()) == sorted(
+        ended[1:] + [running])
+    assert db.list_events() == []
+    # 0: kept for ever.
+    conf.set_override('operation_retention_days', 0, group='conductor')
+    with db.engine.begin() as connection:
+        connection.execute(sa.update(models.Operation.table).values(
+            finished_at=old))
+    assert conductor.prune() == {'flows': 0}
+    assert len(db.list_operations()) == 2
