@@ -254,6 +254,9 @@ def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
     assert config['SUSHY_EMULATOR_AUTH_FILE'] == str(tmp_path / 'htpasswd')
     assert isinstance(config['SUSHY_EMULATOR_ALLOWED_INSTANCES'],
                       allowlist.AllowList)
+    # sushy-tools' records and downloads stay in the emulator's directory.
+    assert config['SUSHY_EMULATOR_STATE_DIR'] == str(tmp_path / 'state')
+    assert config['TENKS_DOWNLOAD_DIR'] == str(tmp_path / 'downloads')
     assert 'SUSHY_EMULATOR_SSL_CERT' not in config
 
     assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'pw') is True
