@@ -376,6 +376,25 @@ def test_an_emulator_lists_and_acts_on_its_own_cluster_only(env, tmp_path,
     env.teardown()
 
 
+def test_credentials_are_hashed_at_cost_12_and_a_new_password_counts_at_once(
+        env):
+    spec = env.redfish_spec(9060, redfish_password='first-pw')
+    env.deploy(spec)
+    [node] = env.nodes()
+    [emulator] = env.sushy_dirs()
+    with open(os.path.join(emulator, 'htpasswd')) as f:
+        assert f.read().startswith('admin:$2b$12$')
+    for _ in range(5):
+        assert requests.get(url(node), auth=('admin', 'first-pw')
+                            ).status_code == 200
+    env.deploy(dict(spec, redfish_password='second-pw'))
+    assert requests.get(url(node), auth=('admin', 'first-pw')
+                        ).status_code == 401
+    assert requests.get(url(node), auth=('admin', 'second-pw')
+                        ).status_code == 200
+    env.teardown()
+
+
 def test_a_killed_emulator_is_drift_and_a_rerun_repairs_it(env):
     # Three nodes made at once start one emulator.
     spec = env.redfish_spec(9053, count=3)

@@ -6,6 +6,8 @@ import http.server
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 import bcrypt
@@ -15,6 +17,7 @@ from werkzeug import test as wz_test
 
 from hostagent.drivers.bmc import allowlist
 from hostagent.drivers.bmc import emulator
+from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import sushy
 
 A = 'aaaaaaaa-1111-4111-8111-111111111111'
@@ -70,6 +73,63 @@ def test_a_request_naming_another_system_or_manager_never_gets_through():
     for path in served:
         assert client.get(path).status_code == 200, path
     assert [path for _, path in calls] == served
+
+
+def test_a_password_is_checked_with_bcrypt_once_until_the_file_changes(
+        tmp_path, monkeypatch):
+    checks = []
+    real = htpasswd.matches
+    monkeypatch.setattr(htpasswd, 'matches',
+                        lambda *a: checks.append(1) or real(*a))
+    name = tmp_path / 'htpasswd'
+    write_htpasswd(name, 'old')
+    calls = []
+    client = wz_test.Client(emulator.Authentication(recorder(calls),
+                                                    str(name)))
+    systems = '/redfish/v1/Systems'
+    assert client.get(systems).status_code == 401
+    assert client.get('/redfish/v1').status_code == 200  # as sushy-tools
+    for _ in range(20):
+        assert client.get(systems, auth=('admin', 'old')).status_code == 200
+    assert len(checks) == 1
+    # Wrong ones are checked every time, and refused.
+    for auth in (('admin', 'bad'), ('root', 'old'), ('admin', 'x' * 80)):
+        assert client.get(systems, auth=auth).status_code == 401
+    # A new password: the old one is refused at once.
+    write_htpasswd(name, 'new')
+    assert client.get(systems, auth=('admin', 'old')).status_code == 401
+    assert client.get(systems, auth=('admin', 'new')).status_code == 200
+    assert client.get(systems, auth=('admin', 'new')).status_code == 200
+    assert [path for _, path in calls] == (
+        ['/redfish/v1'] + [systems] * 22)
+
+
+def test_sushy_tools_configuring_again_keeps_our_authentication(tmp_path,
+                                                                 conf):
+    # sushy-emulator's main() configures the application again: it must
+    # not add its own authentication (bcrypt on every request) to ours.
+    driver = sushy.SushyDriver(conf)
+    config = tmp_path / 'emulator.conf'
+    config.write_text(driver._config(str(tmp_path), driver._settings(
+        '127.0.0.1', 9100)))
+    write_htpasswd(tmp_path / 'htpasswd', 'pw')
+    check = ('import sys\n'
+             'from hostagent.drivers.bmc import emulator\n'
+             'app = emulator.build(sys.argv[1])\n'
+             'app.configure(config_file=sys.argv[1])\n'
+             'assert type(app.wsgi_app) is emulator.Authentication\n'
+             'assert type(app.wsgi_app.app) is emulator.Scope\n')
+    subprocess.run([sys.executable, '-c', check, str(config)], check=True)
+
+
+def test_the_verifier_keeps_no_password(tmp_path):
+    name = tmp_path / 'htpasswd'
+    write_htpasswd(name, 'hush-hush')
+    verifier = htpasswd.Verifier(str(name))
+    assert verifier.check('admin', b'hush-hush')
+    assert b'hush-hush' not in repr(vars(verifier)).encode()
+    name.unlink()
+    assert not verifier.check('admin', b'hush-hush')
 
 
 def fake_download(directory, name='image.iso'):

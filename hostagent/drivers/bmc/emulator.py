@@ -3,8 +3,12 @@ layers, started by hostagent.drivers.bmc.sushy as
 
     python -m hostagent.drivers.bmc.emulator --config <dir>/emulator.conf
 
-A request passes, after sushy-tools' authentication:
+A request passes, from the outside in:
 
+Authentication  HTTP basic against the htpasswd file, as in sushy-tools,
+                but each (user, password) is checked with bcrypt once and
+                then known by an HMAC until the file changes
+                (hostagent.drivers.bmc.htpasswd).
 Scope           a path naming a system or a manager outside the allow-list
                 (``/redfish/v1/Systems/<id>/...``, ``/redfish/v1/Managers/
                 <id>/...``: sushy-tools names each manager after its
@@ -30,9 +34,13 @@ import tempfile
 import threading
 
 from sushy_tools import error
+from sushy_tools.emulator import auth_basic
 from sushy_tools.emulator import main as sushy
 
+from hostagent.drivers.bmc import htpasswd
+
 ALLOWED = 'SUSHY_EMULATOR_ALLOWED_INSTANCES'
+AUTH_FILE = 'SUSHY_EMULATOR_AUTH_FILE'
 DOWNLOAD_DIR = 'TENKS_DOWNLOAD_DIR'
 # The one path under Systems/ that names no system (a static registry).
 _REGISTRY = ('Systems', 'Bios', 'BiosRegistry')
@@ -64,6 +72,30 @@ def _changes_media(env):
     return (method == 'POST' and parts[-2:-1] == ['Actions']
             and parts[-1] in _MEDIA_ACTIONS) or (
         method == 'PATCH' and len(parts) == 2 and parts[0] == 'Systems')
+
+
+class Authentication(sushy.RedfishAuthMiddleware):
+    """sushy-tools' authentication with each (user, password) checked
+    with bcrypt once per version of the htpasswd file. A subclass of
+    sushy-tools' own, which its configure() then keeps (it would add
+    its own, checking with bcrypt on every request)."""
+
+    def __init__(self, app, auth_file):
+        super().__init__(app, auth_file)
+        self.verifier = htpasswd.Verifier(auth_file)
+
+    def __call__(self, env, start_response):
+        if env.get('PATH_INFO', '').strip('/') in self._EXCLUDE_PATHS:
+            return self.app(env, start_response)
+        try:
+            username, password = auth_basic.parse_token(
+                auth_basic.parse_header(env))
+            if not self.verifier.check(username, password):
+                auth_basic.unauthorized()
+        except error.FishyError as e:
+            return self.format_exception(e)(env, start_response)
+        env.update(HTTP_X_USER=username, HTTP_X_USER_NAME=username)
+        return self.app(env, start_response)
 
 
 def not_found(env, start_response):
@@ -184,8 +216,9 @@ def build(config_file):
     # sushy-tools builds its one application at import: give it our
     # systems property.
     app.__class__ = _Application
-    app.wsgi_app = Scope(Media(app.wsgi_app, tempfile.tempdir),
-                         app.config[ALLOWED])
+    app.wsgi_app = Authentication(
+        Scope(Media(app.wsgi_app, tempfile.tempdir), app.config[ALLOWED]),
+        app.config[AUTH_FILE])
     return app
 
 
@@ -195,8 +228,8 @@ def main():
         "options go to sushy-emulator.")
     parser.add_argument('--config', required=True)
     build(parser.parse_known_args()[0].config)
-    # sushy-tools reads its configuration again, adds its authentication
-    # and serves.
+    # sushy-tools reads its configuration again (keeping our
+    # Authentication) and serves.
     return sushy.main()
 
 

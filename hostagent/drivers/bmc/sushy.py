@@ -45,6 +45,7 @@ import sys
 import threading
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
 
@@ -57,9 +58,10 @@ TERM_TIMEOUT = 3  # s an emulator gets to exit on SIGTERM
 KILL_TIMEOUT = 5  # s for killed processes to disappear
 POLL = 0.02  # s between checks while waiting
 DOWNLOADS = 'downloads'  # the emulator's temporary directory
-# bcrypt's cost: the emulator checks the password on every request, so a
-# cheap one (Apache's htpasswd -B default); the file is root's only.
-BCRYPT_ROUNDS = 5
+# bcrypt's cost, at least OWASP's minimum: the hostagent and the emulator
+# pay it once per password and version of the htpasswd file
+# (hostagent.drivers.bmc.htpasswd), and an ensure rehashes a cheaper hash.
+BCRYPT_ROUNDS = 12
 
 
 class SushyDriver(base.RedfishDriver):
@@ -71,6 +73,8 @@ class SushyDriver(base.RedfishDriver):
         self._lock = threading.Lock()
         # Emulators this process started, reaped when they stop.
         self._procs = {}
+        # htpasswd.Verifier of each emulator's file.
+        self._verifiers = {}
 
     # The interface.
 
@@ -157,8 +161,7 @@ class SushyDriver(base.RedfishDriver):
                           if (started or {}).get(key) != wanted[key]]
                 key = (bmc['username'], bmc['password'])
                 if key not in credentials:
-                    credentials[key] = _htpasswd_matches(
-                        os.path.join(path, 'htpasswd'), *key)
+                    credentials[key] = self._htpasswd_holds(path, *key)
                 if not credentials[key]:
                     found.append('credentials')
                 if not running:
@@ -249,16 +252,28 @@ class SushyDriver(base.RedfishDriver):
                 raise self._error('serve HTTPS', 'cannot read %s' % name)
         return certificate, key
 
-    def _ensure_htpasswd(self, path, username, password):
-        """Write the htpasswd file unless it holds these credentials;
-        whether it wrote it."""
+    def _htpasswd_holds(self, path, username, password):
+        """Whether the htpasswd file of ``path`` lets exactly this user
+        in, its hash of the cost we make."""
         name = os.path.join(path, 'htpasswd')
-        if _htpasswd_matches(name, username, password):
+        found = htpasswd.digests(name)
+        if list(found) != [username] or htpasswd.cost(
+                found[username]) < BCRYPT_ROUNDS:
+            return False
+        verifier = self._verifiers.setdefault(path,
+                                              htpasswd.Verifier(name))
+        return verifier.check(username, password.encode())
+
+    def _ensure_htpasswd(self, path, username, password):
+        """Write the htpasswd file unless it holds these credentials
+        (hashed at our cost); whether it wrote it."""
+        if self._htpasswd_holds(path, username, password):
             return False
         import bcrypt
         digest = bcrypt.hashpw(password.encode(),
                                bcrypt.gensalt(rounds=BCRYPT_ROUNDS))
-        _write(name, '%s:%s\n' % (username, digest.decode()))
+        _write(os.path.join(path, 'htpasswd'),
+               '%s:%s\n' % (username, digest.decode()))
         return True
 
     def _config(self, path, settings):
@@ -383,6 +398,7 @@ class SushyDriver(base.RedfishDriver):
         """Stop the emulator and remove its directory."""
         self._stop(path)
         shutil.rmtree(path)
+        self._verifiers.pop(path, None)
 
     def _undo(self, path, domain, systems, created, made_dir):
         """Leave nothing a failed ensure_system made."""
@@ -425,20 +441,6 @@ def _write(name, data):
     with open(fd, 'wb') as f:
         f.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, name)
-
-
-def _htpasswd_matches(name, username, password):
-    """Whether the htpasswd file ``name`` lets exactly this user in."""
-    import bcrypt
-    text = _read(name)
-    if text is None:
-        return False
-    user, _, digest = text.strip().partition(':')
-    try:
-        return user == username and bcrypt.checkpw(password.encode(),
-                                                   digest.encode())
-    except ValueError:
-        return False
 
 
 def _overlap(bound, address):
