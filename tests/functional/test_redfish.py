@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import libvirt
@@ -26,12 +27,11 @@ from hostagent.drivers.bmc import sushy
 from tenks import exceptions
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
+from tests.unit.test_redfish_emulator import Images
 
 pytestmark = pytest.mark.functional
 
 AUTH = ('admin', 'password')
-# What sushy-tools answers for a system it does not serve (see below).
-DENIED = (404, 500)
 
 
 class RedfishEnv(cf.ClusterEnv):
@@ -98,6 +98,17 @@ class RedfishEnv(cf.ClusterEnv):
 def env(tmp_path):
     with cf.checked(RedfishEnv(tmp_path, port_base=9000)) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def images():
+    """A web server of images (see Images)."""
+    server = Images()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture
@@ -169,12 +180,13 @@ def test_redfish_power_and_boot_override_need_the_credentials(env):
 
     # The emulator's files are root's only, and hold no password.
     [emulator] = env.sushy_dirs()
-    for name in os.listdir(emulator):
-        path = os.path.join(emulator, name)
-        assert os.stat(path).st_mode & 0o777 == 0o600, path
-        with open(path, 'rb') as f:
-            assert b's3cret-pw' not in f.read(), path
-    assert os.stat(emulator).st_mode & 0o777 == 0o700
+    for root, _, files in os.walk(emulator):
+        assert os.stat(root).st_mode & 0o777 == 0o700, root
+        for name in files:
+            path = os.path.join(root, name)
+            assert os.stat(path).st_mode & 0o777 == 0o600, path
+            with open(path, 'rb') as f:
+                assert b's3cret-pw' not in f.read(), path
 
     # tenks node show prints the endpoint.
     shown = subprocess.run(
@@ -221,17 +233,16 @@ def test_allow_list_follows_the_nodes_and_hides_other_clusters(env,
                             auth=AUTH).json()
         assert [m['@odata.id'] for m in mine['Members']] == [
             '/redfish/v1/Systems/%s' % first['uuid']]
-        # Their system through my endpoint: refused, by UUID or name
-        # (sushy-tools 2.2 means 404 but answers 500: its api_utils
-        # shadows its error module), and their domain stays off.
+        # Their system through my endpoint: refused, by UUID or name,
+        # and their domain stays off.
         through_mine = dict(theirs, bmc_port=9051)
         for system in (theirs['uuid'], theirs['name']):
             assert requests.get(url(dict(through_mine,
                                          bmc_system_id=system)),
-                                auth=AUTH).status_code in DENIED
+                                auth=AUTH).status_code == 404
         assert requests.post(
             url(through_mine, '/Actions/ComputerSystem.Reset'),
-            json={'ResetType': 'On'}, auth=AUTH).status_code in DENIED
+            json={'ResetType': 'On'}, auth=AUTH).status_code == 404
         assert domain_state(theirs['name']) == libvirt.VIR_DOMAIN_SHUTOFF
         # My credentials do not open theirs.
         assert requests.get(url(theirs), auth=AUTH).status_code == 401
@@ -250,10 +261,138 @@ def test_allow_list_follows_the_nodes_and_hides_other_clusters(env,
     assert requests.get(url(second), auth=AUTH).status_code == 200
     # And leaves it with its node.
     env.deploy(env.redfish_spec(9051, count=1))
-    assert requests.get(url(second), auth=AUTH).status_code in DENIED
+    assert requests.get(url(second), auth=AUTH).status_code == 404
     assert requests.get(url(first), auth=AUTH).status_code == 200
     env.teardown()
     assert env.emulator_pids() == []
+
+
+def domain_xml(name):
+    conn = libvirt.open(cf.URI)
+    try:
+        return conn.lookupByName(name).XMLDesc(
+            libvirt.VIR_DOMAIN_XML_INACTIVE)
+    finally:
+        conn.close()
+
+
+def test_an_emulator_lists_and_acts_on_its_own_cluster_only(env, tmp_path,
+                                                            images):
+    env.deploy(env.redfish_spec(9058))
+    [mine] = env.nodes()
+    other = RedfishEnv(tmp_path, port_base=9030)
+    other.conf = env.conf
+    other.state_dir = env.state_dir
+    try:
+        other.deploy(other.redfish_spec(9059, redfish_password='other-pw'))
+        [theirs] = other.nodes()
+        before = domain_xml(theirs['name'])
+        base = 'http://127.0.0.1:9058/redfish/v1'
+
+        def call(method, path, body=None):
+            return requests.request(method, base + path, json=body,
+                                    auth=AUTH, timeout=60)
+
+        def links(path):
+            answer = call('GET', path)
+            assert answer.status_code == 200, (path, answer.text)
+            return [m['@odata.id'] for m in answer.json()['Members']]
+
+        # Every list holds my system and my manager only.
+        assert links('/Systems') == ['/redfish/v1/Systems/' + mine['uuid']]
+        assert links('/Managers') == ['/redfish/v1/Managers/'
+                                      + mine['uuid']]
+        [chassis] = [c[len('/redfish/v1'):] for c in links('/Chassis')]
+        found = {key: [m['@odata.id'] for m in value] for key, value in
+                 call('GET', chassis).json()['Links'].items()}
+        assert found['ComputerSystems'] == ['/redfish/v1/Systems/'
+                                            + mine['uuid']]
+        assert found['ManagedBy'] == ['/redfish/v1/Managers/'
+                                      + mine['uuid']]
+        thermal = call('GET', chassis + '/Thermal').text
+        assert mine['uuid'] in thermal and theirs['uuid'] not in thermal
+        assert call('GET', '/Managers/' + mine['uuid']).status_code == 200
+
+        # Their system and manager, by UUID or name, and all under them:
+        # 404, nothing done, nothing downloaded.
+        image = images.url + '/image.iso'
+        refused = [('GET', '/Managers/' + theirs['name'], None)]
+        for system in (theirs['uuid'], theirs['name']):
+            refused += [(method, '/%s/%s%s' % (kind, system, sub), body)
+                        for kind in ('Systems', 'Managers')
+                        for method, sub, body in [
+                            ('GET', '', None),
+                            ('GET', '/VirtualMedia/Cd', None)]]
+        system = '/Systems/' + theirs['uuid']
+        refused += [
+            ('GET', system + '/BIOS', None),
+            ('GET', system + '/SecureBoot', None),
+            ('GET', system + '/EthernetInterfaces', None),
+            ('GET', system + '/SimpleStorage', None),
+            ('POST', system + '/Actions/ComputerSystem.Reset',
+             {'ResetType': 'On'}),
+            ('PATCH', system, {'Boot': {'BootSourceOverrideTarget': 'Pxe',
+                                        'BootSourceOverrideMode': 'UEFI'}}),
+            ('PATCH', system, {'Boot': {'BootSourceOverrideTarget':
+                                        'UefiHttp', 'HttpBootUri': image}}),
+            ('PATCH', system + '/SecureBoot', {'SecureBootEnable': True}),
+            ('PATCH', system + '/BIOS/Settings',
+             {'Attributes': {'ProcTurboMode': 'Disabled'}}),
+            ('POST', system + '/VirtualMedia/Cd/Actions/'
+             'VirtualMedia.InsertMedia', {'Image': image}),
+            ('POST', system + '/VirtualMedia/Cd/Actions/'
+             'VirtualMedia.EjectMedia', {}),
+            ('POST', '/UpdateService/Actions/UpdateService.SimpleUpdate',
+             {'ImageURI': image, 'Targets': ['/redfish/v1' + system]}),
+            ('POST', '/CertificateService/Actions/'
+             'CertificateService.ReplaceCertificate',
+             {'CertificateString': 'x', 'CertificateType': 'PEM',
+              'CertificateUri': '/redfish/v1/Managers/%s/VirtualMedia/Cd/'
+              'Certificates/Default' % theirs['uuid']})]
+        for method, path, body in refused:
+            answer = call(method, path, body)
+            assert answer.status_code == 404, (method, path, answer.text)
+        assert images.asked == []
+        assert domain_state(theirs['name']) == libvirt.VIR_DOMAIN_SHUTOFF
+        assert domain_xml(theirs['name']) == before
+        # Their own emulator still serves it, with their credentials.
+        assert requests.get(url(theirs), auth=('admin', 'other-pw')
+                            ).status_code == 200
+
+        # My own medium, its download cut short: refused, and nothing
+        # of it stays in my emulator's directory.
+        [emulator] = env.sushy_dirs()
+        answer = call('POST', '/Systems/%s/VirtualMedia/Cd/Actions/'
+                      'VirtualMedia.InsertMedia' % mine['uuid'],
+                      {'Image': images.url + '/broken.iso'})
+        assert answer.status_code >= 400
+        assert images.asked == ['/broken.iso']
+        assert os.listdir(os.path.join(emulator, 'downloads')) == []
+    finally:
+        other.teardown()
+        left = other.leftovers()
+        other.force_clean()
+        assert left == []
+    env.teardown()
+
+
+def test_credentials_are_hashed_at_cost_12_and_a_new_password_counts_at_once(
+        env):
+    spec = env.redfish_spec(9060, redfish_password='first-pw')
+    env.deploy(spec)
+    [node] = env.nodes()
+    [emulator] = env.sushy_dirs()
+    with open(os.path.join(emulator, 'htpasswd')) as f:
+        assert f.read().startswith('admin:$2b$12$')
+    for _ in range(5):
+        assert requests.get(url(node), auth=('admin', 'first-pw')
+                            ).status_code == 200
+    env.deploy(dict(spec, redfish_password='second-pw'))
+    assert requests.get(url(node), auth=('admin', 'first-pw')
+                        ).status_code == 401
+    assert requests.get(url(node), auth=('admin', 'second-pw')
+                        ).status_code == 200
+    env.teardown()
 
 
 def test_a_killed_emulator_is_drift_and_a_rerun_repairs_it(env):

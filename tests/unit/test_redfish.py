@@ -254,14 +254,39 @@ def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
     assert config['SUSHY_EMULATOR_AUTH_FILE'] == str(tmp_path / 'htpasswd')
     assert isinstance(config['SUSHY_EMULATOR_ALLOWED_INSTANCES'],
                       allowlist.AllowList)
+    # sushy-tools' records and downloads stay in the emulator's directory.
+    assert config['SUSHY_EMULATOR_STATE_DIR'] == str(tmp_path / 'state')
+    assert config['TENKS_DOWNLOAD_DIR'] == str(tmp_path / 'downloads')
     assert 'SUSHY_EMULATOR_SSL_CERT' not in config
 
     assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'pw') is True
     assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'pw') is False
     text = (tmp_path / 'htpasswd').read_text()
-    assert text.startswith('admin:$2') and 'pw' not in text.split(':')[1]
+    assert text.startswith('admin:$2b$12$') and 'pw' not in text
     assert os.stat(tmp_path / 'htpasswd').st_mode & 0o777 == 0o600
     assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'new') is True
+
+
+def test_a_cheaper_htpasswd_hash_is_drift_and_an_ensure_rehashes_it(conf):
+    import bcrypt
+    driver = sushy.SushyDriver(conf)
+    owner = 'tenks:c1:uuid'
+    path = driver._path(owner)
+    os.makedirs(path)
+    sushy._write(os.path.join(path, 'owner'), owner)
+    sushy._write(os.path.join(path, 'systems'), json.dumps({'n0': UUID}))
+    # As Tenks hashed it before issue 19 (bcrypt cost 5).
+    cheap = bcrypt.hashpw(b'pw', bcrypt.gensalt(5)).decode()
+    sushy._write(os.path.join(path, 'htpasswd'), 'admin:%s\n' % cheap)
+    bmc = {'system_id': UUID, 'address': '127.0.0.1', 'port': 9100,
+           'username': 'admin', 'password': 'pw'}
+    assert 'credentials' in driver.system_changes(owner, {'n0': bmc})['n0']
+    assert driver._ensure_htpasswd(path, 'admin', 'pw') is True
+    with open(os.path.join(path, 'htpasswd')) as f:
+        assert f.read().startswith('admin:$2b$12$')
+    assert 'credentials' not in driver.system_changes(owner,
+                                                      {'n0': bmc})['n0']
+    assert driver._ensure_htpasswd(path, 'admin', 'pw') is False
 
 
 def test_tls_needs_both_files(tmp_path, conf):

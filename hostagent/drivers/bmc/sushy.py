@@ -2,9 +2,11 @@
 
 One emulator per owner (a cluster's deployment) on each hypervisor: its
 own address and port, credentials and allow-list, so a node of another
-cluster is never reachable through it, not even with that cluster's
-credentials. Each lives in ``<state_dir>/sushy/<cluster>-<hash of the
-owner>`` (mode 0700, every file 0600):
+cluster is never listed or reachable through it, not even with that
+cluster's credentials (hostagent.drivers.bmc.emulator, the emulator's
+process, scopes every resource). Each lives in
+``<state_dir>/sushy/<cluster>-<hash of the owner>`` (mode 0700, every
+file 0600):
 
 ``owner``            the owner mark; a directory without it is not ours
 ``systems``          {domain: system id} it serves (its allow-list)
@@ -13,12 +15,14 @@ owner>`` (mode 0700, every file 0600):
                      was started with (address, port, libvirt URI, TLS)
 ``tls.crt``/``.key`` copies of ``[hostagent] redfish_tls_certificate`` and
                      ``redfish_tls_key``, when set
+``state/``           sushy-tools' own records (virtual media, indicators)
+``downloads/``       its virtual media downloads, emptied when it stops
 ``emulator.pid``, ``emulator.log``
 
-sushy-tools reads the allow-list (through
-hostagent.drivers.bmc.allowlist) and the htpasswd file on every request:
-nodes come and go and credentials change without a restart; a new
-address, port, libvirt URI or certificate restarts the emulator. Its
+The emulator follows the allow-list (hostagent.drivers.bmc.allowlist)
+and the htpasswd file as they change: nodes come and go and credentials
+change without a restart; a new address, port, libvirt URI or
+certificate restarts the emulator. Its
 processes carry ``TENKS_SUSHY_EMULATOR=<its directory>`` in their
 environment: nothing without that mark is ever stopped. The emulator
 outlives the hostagent process; it is stopped and its directory removed
@@ -41,6 +45,7 @@ import sys
 import threading
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
 
@@ -52,9 +57,11 @@ START_TIMEOUT = 20  # s for an emulator to listen (it starts in ~1 s)
 TERM_TIMEOUT = 3  # s an emulator gets to exit on SIGTERM
 KILL_TIMEOUT = 5  # s for killed processes to disappear
 POLL = 0.02  # s between checks while waiting
-# bcrypt's cost: the emulator checks the password on every request, so a
-# cheap one (Apache's htpasswd -B default); the file is root's only.
-BCRYPT_ROUNDS = 5
+DOWNLOADS = 'downloads'  # the emulator's temporary directory
+# bcrypt's cost, at least OWASP's minimum: the hostagent and the emulator
+# pay it once per password and version of the htpasswd file
+# (hostagent.drivers.bmc.htpasswd), and an ensure rehashes a cheaper hash.
+BCRYPT_ROUNDS = 12
 
 
 class SushyDriver(base.RedfishDriver):
@@ -66,6 +73,8 @@ class SushyDriver(base.RedfishDriver):
         self._lock = threading.Lock()
         # Emulators this process started, reaped when they stop.
         self._procs = {}
+        # htpasswd.Verifier of each emulator's file.
+        self._verifiers = {}
 
     # The interface.
 
@@ -152,8 +161,7 @@ class SushyDriver(base.RedfishDriver):
                           if (started or {}).get(key) != wanted[key]]
                 key = (bmc['username'], bmc['password'])
                 if key not in credentials:
-                    credentials[key] = _htpasswd_matches(
-                        os.path.join(path, 'htpasswd'), *key)
+                    credentials[key] = self._htpasswd_holds(path, *key)
                 if not credentials[key]:
                     found.append('credentials')
                 if not running:
@@ -244,16 +252,28 @@ class SushyDriver(base.RedfishDriver):
                 raise self._error('serve HTTPS', 'cannot read %s' % name)
         return certificate, key
 
-    def _ensure_htpasswd(self, path, username, password):
-        """Write the htpasswd file unless it holds these credentials;
-        whether it wrote it."""
+    def _htpasswd_holds(self, path, username, password):
+        """Whether the htpasswd file of ``path`` lets exactly this user
+        in, its hash of the cost we make."""
         name = os.path.join(path, 'htpasswd')
-        if _htpasswd_matches(name, username, password):
+        found = htpasswd.digests(name)
+        if list(found) != [username] or htpasswd.cost(
+                found[username]) < BCRYPT_ROUNDS:
+            return False
+        verifier = self._verifiers.setdefault(path,
+                                              htpasswd.Verifier(name))
+        return verifier.check(username, password.encode())
+
+    def _ensure_htpasswd(self, path, username, password):
+        """Write the htpasswd file unless it holds these credentials
+        (hashed at our cost); whether it wrote it."""
+        if self._htpasswd_holds(path, username, password):
             return False
         import bcrypt
         digest = bcrypt.hashpw(password.encode(),
                                bcrypt.gensalt(rounds=BCRYPT_ROUNDS))
-        _write(name, '%s:%s\n' % (username, digest.decode()))
+        _write(os.path.join(path, 'htpasswd'),
+               '%s:%s\n' % (username, digest.decode()))
         return True
 
     def _config(self, path, settings):
@@ -267,6 +287,8 @@ class SushyDriver(base.RedfishDriver):
             'SUSHY_EMULATOR_AUTH_FILE = %r' % os.path.join(path, 'htpasswd'),
             'SUSHY_EMULATOR_ALLOWED_INSTANCES = _allowlist.AllowList(%r)'
             % os.path.join(path, 'systems'),
+            'SUSHY_EMULATOR_STATE_DIR = %r' % os.path.join(path, 'state'),
+            'TENKS_DOWNLOAD_DIR = %r' % os.path.join(path, DOWNLOADS),
         ]
         if settings['tls']:
             lines += ['SUSHY_EMULATOR_SSL_CERT = %r'
@@ -287,18 +309,19 @@ class SushyDriver(base.RedfishDriver):
                 continue
             with open(source, 'rb') as f:
                 _write(os.path.join(path, copy), f.read())
+        for name in ('state', DOWNLOADS):
+            os.makedirs(os.path.join(path, name), mode=0o700, exist_ok=True)
         config = os.path.join(path, 'emulator.conf')
         _write(config, self._config(path, settings))
         log_file = os.path.join(path, 'emulator.log')
         log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                       0o600)
-        emulator = os.path.join(os.path.dirname(sys.executable),
-                                'sushy-emulator')
         try:
             # A session of its own: it outlives the hostagent process and
             # misses the signals sent to its process group.
             proc = subprocess.Popen(
-                [emulator, '--config', config], stdin=subprocess.DEVNULL,
+                [sys.executable, '-m', 'hostagent.drivers.bmc.emulator',
+                 '--config', config], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=log, start_new_session=True, umask=0o077,
                 env=dict(os.environ, **{MARKER_ENV: path}))
         finally:
@@ -364,6 +387,9 @@ class SushyDriver(base.RedfishDriver):
             proc.poll()  # reap our child
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(path, 'settings'))
+        # Downloads are kept only by the process that made them.
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(os.path.join(path, DOWNLOADS))
         if pids:
             LOG.info('Stopped Redfish emulator %s (pids %s)',
                      os.path.basename(path), sorted(pids))
@@ -372,6 +398,7 @@ class SushyDriver(base.RedfishDriver):
         """Stop the emulator and remove its directory."""
         self._stop(path)
         shutil.rmtree(path)
+        self._verifiers.pop(path, None)
 
     def _undo(self, path, domain, systems, created, made_dir):
         """Leave nothing a failed ensure_system made."""
@@ -414,20 +441,6 @@ def _write(name, data):
     with open(fd, 'wb') as f:
         f.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, name)
-
-
-def _htpasswd_matches(name, username, password):
-    """Whether the htpasswd file ``name`` lets exactly this user in."""
-    import bcrypt
-    text = _read(name)
-    if text is None:
-        return False
-    user, _, digest = text.strip().partition(':')
-    try:
-        return user == username and bcrypt.checkpw(password.encode(),
-                                                   digest.encode())
-    except ValueError:
-        return False
 
 
 def _overlap(bound, address):

@@ -1,0 +1,237 @@
+"""The Redfish emulator process: sushy-tools' application behind Tenks'
+layers, started by hostagent.drivers.bmc.sushy as
+
+    python -m hostagent.drivers.bmc.emulator --config <dir>/emulator.conf
+
+A request passes, from the outside in:
+
+Authentication  HTTP basic against the htpasswd file, as in sushy-tools,
+                but each (user, password) is checked with bcrypt once and
+                then known by an HMAC until the file changes
+                (hostagent.drivers.bmc.htpasswd).
+Scope           a path naming a system or a manager outside the allow-list
+                (``/redfish/v1/Systems/<id>/...``, ``/redfish/v1/Managers/
+                <id>/...``: sushy-tools names each manager after its
+                system) is answered 404 before sushy-tools sees it: no
+                power or boot change, no virtual media download.
+Media           requests that may download or eject virtual media run one
+                at a time; what a failed one left in the download
+                directory is removed, and so is what an eject leaves.
+
+sushy-tools downloads media into the temporary directory of its process,
+set here to ``TENKS_DOWNLOAD_DIR`` (0700, in the emulator's own
+directory). Its systems driver is wrapped so that what sushy-tools lists
+or looks up by itself (the systems and managers collections, the
+chassis' and thermal links, certificate locations, update targets) holds
+the allow-listed systems only.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+
+from sushy_tools import error
+from sushy_tools.emulator import auth_basic
+from sushy_tools.emulator import main as sushy
+
+from hostagent.drivers.bmc import htpasswd
+
+ALLOWED = 'SUSHY_EMULATOR_ALLOWED_INSTANCES'
+AUTH_FILE = 'SUSHY_EMULATOR_AUTH_FILE'
+DOWNLOAD_DIR = 'TENKS_DOWNLOAD_DIR'
+# The one path under Systems/ that names no system (a static registry).
+_REGISTRY = ('Systems', 'Bios', 'BiosRegistry')
+_MEDIA_ACTIONS = ('VirtualMedia.InsertMedia', 'VirtualMedia.EjectMedia')
+
+
+def _segments(env):
+    """The path's segments after /redfish/v1 (empty ones dropped, as
+    sushy-tools' router merges slashes), or None for another path."""
+    parts = [p for p in env.get('PATH_INFO', '').split('/') if p]
+    return parts[2:] if parts[:2] == ['redfish', 'v1'] else None
+
+
+def named_system(env):
+    """The system (or manager, named after it) the request's path names,
+    or None."""
+    parts = _segments(env)
+    if (parts and len(parts) > 1 and parts[0] in ('Systems', 'Managers')
+            and tuple(parts) != _REGISTRY):
+        return parts[1]
+    return None
+
+
+def _changes_media(env):
+    """Whether the request may download or eject virtual media: the
+    media actions, and a system's PATCH (its Boot.HttpBootUri)."""
+    parts = _segments(env) or []
+    method = env.get('REQUEST_METHOD')
+    return (method == 'POST' and parts[-2:-1] == ['Actions']
+            and parts[-1] in _MEDIA_ACTIONS) or (
+        method == 'PATCH' and len(parts) == 2 and parts[0] == 'Systems')
+
+
+class Authentication(sushy.RedfishAuthMiddleware):
+    """sushy-tools' authentication with each (user, password) checked
+    with bcrypt once per version of the htpasswd file. A subclass of
+    sushy-tools' own, which its configure() then keeps (it would add
+    its own, checking with bcrypt on every request)."""
+
+    def __init__(self, app, auth_file):
+        super().__init__(app, auth_file)
+        self.verifier = htpasswd.Verifier(auth_file)
+
+    def __call__(self, env, start_response):
+        if env.get('PATH_INFO', '').strip('/') in self._EXCLUDE_PATHS:
+            return self.app(env, start_response)
+        try:
+            username, password = auth_basic.parse_token(
+                auth_basic.parse_header(env))
+            if not self.verifier.check(username, password):
+                auth_basic.unauthorized()
+        except error.FishyError as e:
+            return self.format_exception(e)(env, start_response)
+        env.update(HTTP_X_USER=username, HTTP_X_USER_NAME=username)
+        return self.app(env, start_response)
+
+
+def not_found(env, start_response):
+    """A Redfish 404, the same whether the resource exists elsewhere or
+    not at all."""
+    body = json.dumps({'error': {
+        'code': 'Base.1.0.GeneralError',
+        'message': 'No resource at %s' % env.get('PATH_INFO')}}).encode()
+    start_response('404 NOT FOUND', [('Content-Type', 'application/json'),
+                                     ('Content-Length', str(len(body)))])
+    return [body]
+
+
+class Scope:
+    """Answers 404 to a request naming a system outside ``allowed``."""
+
+    def __init__(self, app, allowed):
+        self.app = app
+        self.allowed = allowed
+
+    def __call__(self, env, start_response):
+        system = named_system(env)
+        if system is not None and system not in self.allowed:
+            return not_found(env, start_response)
+        return self.app(env, start_response)
+
+
+class Media:
+    """Runs the requests that may download or eject media one at a time,
+    and leaves in ``directory`` (sushy-tools' temporary directory) only
+    the media of successful inserts."""
+
+    def __init__(self, app, directory):
+        self.app = app
+        self.directory = directory
+        self._lock = threading.Lock()
+
+    def __call__(self, env, start_response):
+        if not _changes_media(env):
+            return self.app(env, start_response)
+        statuses = []
+
+        def recording(status, headers, exc_info=None):
+            statuses.append(int(status.split()[0]))
+            return start_response(status, headers, exc_info)
+
+        with self._lock:
+            before = set(os.listdir(self.directory))
+            failed = True
+            try:
+                # sushy-tools' views run whole before the body is read.
+                result = self.app(env, recording)
+                failed = not statuses or statuses[-1] >= 400
+                return result
+            finally:
+                self._clean(before if failed else None)
+
+    def _clean(self, before):
+        """Remove what appeared since ``before`` (None: nothing), and the
+        directories sushy-tools' ejects leave empty (it downloads into a
+        directory of its own per medium, and removes only the file)."""
+        for name in os.listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if before is not None and name not in before:
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+            elif os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
+
+
+class ScopedSystems:
+    """A sushy-tools systems driver that knows only the systems in
+    ``allowed``. Its other calls come from requests whose path names
+    the system (see Scope) or after uuid() or name()."""
+
+    def __init__(self, driver, allowed):
+        self._driver = driver
+        self._allowed = allowed
+
+    def __getattr__(self, name):
+        return getattr(self._driver, name)
+
+    @property
+    def systems(self):
+        return [s for s in self._driver.systems if s in self._allowed]
+
+    def uuid(self, identity):
+        self._check(identity)
+        return self._driver.uuid(identity)
+
+    def name(self, identity):
+        self._check(identity)
+        return self._driver.name(identity)
+
+    def _check(self, identity):
+        if identity not in self._allowed:
+            raise error.NotFound('No system %s' % identity)
+
+
+class _Application(sushy.Application):
+    """sushy-tools' application, its systems those of its allow-list;
+    its managers driver derives its managers from them."""
+
+    @property
+    def systems(self):
+        return ScopedSystems(super().systems, self.config[ALLOWED])
+
+
+def build(config_file):
+    """sushy-tools' application configured by ``config_file``, behind
+    Tenks' layers."""
+    app = sushy.app
+    app.config.from_pyfile(os.path.abspath(config_file))
+    # Where sushy-tools' downloads go (tempfile's default directory).
+    tempfile.tempdir = app.config[DOWNLOAD_DIR]
+    # sushy-tools builds its one application at import: give it our
+    # systems property.
+    app.__class__ = _Application
+    app.wsgi_app = Authentication(
+        Scope(Media(app.wsgi_app, tempfile.tempdir), app.config[ALLOWED]),
+        app.config[AUTH_FILE])
+    return app
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description="sushy-tools' emulator behind Tenks' layers; other "
+        "options go to sushy-emulator.")
+    parser.add_argument('--config', required=True)
+    build(parser.parse_known_args()[0].config)
+    # sushy-tools reads its configuration again (keeping our
+    # Authentication) and serves.
+    return sushy.main()
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
