@@ -251,7 +251,7 @@ def as_user(user, script, *args):
 ATTACK = r'''
 import json, os, socket, subprocess, sys
 state_dir, endpoints, bmc = json.loads(sys.argv[1])
-reached = []
+reached, refused = [], []
 for kind, where in endpoints:
     try:
         if kind == 'tcp':
@@ -278,8 +278,8 @@ for kind, where in endpoints:
                              + b'\n')
                 answers = [sock.makefile().readline()]
         reached.append([kind, where, answers])
-    except Exception:  # refused, unreachable, or no answer
-        pass
+    except Exception as e:  # refused, unreachable, or no answer
+        refused.append([kind, where, repr(e)])
 power = subprocess.run(
     ['ipmitool', '-I', 'lanplus', '-H', bmc['address'], '-p',
      str(bmc['port']), '-U', bmc['username'], '-P', bmc['password'],
@@ -293,8 +293,8 @@ for parent, _, files in os.walk(state_dir):
                 read[path] = f.read().decode(errors='replace')
         except OSError:
             pass
-print(json.dumps({'reached': reached, 'powered_on': power.returncode == 0,
-                  'read': read}))
+print(json.dumps({'reached': reached, 'refused': refused,
+                  'powered_on': power.returncode == 0, 'read': read}))
 '''
 
 
@@ -664,6 +664,7 @@ def test_control_refuses_another_user_even_through_an_open_socket(
     found = as_user(local_user, ATTACK, json.dumps(
         ['/nonexistent', [['unix', os.path.join(ipmi_dir, 'control.sock')]],
          theirs]))
+    assert len(found['reached']) == 1, found['refused']
     [[_, _, [answer]]] = found['reached']
     assert json.loads(answer)['kind'] == 'denied'
     assert not found['powered_on']

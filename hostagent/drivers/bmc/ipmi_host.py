@@ -292,17 +292,19 @@ class Host:
         uid = struct.unpack('3i', conn.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED,
             struct.calcsize('3i')))[1]
+        try:
+            # Read (not looked at when refused) so that the client gets
+            # its answer rather than a reset.
+            line = conn.makefile('rb').readline(MAX_REQUEST + 1)
+        except OSError as e:
+            line, reply = None, self._error('invalid',
+                                            'no request read: %s' % e)
         if uid != os.geteuid():
             LOG.warning('Refused a control connection of uid %d', uid)
             reply = self._error('denied', 'only uid %d may control the '
                                 'BMCs' % os.geteuid())
-        else:
-            try:
-                line = conn.makefile('rb').readline(MAX_REQUEST + 1)
-            except OSError as e:
-                reply = self._error('invalid', 'no request read: %s' % e)
-            else:
-                reply = self.handle(line)
+        elif line is not None:
+            reply = self.handle(line)
         try:
             conn.sendall(json.dumps(reply).encode() + b'\n')
         except OSError as e:
