@@ -32,11 +32,11 @@ started again. ``remove_node(node, owner)`` (``remove`` not used)
 reports ``{'changed', 'removed'}``.
 
 ``inspect_nodes(nodes, owner)`` takes a list of nodes as ensure_node
-takes them (``remove`` not looked at) and changes nothing: no vbmcd
-started, no domain defined. It reports ``{'changed': False, 'nodes':
+takes them (``remove`` not looked at) and changes nothing: no IPMI
+host started, no domain defined. It reports ``{'changed': False, 'nodes':
 {uuid: [[kind, name, what], ...]}}``, what ensure_node of each node
 would make or change (``[]``: nothing); ``what`` is ``missing`` (a BMC
-too when vbmcd does not run), ``differs``, ``foreign`` (a thing of that
+too when the IPMI host does not run), ``differs``, ``foreign`` (a thing of that
 name that is not ``owner``'s: ensure_node would refuse), ``stopped`` (a
 BMC as asked that does not run) or ``smaller`` (a volume to grow). It
 reads each kind of thing once for all the nodes.

@@ -153,11 +153,12 @@ hostagent_opts = [
                      'looked for; a file name in an earlier directory '
                      'hides the same name in a later one.'),
     cfg.PortOpt('vbmcd_control_port',
-                help='Loopback TCP port of the control channel of the '
-                     'virtualbmc daemon Tenks runs. Default: a free port '
-                     'chosen when the daemon starts and remembered in '
-                     'state_dir, so that every state directory has a '
-                     'daemon of its own.'),
+                deprecated_for_removal=True,
+                deprecated_reason='Ignored: the IPMI BMCs are controlled '
+                                  'over a Unix socket in state_dir, and '
+                                  'no TCP port is opened for it.',
+                help='Ignored (was the loopback TCP port of the virtualbmc '
+                     'daemon Tenks ran).'),
     cfg.IntOpt('heartbeat_interval',
                default=10, min=1,
                help='Seconds between the registrations a hostagent sends '

@@ -1,5 +1,6 @@
 """Time whole-node requests (hostagent API 1.2) against the same work
-done as single-thing driver calls, on real libvirt, netlink and vbmcd.
+done as single-thing driver calls, on real libvirt, netlink and the
+IPMI host.
 
 N nodes (1 GiB qcow2 volume, 1 NIC, 128 MiB) are made in parallel, one
 thread per node, each way in turn; then ensure_node is sent again

@@ -33,7 +33,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -53,6 +52,8 @@ from conductor import manager as conductor_manager
 from conductor import waiters
 from hostagent import manager as hostagent_manager
 from hostagent.drivers import base
+from hostagent.drivers.bmc import ipmi_store
+from hostagent.drivers.bmc import processes
 from tenks import conf as tenks_conf
 from tenks import rpc
 from tenks import spec as tenks_spec
@@ -293,12 +294,6 @@ def bench_rpc(args, parts):
 
 # Part 3: real deploys in embedded mode.
 
-def free_tcp_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def make_spec(cluster, count):
     return tenks_spec.validate({
         'cluster': cluster,
@@ -331,16 +326,13 @@ def tear_down(conf, cluster):
             conductor.teardown(cluster)
 
 
-def stop_vbmcd(state_dir):
-    """Kill what a failed teardown left of our vbmcd: its processes carry
-    the path of its configuration in their environment."""
-    marker = ('VIRTUALBMC_CONFIG=%s' % os.path.join(
-        state_dir, 'vbmc', 'virtualbmc.conf')).encode()
-    for pid in filter(str.isdigit, os.listdir('/proc')):
+def stop_ipmi_host(state_dir):
+    """Kill what a failed teardown left of our IPMI host: its process
+    carries the mark of its directory in its environment."""
+    marker = ipmi_store.marker(os.path.join(state_dir, 'ipmi'))
+    for pid in processes.marked_pids(marker):
         with contextlib.suppress(OSError):
-            with open('/proc/%s/environ' % pid, 'rb') as f:
-                if marker in f.read().split(b'\0'):
-                    os.kill(int(pid), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
 
 def bench_deploy(args):
@@ -350,8 +342,6 @@ def bench_deploy(args):
         conf = tenks_conf.new_conf()
         conf([], default_config_files=[])
         conf.set_override('state_dir', os.path.join(tmp, 'state'))
-        conf.set_override('vbmcd_control_port', free_tcp_port(),
-                          group='hostagent')
         try:
             for size in (1, 8):
                 cluster = 'bench-%s-%d' % (token, size)
@@ -367,7 +357,7 @@ def bench_deploy(args):
                 figures[size] = [statistics.median(phase)
                                  for phase in zip(*runs, strict=True)]
         finally:
-            stop_vbmcd(conf.state_dir)
+            stop_ipmi_host(conf.state_dir)
     print('\nReal deploy, embedded mode, in-process time (s, median of %d)'
           % args.runs)
     print('%-10s %8s %8s %9s' % ('phase', '1 node', '8 nodes', 'per node'))

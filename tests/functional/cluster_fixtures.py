@@ -7,6 +7,7 @@ through libvirt, netlink and signals when Tenks itself could not.
 """
 
 import contextlib
+import fcntl
 import os
 import secrets
 import signal
@@ -19,6 +20,8 @@ import libvirt
 import pytest
 from pyroute2 import IPRoute
 
+from hostagent.drivers.bmc import ipmi_store
+from hostagent.drivers.bmc import processes
 from tenks import conf as tenks_conf
 from tenks import spec as tenks_spec
 from tenks.cli import embedded
@@ -89,14 +92,28 @@ def free_tcp_port():
         return sock.getsockname()[1]
 
 
-def vbmcd_pid(state_dir):
+def ipmi_host_pids(state_dir):
+    """Live processes of the IPMI host of ``state_dir`` (by their mark,
+    pid file or not)."""
+    return processes.marked_pids(
+        ipmi_store.marker(os.path.join(state_dir, 'ipmi')))
+
+
+def ipmi_host_pid(state_dir):
+    """The pid of the IPMI host of ``state_dir``, or None."""
+    return min(ipmi_host_pids(state_dir), default=None)
+
+
+@contextlib.contextmanager
+def bmc_changes_held(state_dir):
+    """Hold the lock of the IPMI BMCs of ``state_dir``: a request that
+    changes a BMC waits until the block ends; reads do not."""
+    fd = os.open(os.path.join(state_dir, 'ipmi', 'lock'), os.O_RDWR)
     try:
-        with open(os.path.join(state_dir, 'vbmc', 'vbmcd.pid')) as f:
-            pid = int(f.read().strip())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class ClusterEnv:
@@ -108,13 +125,12 @@ class ClusterEnv:
         self.bridge_prefix = 'fb%s' % token
         self.port_base = port_base
         self.state_dir = str(tmp_path / 'state')
-        # Where vbmcds of this cluster's hypervisors keep their state.
+        # Where the IPMI hosts of this cluster's hypervisors keep their
+        # state.
         self.state_dirs = [self.state_dir, *state_dirs]
         self.conf = tenks_conf.new_conf()
         self.conf([], default_config_files=[])
         self.conf.set_override('state_dir', self.state_dir)
-        self.conf.set_override('vbmcd_control_port', free_tcp_port(),
-                               group='hostagent')
         # libvirt daemons this cluster's hypervisors use.
         self.uris = [URI]
 
@@ -189,8 +205,8 @@ class ClusterEnv:
         pool_root = self.conf.hostagent.pool_dir
         found += ['directory %s' % d for d in sorted(os.listdir(pool_root))
                   if self.cluster in d]
-        found += ['vbmcd %d' % vbmcd_pid(d) for d in self.state_dirs
-                  if vbmcd_pid(d)]
+        found += ['IPMI host %d' % pid for d in self.state_dirs
+                  for pid in sorted(ipmi_host_pids(d))]
         found += ['NVRAM file %s' % path for path in self._nvram_files()]
         return found
 
@@ -204,10 +220,9 @@ class ClusterEnv:
 
     def force_clean(self):
         for state_dir in self.state_dirs:
-            pid = vbmcd_pid(state_dir)
-            if pid:
+            for pid in ipmi_host_pids(state_dir):
                 with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
         for uri in self.uris:
             remove_libvirt_things(uri, self.ours)
         with IPRoute() as ipr:

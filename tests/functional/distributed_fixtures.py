@@ -1,6 +1,6 @@
 """A distributed Tenks on this machine: RabbitMQ (a private vhost), a
 tenks-conductor and two tenks-hostagent processes that act as distinct
-hypervisors (own host names, name prefixes, state and vbmcd)."""
+hypervisors (own host names, name prefixes, state and IPMI host)."""
 
 import contextlib
 import datetime
@@ -82,8 +82,7 @@ graceful_shutdown_timeout = %d
 host = %s
 resource_prefix = %s
 heartbeat_interval = 1
-vbmcd_control_port = %d
-''' % (host, prefix, cf.free_tcp_port()))
+''' % (host, prefix))
 
     def _service(self, name, host, section):
         state = str(self.tmp / host)

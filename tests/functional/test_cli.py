@@ -22,13 +22,9 @@ def env(tmp_path):
 
 
 def tenks(env, *args):
-    config = os.path.join(env.state_dir + '.conf')
-    with open(config, 'w') as f:
-        f.write('[hostagent]\nvbmcd_control_port = %d\n'
-                % env.conf.hostagent.vbmcd_control_port)
     return subprocess.run(
-        [cf.TENKS, '--state-dir', env.state_dir, '--config-file', config,
-         *args], capture_output=True, text=True, timeout=120)
+        [cf.TENKS, '--state-dir', env.state_dir, *args],
+        capture_output=True, text=True, timeout=120)
 
 
 def write_spec(tmp_path, data, name='cluster.yaml'):
@@ -208,11 +204,10 @@ def tenks_in_terminal(env, answer, *args):
     """``tenks`` with a terminal as its stdin and stdout, as a user runs
     it; ``answer`` is typed when it asks. Returns (exit code, output)."""
     import pty
-    config = os.path.join(env.state_dir + '.conf')
     main, side = pty.openpty()
     proc = subprocess.Popen(
-        [cf.TENKS, '--state-dir', env.state_dir, '--config-file', config,
-         *args], stdin=side, stdout=side, stderr=side)
+        [cf.TENKS, '--state-dir', env.state_dir, *args], stdin=side,
+        stdout=side, stderr=side)
     os.close(side)
     output = b''
     deadline = time.monotonic() + 120

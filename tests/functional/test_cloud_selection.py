@@ -27,13 +27,9 @@ def env(tmp_path, cloud):
 
 
 def run_tenks(env, tmp_path, environ, *args):
-    config = tmp_path / 'tenks.conf'
-    config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
-                      % env.conf.hostagent.vbmcd_control_port)
     clean = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
     return subprocess.run(
-        [cf.TENKS, '--state-dir', env.state_dir, '--config-file',
-         str(config), *args],
+        [cf.TENKS, '--state-dir', env.state_dir, *args],
         capture_output=True, text=True, timeout=180,
         env=dict(clean, **environ))
 

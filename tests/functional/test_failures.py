@@ -159,15 +159,14 @@ def test_rollback_without_libvirt_keeps_what_a_rerun_needs(env):
     """libvirtd stops right after the domains are defined: what cannot be
     removed stays recorded with its nodes, the message says so, and a
     re-run deploys, then a teardown leaves nothing."""
-    # A first cluster starts this state directory's vbmcd, which we
-    # freeze so that the next deploy waits in its BMC tasks.
+    # A first cluster makes this state directory's IPMI BMC lock, which
+    # we hold so that the next deploy waits in its BMC tasks.
     first = env.spec(count=1, cluster=env.cluster + '-a',
                      bridge_prefix=env.bridge_prefix + 'a',
                      ipmi_port_range_start=PORT_BASE + 10,
                      ipmi_port_range_end=PORT_BASE + 19)
     env.deploy(first)
     spec = env.spec(count=2)
-    vbmcd = cf.vbmcd_pid(env.state_dir)
     # Bounded: a request nobody answers fails in seconds, not minutes.
     env.conf.set_override('agent_timeout', 20, group='conductor')
     outcome = {}
@@ -178,26 +177,23 @@ def test_rollback_without_libvirt_keeps_what_a_rerun_needs(env):
         except Exception as e:
             outcome['error'] = e
 
-    os.kill(vbmcd, signal.SIGSTOP)
     try:
         thread = threading.Thread(target=deploy, daemon=True)
-        thread.start()
-        try:
+        with cf.bmc_changes_held(env.state_dir):
+            thread.start()
             deadline = time.monotonic() + 60
             # Each node's request defines its domain, then waits on the
-            # frozen vbmcd to add its BMC.
+            # held lock to add its BMC.
             # (Node 0 is the first cluster's.)
             while defined(*map(env.node_name, range(3))) < 3:
                 assert time.monotonic() < deadline, 'domains never defined'
                 assert thread.is_alive(), outcome
                 time.sleep(0.05)
             stop_libvirtd()
-        finally:
-            os.kill(vbmcd, signal.SIGCONT)
-            # The requests fail (no libvirt) and neither their undo nor
-            # the revert can remove the domains: all over well within
-            # the agent_timeout of the two requests.
-            thread.join(90)
+        # The requests fail (no libvirt) and neither their undo nor the
+        # revert can remove the domains: all over well within the
+        # agent_timeout of the two requests.
+        thread.join(90)
     finally:
         start_libvirtd()
     assert not thread.is_alive(), 'the deploy never finished'

@@ -3,8 +3,8 @@ netlink: it finds what was changed by hand since the nodes were made,
 and changes nothing itself.
 
 Names start with the test's ``hx<hex>`` prefix; BMCs use UDP ports
-8900-8949. The vbmcd killed is the test's own (its state directory is
-the test's).
+8900-8949. The IPMI host killed is the test's own (its state directory
+is the test's).
 """
 
 import contextlib
@@ -19,6 +19,7 @@ from pyroute2 import IPRoute
 
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import rpc
+from tests.functional import cluster_fixtures as cf
 from tests.functional import drivers_fixtures as fx
 from tests.functional.cluster_fixtures import ipmitool
 from tests.functional.test_node_requests import Hypervisor
@@ -46,7 +47,8 @@ def make(hv, count):
 
 
 def snapshot(hv, nodes):
-    """What a change would show: domain XMLs, links, vbmcd's pid."""
+    """What a change would show: domain XMLs, links, the IPMI host's
+    pid."""
     with IPRoute() as ipr:
         links = {link.get('ifname'): (link['index'], link.get('state'),
                                       link.get('master'))
@@ -55,7 +57,7 @@ def snapshot(hv, nodes):
              if hv.domain(n['name']) is not None else None for n in nodes},
             {n['nics'][0]['tap']: links.get(n['nics'][0]['tap'])
              for n in nodes},
-            hv.agent.bmc._daemon_pid(), hv.volume_files())
+            hv.agent.bmc._host_pid(), hv.volume_files())
 
 
 def inspect(hv, nodes):
@@ -89,23 +91,22 @@ def test_drift_made_by_hand_is_found_and_left_alone(hv):
     assert int(hv.domain(names[3]).findtext('memory')) == 256 * 1024
 
 
-def test_killed_vbmcd_shows_every_bmc_missing_and_is_not_restarted(hv):
+def test_killed_ipmi_host_shows_every_bmc_missing_and_is_not_restarted(
+        hv):
     nodes = make(hv, 2)
     port = nodes[0]['bmc']['port']
     assert ipmitool(port, 'power', 'status').returncode == 0
-    pid = hv.agent.bmc._daemon_pid()
-    with open(os.path.join(hv.agent.conf.state_dir, 'vbmc',
-                           'vbmcd.pid')) as f:
-        assert int(f.read()) == pid  # the test's own vbmcd
+    pid = hv.agent.bmc._host_pid()
+    assert pid == cf.ipmi_host_pid(hv.agent.conf.state_dir)  # the test's
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while hv.agent.bmc._daemon_pid() is not None:
+    while hv.agent.bmc._host_pid() is not None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert inspect(hv, nodes) == {
         n['name']: [['bmc', n['name'], 'missing']] for n in nodes}
-    assert hv.agent.bmc._daemon_pid() is None
-    # ensure_node repairs it: vbmcd started again, serving the BMC.
+    assert hv.agent.bmc._host_pid() is None
+    # ensure_node repairs it: the host started again, serving the BMC.
     result = hv.nodes.ensure(nodes[0], fx.OWNER, False)
     assert result['updated'] == [['bmc', nodes[0]['name']]]
     assert ipmitool(port, 'power', 'status').returncode == 0

@@ -2,7 +2,7 @@
 netlink: ensure_node converges a node, remove_node removes it.
 
 Names start with the test's ``hx<hex>`` prefix; BMCs use UDP ports
-8500-8599. Each test removes its BMCs (and so its vbmcd), and ``left``
+8500-8599. Each test removes its BMCs (and so its IPMI host), and ``left``
 removes and checks the rest.
 """
 
@@ -25,8 +25,8 @@ from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 from tenks import rpc
 from tests.functional import drivers_fixtures as fx
+from tests.functional.cluster_fixtures import ipmi_host_pid
 from tests.functional.cluster_fixtures import ipmitool
-from tests.functional.cluster_fixtures import vbmcd_pid
 
 pytestmark = pytest.mark.functional
 
@@ -261,8 +261,8 @@ def test_failure_midway_leaves_nothing_the_request_made(hv):
     assert hv.domain(node['name']) is None
     assert not any(link_exists(n['tap']) for n in node['nics'])
     assert hv.volume_files() == []
-    # No vbmcd left serving nothing (it was started for this BMC).
-    assert vbmcd_pid(hv.agent.conf.state_dir) is None
+    # No IPMI host left serving nothing (it was started for this BMC).
+    assert ipmi_host_pid(hv.agent.conf.state_dir) is None
     assert hv.agent.bmc.list_bmcs() == []
 
 

@@ -322,7 +322,7 @@ def test_nova_schedules_servers_onto_tenks_nodes_and_vms_never(
     assert 'only with --force' in message
     assert env.leftovers() == before
     assert len(env.nodes()) == 3
-    assert cf.vbmcd_pid(env.state_dir)
+    assert cf.ipmi_host_pid(env.state_dir)
     assert {n.id for n in cloud.baremetal.nodes()} >= set(names)
     assert cloud.compute.find_flavor(env.cluster + '-gold') is not None
     phases('teardown refused')

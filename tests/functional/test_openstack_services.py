@@ -21,7 +21,6 @@ import pytest
 from openstack import exceptions
 
 from hostagent.drivers.bmc import virtualbmc
-from tests.functional import cluster_fixtures as cf
 from tests.functional import drivers_fixtures as df
 from tests.functional import openstack_fixtures as osf
 
@@ -80,8 +79,8 @@ def bmc(tmp_path, cleanups):
     name = 'os-' + secrets.token_hex(3)
     port = free_ipmi_port()
     password = secrets.token_hex(8)
-    driver = virtualbmc.VirtualBmcDriver(df.make_conf(
-        tmp_path, libvirt_uri=URI, vbmcd_control_port=cf.free_tcp_port()))
+    driver = virtualbmc.VirtualBmcDriver(df.make_conf(tmp_path,
+                                                      libvirt_uri=URI))
     lv = libvirt.open(URI)
     cleanups.append(lv.close)
 
@@ -95,7 +94,7 @@ def bmc(tmp_path, cleanups):
     def remove_bmc():
         driver.remove_bmc(name)
         if driver._proc is not None:
-            driver._proc.wait()  # reap the vbmcd this process started
+            driver._proc.wait()  # reap the IPMI host this process started
 
     lv.defineXML(DOMAIN_XML % name)
     cleanups.append(remove_domain)

@@ -5,7 +5,6 @@ as it was, and a killed reconfigure resumes."""
 
 import os
 import re
-import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -100,8 +99,10 @@ def links():
 
 
 def bmc_entries(env):
-    path = os.path.join(env.state_dir, 'vbmc', 'domains')
-    return set(os.listdir(path)) if os.path.isdir(path) else set()
+    """The domains whose IPMI BMC definitions are stored."""
+    path = os.path.join(env.state_dir, 'ipmi', 'bmcs')
+    return {name[:-len('.json')] for name in os.listdir(path)
+            if name.endswith('.json')} if os.path.isdir(path) else set()
 
 
 def traces(env, node):
@@ -114,7 +115,7 @@ def traces(env, node):
     found += ['tap %s' % nic['tap'] for nic in node['nics']
               if nic['tap'] in links()]
     if node['name'] in bmc_entries(env):
-        found.append('vbmc entry')
+        found.append('BMC definition')
     if answers(node['bmc_port']):
         found.append('IPMI answers')
     return found
@@ -324,11 +325,7 @@ def test_failure_mid_reconfigure_is_rolled_back(env, monkeypatch):
 
 
 def test_killed_reconfigure_resumes(env, tmp_path):
-    config = tmp_path / 'tenks.conf'
-    config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
-                      % env.conf.hostagent.vbmcd_control_port)
-    base = [cf.TENKS, '--state-dir', env.state_dir, '--config-file',
-            str(config)]
+    base = [cf.TENKS, '--state-dir', env.state_dir]
 
     def deploy(spec, check=True):
         path = tmp_path / 'cluster.yaml'
@@ -342,10 +339,8 @@ def test_killed_reconfigure_resumes(env, tmp_path):
     wanted = resized(env, memory_mb=192, count=3)
     path = tmp_path / 'cluster.yaml'
     path.write_text(yaml.safe_dump(wanted))
-    vbmcd = cf.vbmcd_pid(env.state_dir)
-    # Frozen, the vbmcd holds every node request at its BMC step.
-    os.kill(vbmcd, signal.SIGSTOP)
-    try:
+    # Held, the BMC lock holds every node request at its BMC step.
+    with cf.bmc_changes_held(env.state_dir):
         running = subprocess.Popen([*base, 'deploy', str(path)],
                                    stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE)
@@ -357,8 +352,6 @@ def test_killed_reconfigure_resumes(env, tmp_path):
             time.sleep(0.05)
         running.kill()
         running.wait()
-    finally:
-        os.kill(vbmcd, signal.SIGCONT)
 
     # Interrupted: another spec is refused until this one finishes.
     other = deploy(env.spec(count=2), check=False)

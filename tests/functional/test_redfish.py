@@ -573,8 +573,8 @@ def test_a_node_changes_from_ipmi_to_redfish_in_place(cloud_env, cloud):
         before['uuid'], before['name'], before['nics'])
     assert (after['bmc_type'], after['bmc_port'], after['bmc_system_id']) \
         == ('redfish', 9057, before['uuid'])
-    # The IPMI BMC is gone with its vbmcd; the Redfish system answers.
-    assert cf.vbmcd_pid(cloud_env.state_dir) is None
+    # The IPMI BMC is gone with its IPMI host; the Redfish system answers.
+    assert cf.ipmi_host_pid(cloud_env.state_dir) is None
     assert requests.get(url(after), auth=AUTH).status_code == 200
     ironic = cloud.baremetal.get_node(after['uuid'])
     assert (ironic.driver, ironic.provision_state) == ('redfish',

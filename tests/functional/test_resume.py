@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import time
@@ -41,15 +40,11 @@ def defined(*names):
 
 
 def test_killed_deploy_resumes(env, tmp_path):
-    config = tmp_path / 'tenks.conf'
-    config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
-                      % env.conf.hostagent.vbmcd_control_port)
-    base = [cf.TENKS, '--state-dir', env.state_dir, '--config-file',
-            str(config)]
+    base = [cf.TENKS, '--state-dir', env.state_dir]
     path = tmp_path / 'cluster.yaml'
     path.write_text(yaml.safe_dump(env.spec(count=2)))
 
-    # A first, one-node cluster starts this state dir's vbmcd...
+    # A first, one-node cluster makes this state dir's IPMI BMC lock...
     first = tmp_path / 'first.yaml'
     first.write_text(yaml.safe_dump(env.spec(
         count=1, cluster=env.cluster + '-a',
@@ -57,16 +52,14 @@ def test_killed_deploy_resumes(env, tmp_path):
         ipmi_port_range_start=env.port_base + 5)))
     subprocess.run([*base, 'deploy', str(first)], check=True,
                    capture_output=True, timeout=120)
-    vbmcd = cf.vbmcd_pid(env.state_dir)
-    # ...which we freeze, so the next deploy blocks in its BMC tasks.
-    os.kill(vbmcd, signal.SIGSTOP)
-    try:
+    # ...which we hold, so the next deploy blocks in its BMC tasks.
+    with cf.bmc_changes_held(env.state_dir):
         deploy = subprocess.Popen([*base, 'deploy', str(path)],
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         # Each node is one agent request (volumes, ports, domain, then
-        # BMC): its domain defined, it waits on the frozen vbmcd. (The
+        # BMC): its domain defined, it waits for the lock. (The
         # first cluster's node holds the first name.)
         names = (env.node_name(1), env.node_name(2))
         while defined(*names) < 2:
@@ -75,8 +68,6 @@ def test_killed_deploy_resumes(env, tmp_path):
             time.sleep(0.05)
         deploy.kill()
         deploy.wait()
-    finally:
-        os.kill(vbmcd, signal.SIGCONT)
     # Killed half way: the nodes' BMCs are not there yet.
     assert recorded(env.state_dir, 'bmc') == 1
 

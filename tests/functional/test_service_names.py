@@ -62,8 +62,7 @@ host = %s
 
 [hostagent]
 heartbeat_interval = 1
-vbmcd_control_port = %d
-''' % (url, tmp_path / 'agent', agent_name, cf.free_tcp_port()))
+''' % (url, tmp_path / 'agent', agent_name))
         conf = tenks_conf.new_conf()
         conf([], default_config_files=[])
         bus = rpc.Bus(conf, url=url)
@@ -118,8 +117,7 @@ host = early-%s
 
 [hostagent]
 heartbeat_interval = 600
-vbmcd_control_port = %d
-''' % (url, tmp_path / 'agent', token, cf.free_tcp_port()))
+''' % (url, tmp_path / 'agent', token))
         conductor = service('conductor', tmp_path, '''
 [DEFAULT]
 transport_url = %s

@@ -25,14 +25,10 @@ def env(tmp_path):
 
 
 def start_tenks(env, state_dir, *args):
-    config = state_dir + '.conf'
-    with open(config, 'w') as f:
-        f.write('[hostagent]\nvbmcd_control_port = %d\n'
-                % env.conf.hostagent.vbmcd_control_port)
     environ = {k: v for k, v in os.environ.items()
                if k not in ('TENKS_TRANSPORT_URL', 'TENKS_STATE_DIR')}
     return subprocess.Popen(
-        [cf.TENKS, '--state-dir', state_dir, '--config-file', config, *args],
+        [cf.TENKS, '--state-dir', state_dir, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=environ)
 
@@ -119,13 +115,13 @@ def test_bmc_password_at_rest(env):
 
     dirs = {path: m for path, (is_dir, m) in state.items() if is_dir}
     files = {path: m for path, (is_dir, m) in state.items() if not is_dir}
-    for path in ('.', 'locks', 'logs', 'logs/console', 'vbmc'):
+    for path in ('.', 'locks', 'logs', 'logs/console', 'ipmi', 'ipmi/bmcs'):
         assert dirs.pop(path) == 0o700, path
     assert {m for m in dirs.values()} == {0o700}, dirs
     db_files = ['state.sqlite', 'state.sqlite-wal', 'state.sqlite-shm']
     assert [files[path] for path in db_files] == [0o600] * 3
-    # Everything else that may hold the password: the vbmc daemon's
-    # configuration and logs, the console logs.
+    # Everything else that may hold the password: the IPMI host's BMC
+    # definitions and log, the console logs.
     exposed = {path: oct(m) for path, m in files.items()
                if m & 0o077 and not path.startswith('locks/')}
     assert exposed == {}

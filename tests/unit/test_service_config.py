@@ -73,6 +73,18 @@ def test_unknown_driver(tmp_path):
     assert daemon.validate(conf, 'conductor') == []
 
 
+def test_vbmcd_control_port_is_accepted_and_said_to_be_ignored(tmp_path,
+                                                               caplog):
+    """Issue 19: no TCP control port any more; a configuration that still
+    sets one starts, with a warning."""
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[hostagent]\nvbmcd_control_port = 50891\n')
+    assert daemon.validate(conf, 'hostagent') == []
+    assert ('Option "vbmcd_control_port" from group "hostagent" is '
+            'deprecated for removal (Ignored: the IPMI BMCs are controlled '
+            'over a Unix socket in state_dir' in caplog.text)
+
+
 def test_redfish_tls_files_go_together_and_must_be_readable(tmp_path):
     cert = tmp_path / 'c.pem'
     cert.write_text('x')

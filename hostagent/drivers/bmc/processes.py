@@ -33,17 +33,19 @@ def alive(pid):
     return False
 
 
+def marked(pid, marker):
+    """Whether process ``pid`` lives with ``marker`` (bytes,
+    ``NAME=value``) in its environment."""
+    try:
+        with open('/proc/%d/environ' % pid, 'rb') as f:
+            return marker in f.read().split(b'\0') and alive(pid)
+    except OSError:
+        return False
+
+
 def marked_pids(marker):
-    """Live processes whose environment holds ``marker`` (bytes,
-    ``NAME=value``), never this one."""
-    pids = set()
-    for pid in os.listdir('/proc'):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open('/proc/%s/environ' % pid, 'rb') as f:
-                if marker in f.read().split(b'\0') and alive(int(pid)):
-                    pids.add(int(pid))
-        except OSError:
-            pass
-    return pids
+    """Live processes whose environment holds ``marker``, never this
+    one."""
+    return {int(pid) for pid in os.listdir('/proc')
+            if pid.isdigit() and int(pid) != os.getpid()
+            and marked(int(pid), marker)}
