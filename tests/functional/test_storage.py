@@ -323,10 +323,12 @@ def test_lvm_pool_on_a_loop_device(env):
         env.deploy(spec)
         pool = 'tenks-' + env.cluster
         with embedded.embedded(env.conf) as conductor:
-            owner = 'tenks:%s:%s' % (
-                env.cluster, conductor.db.get_cluster(env.cluster).uuid)
+            owner = 'tenks:%s:%s/%s' % (
+                env.cluster, conductor.db.get_cluster(env.cluster).uuid,
+                env.conf.hostagent.host)
         # A volume group of the pool's name on the device, tagged with
-        # its owner; the pool is libvirt's logical pool on it.
+        # its owner (the deployment and the hostagent); the pool is
+        # libvirt's logical pool on it.
         assert vg_tags(pool) == (0, [owner, device])
         conn = libvirt.open(cf.URI)
         try:

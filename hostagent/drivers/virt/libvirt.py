@@ -91,11 +91,16 @@ def _set_mark(path, owner):
 def _check_mark(path, kind, name, owner):
     """Raise ResourceConflict unless ``path`` carries ``owner``."""
     mark = _mark(path)
-    if mark != owner:
+    if not tenks_names.owns(owner, mark):
         raise exceptions.ResourceConflict(
             kind=kind, name=name, owner=owner,
             reason='%s %s' % (path, 'has no Tenks owner mark' if mark is None
                               else 'belongs to %s' % mark))
+
+
+def _tagged(tags, owner):
+    """Whether the LVM ``tags`` of a group or volume carry ``owner``."""
+    return any(tenks_names.owns(owner, tag) for tag in tags)
 
 
 def _disk_dev(index, prefix='vd'):
@@ -352,7 +357,9 @@ class LibvirtDriver(base.VirtDriver):
                 raise exceptions.ResourceConflict(
                     kind='Storage pool', name=name, owner=owner,
                     reason='its target is %s, not %s' % (at, path))
-            if pool.UUIDString() != _pool_uuid(name, owner):
+            if pool.UUIDString() not in {
+                    _pool_uuid(name, owner),
+                    _pool_uuid(name, tenks_names.deployment_mark(owner))}:
                 mark = (_mark(path) if not logical and os.path.isdir(path)
                         else None)
                 raise exceptions.ResourceConflict(
@@ -362,7 +369,7 @@ class LibvirtDriver(base.VirtDriver):
             ours = pool
         if logical:
             tags = storage.vg_tags(name)
-            if tags is not None and owner not in tags:
+            if tags is not None and not _tagged(tags, owner):
                 raise exceptions.ResourceConflict(
                     kind='Volume group', name=name, owner=owner,
                     reason='it has %s' % (
@@ -496,7 +503,7 @@ class LibvirtDriver(base.VirtDriver):
             tags = storage.lv_tags(vg).get(name)
             if tags is None:
                 return None
-            if owner not in tags:
+            if not _tagged(tags, owner):
                 raise exceptions.ResourceConflict(
                     kind=kind, name=pool, owner=owner,
                     reason='logical volume %s/%s has %s' % (
@@ -573,14 +580,14 @@ class LibvirtDriver(base.VirtDriver):
     def _interrupted(self, lvpool, pool, name, owner):
         """Whether volume ``name`` is one this agent began to make for
         ``owner`` and never finished."""
-        return (self._making_for(pool, name) == owner
+        return (tenks_names.owns(owner, self._making_for(pool, name))
                 and self._unmarked_volume(lvpool, name))
 
     def _settle(self, lvpool, pool, name, owner):
         """Delete a volume whose making for ``owner`` was interrupted (it
         is half made: it is made again), and forget that making. Another
         owner's making is left to that owner."""
-        if self._making_for(pool, name) != owner:
+        if not tenks_names.owns(owner, self._making_for(pool, name)):
             return
         if self._unmarked_volume(lvpool, name):
             lvpool.refresh(0)
@@ -708,13 +715,13 @@ class LibvirtDriver(base.VirtDriver):
             if root.get('type') == 'logical':
                 tags = storage.lv_tags(root.findtext('source/name'))
                 marks = {name: None if name not in tags
-                         else owner in tags[name] for name in names}
+                         else _tagged(tags[name], owner) for name in names}
             else:
                 directory = root.findtext('target/path')
                 paths = {name: os.path.join(directory, name)
                          for name in names}
                 marks = {name: None if not os.path.lexists(path)
-                         else _mark(path) == owner
+                         else tenks_names.owns(owner, _mark(path))
                          for name, path in paths.items()}
             listed = {vol.name(): vol for vol in lvpool.listAllVolumes()}
             infos, unlisted = {}, []
@@ -911,7 +918,7 @@ class LibvirtDriver(base.VirtDriver):
     @staticmethod
     def _check_owner(dom, name, owner):
         mark = _owner_mark(dom)
-        if mark != owner:
+        if not tenks_names.owns(owner, mark):
             raise exceptions.ResourceConflict(
                 kind='Domain', name=name, owner=owner,
                 reason=('it has no Tenks owner mark' if mark is None
@@ -949,7 +956,7 @@ class LibvirtDriver(base.VirtDriver):
         path = wanted['nvram'][0]
         if not os.path.lexists(path):
             return ['NVRAM file %s missing' % path]
-        if _mark(path) != owner:
+        if not tenks_names.owns(owner, _mark(path)):
             return ['NVRAM file %s is not ours' % path]
         return []
 
@@ -973,7 +980,7 @@ class LibvirtDriver(base.VirtDriver):
                         raise
                     changes[name] = None
                     continue
-                if mark != owner:
+                if not tenks_names.owns(owner, mark):
                     changes[name] = base.FOREIGN
                     continue
                 try:
@@ -1080,7 +1087,7 @@ class LibvirtDriver(base.VirtDriver):
         if removed."""
         if not os.path.lexists(path):
             return False
-        if _mark(path) != owner:
+        if not tenks_names.owns(owner, _mark(path)):
             LOG.warning('Left NVRAM file %s in place: it is not owned by '
                         '%s', path, owner)
             return False
