@@ -7,9 +7,11 @@ import errno
 import glob
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
+import urllib.parse
 import uuid
 from xml.etree import ElementTree as ET
 
@@ -31,6 +33,8 @@ ET.register_namespace('tenks', OWNER_NS)
 # Extended attribute with the owner of a pool's directory or a volume.
 OWNER_XATTR = 'user.tenks.owner'
 POOL_UUID_NS = uuid.UUID('5f0b3c52-8f59-4a8e-9a41-6c1d2b7e0a10')
+# The socket libvirtd listens on unless told otherwise.
+DEFAULT_SOCKET = '/run/libvirt/libvirt-sock'
 
 # The words virsh uses for each state.
 STATES = {
@@ -66,6 +70,21 @@ def _lookup(func, name, missing_code):
         if e.get_error_code() == missing_code:
             return None
         raise
+
+
+def _daemon(uri, hostname, host_uuid):
+    """The libvirt daemon ``uri`` reaches, named alike by every hostagent
+    that reaches it: its driver and socket (as ``uri`` says, the default
+    one left out) on its host (hostname and host UUID, as libvirt gives
+    them)."""
+    parts = urllib.parse.urlsplit(uri)
+    socket = urllib.parse.parse_qs(parts.query).get('socket', [''])[0]
+    if socket:
+        socket = re.sub('^/var/run/', '/run/', os.path.normpath(socket))
+    where = '%s://%s' % (parts.scheme.split('+')[0], parts.path)
+    if socket and socket != DEFAULT_SOCKET:
+        where += '?socket=%s' % socket
+    return '%s on %s (host UUID %s)' % (where, hostname, host_uuid)
 
 
 def _pool_uuid(name, owner):
@@ -317,9 +336,12 @@ class LibvirtDriver(base.VirtDriver):
         with self._libvirt('read hypervisor facts') as conn:
             version = conn.getLibVersion()
             info = conn.getInfo()
+            daemon = _daemon(self._uri, conn.getHostname(), ET.fromstring(
+                conn.getCapabilities()).findtext('host/uuid'))
         return {
             'libvirt_version': '%d.%d.%d' % (
                 version // 1000000, version // 1000 % 1000, version % 1000),
+            'libvirt_daemon': daemon,
             'cpus': info[2],
             'memory_mb': info[1],
             'firmware': ['bios'] + sorted(self._firmware()),
