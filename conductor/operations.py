@@ -288,13 +288,27 @@ class Operations:
                          {'operation': operation_id, 'error': str(error)},
                          error=True))
 
+    def _whereabouts(self, operation_id):
+        """Where each node of a move operation is now, in words."""
+        plan = self.db.get_operation(operation_id).plan or {'moves': ()}
+        where = []
+        for move in plan['moves']:
+            node = self.db.get_node(move['uuid'])
+            if node is not None:
+                where.append('%s on %s (%s)' % (
+                    node.name, node.hypervisor,
+                    'moved' if node.hypervisor == move['target']
+                    else 'not moved'))
+        return ', '.join(where) or 'no node was planned to move'
+
     def _after_failure(self, kind, name, before, operation_id):
         if self.db.get_cluster(name) is None:
             return '. Everything this %s created was rolled back' % kind
         if kind == 'move':
             return ('. Nodes whose move failed were rolled back to their '
-                    'old hypervisor, those moved stay at their new one: '
-                    '"tenks node list" shows where each node is')
+                    'old hypervisor, those moved stay at their new one, '
+                    'each whole at one: %s' % self._whereabouts(
+                        operation_id))
         if kind == 'teardown':
             left = len(self.db.list_resources(name))
             return ('. %d resource(s) remain recorded: run the teardown '

@@ -56,27 +56,29 @@ class RemoveResource(task.Task):
         self.row = row
 
     def execute(self, operation_id):
-        svc = context.get()
-        row = self.row
-        try:
-            if row['kind'] in CLOUD_REMOVERS:
-                result = CLOUD_REMOVERS[row['kind']](svc,
-                                                     **row['remove_args'])
-            else:
-                result = svc.agents.request(
-                    row['hypervisor'], 'remove_' + row['kind'],
-                    base.request_id(operation_id, self.name),
-                    **row['remove_args'])
-        except exceptions.ResourceConflict as e:
-            result = {'changed': False, 'warnings': [
-                'Left %s %s on %s: it is no longer ours (%s); its record '
-                'is dropped' % (row['kind'], row['name'], row['hypervisor'],
-                                e)]}
-        svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
-        return result
+        return remove(context.get(), self.row,
+                      base.request_id(operation_id, self.name))
 
     def revert(self, result, **kwargs):
         pass
+
+
+def remove(svc, row, request_id):
+    """Remove the thing of resource ``row`` (a dict), then its record;
+    see RemoveResource."""
+    try:
+        if row['kind'] in CLOUD_REMOVERS:
+            result = CLOUD_REMOVERS[row['kind']](svc, **row['remove_args'])
+        else:
+            result = svc.agents.request(
+                row['hypervisor'], 'remove_' + row['kind'], request_id,
+                **row['remove_args'])
+    except exceptions.ResourceConflict as e:
+        result = {'changed': False, 'warnings': [
+            'Left %s %s on %s: it is no longer ours (%s); its record is '
+            'dropped' % (row['kind'], row['name'], row['hypervisor'], e)]}
+    svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
+    return result
 
 
 def teardown_plan(cluster, nodes, resources, force=False):

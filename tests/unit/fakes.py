@@ -124,6 +124,9 @@ class FakeVirt(base.VirtDriver):
                 else self.domain_changes(d, owner) for d in domains}
 
     def start_domain(self, name, owner):
+        error = self.hv.fail.get(('start', name))
+        if error is not None:
+            raise error
         started = name not in self.hv.running
         self.hv.running.add(name)
         return started

@@ -216,6 +216,31 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
     assert hypervisor.things == {}
 
 
+def test_a_move_that_fails_at_its_last_step_leaves_the_node_whole_there(
+        conductor, hypervisor, hv2):
+    deploy_on_hv1(conductor, hypervisor, count=1)
+    hv2.fail[('start', 'tk0')] = exceptions.DriverError(
+        driver='fake', action='start domain tk0', reason='no memory')
+    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    assert operation['state'] == 'failed'
+    assert 'no memory' in operation['error']
+    assert 'each whole at one: tk0 on hv2 (moved)' in operation['error']
+    [tk0] = conductor.db.list_nodes()
+    assert tk0.hypervisor == 'hv2'
+    # Whole at hv2, with the cluster's pool and bridge there; nothing of
+    # the cluster is left at hv1.
+    assert sorted(hv2.things) == [
+        ('bmc', 'tk0'), ('bridge', 'bbrtenks0'), ('domain', 'tk0'),
+        ('pool', 'tenks-bunit'), ('port', 'p-btk0-0'), ('volume', 'tk0vol0')]
+    assert hypervisor.things == {}
+    assert {(r.hypervisor, r.kind, r.name)
+            for r in conductor.db.list_resources('unit')} == {
+        ('hv2', kind, name) for kind, name in hv2.things}
+    # A teardown finds everything where the record says.
+    assert conductor.teardown('unit')['changed']
+    assert hv2.things == {}
+
+
 def test_a_move_between_hostagents_of_one_libvirt_is_refused_first(
         conductor, hypervisor, hv2):
     deploy_on_hv1(conductor, hypervisor, count=1)
