@@ -275,6 +275,44 @@ def _destroy(dom):
     return True
 
 
+class _Jobs:
+    """Jobs that may run side by side (``shared``) and one that must run
+    ``alone``, which waits for those running and goes before those
+    that come after it."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not (self._alone or self._waiting))
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not (self._alone or self._shared))
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+
+
 class LibvirtDriver(base.VirtDriver):
     """Pools, volumes and domains through one shared libvirt connection."""
 
@@ -287,6 +325,8 @@ class LibvirtDriver(base.VirtDriver):
         # Per (pool, volume): libvirt fails to read a volume that another
         # thread is still building.
         self._volume_locks = collections.defaultdict(threading.Lock)
+        # Per pool: its volume creations, and its refreshes.
+        self._jobs = collections.defaultdict(_Jobs)
         self._volume_locks_lock = threading.Lock()
 
     @property
@@ -507,13 +547,24 @@ class LibvirtDriver(base.VirtDriver):
         with self._volume_locks_lock:
             return self._volume_locks[(pool, name)]
 
-    @staticmethod
-    def _owned_volume(lvpool, pool, name, owner):
+    def _pool_jobs(self, pool):
+        with self._volume_locks_lock:
+            return self._jobs[pool]
+
+    def _refresh(self, lvpool, pool):
+        """Have libvirt scan ``lvpool`` again, while it creates no volume
+        in it: it refuses ("pool has asynchronous jobs running")."""
+        with self._pool_jobs(pool).alone():
+            lvpool.refresh(0)
+
+    def _owned_volume(self, lvpool, pool, name, owner):
         """Our volume ``name`` in ``lvpool``, or None when there is none.
 
         A file of that name in a dir pool's directory that libvirt has
         not listed yet counts too, and so does such a logical volume of
-        a logical pool's group. Raises ResourceConflict when it is not
+        a logical pool's group; one libvirt lists that is gone (deleted
+        by hand) does not, and the pool is scanned again so that it can
+        be made again. Raises ResourceConflict when it is not
         ``owner``'s.
         """
         root = ET.fromstring(lvpool.XMLDesc())
@@ -524,6 +575,8 @@ class LibvirtDriver(base.VirtDriver):
             vg = root.findtext('source/name')
             tags = storage.lv_tags(vg).get(name)
             if tags is None:
+                if vol is not None:
+                    self._refresh(lvpool, pool)
                 return None
             if not _tagged(tags, owner):
                 raise exceptions.ResourceConflict(
@@ -533,12 +586,14 @@ class LibvirtDriver(base.VirtDriver):
                         else 'no Tenks owner tag'))
         else:
             path = os.path.join(root.findtext('target/path'), name)
-            if vol is None and not os.path.lexists(path):
+            if not os.path.lexists(path):
+                if vol is not None:
+                    self._refresh(lvpool, pool)
                 return None
             _check_mark(vol.path() if vol else path, kind, pool, owner)
         if vol is None:
             # Ours, made since the pool's last scan.
-            lvpool.refresh(0)
+            self._refresh(lvpool, pool)
             vol = lvpool.storageVolLookupByName(name)
         return vol
 
@@ -612,7 +667,7 @@ class LibvirtDriver(base.VirtDriver):
         if not tenks_names.owns(owner, self._making_for(pool, name)):
             return
         if self._unmarked_volume(lvpool, name):
-            lvpool.refresh(0)
+            self._refresh(lvpool, pool)
             vol = _lookup(lvpool.storageVolLookupByName, name,
                           libvirt.VIR_ERR_NO_STORAGE_VOL)
             if vol is not None:
@@ -678,8 +733,9 @@ class LibvirtDriver(base.VirtDriver):
                             source, self._image_dir()))
                         info = storage.image_info(image)
                         storage.check_fits(image, info, name, capacity)
-                    vol = lvpool.createXML(
-                        ET.tostring(root, encoding='unicode'))
+                    with self._pool_jobs(pool).shared():
+                        vol = lvpool.createXML(
+                            ET.tostring(root, encoding='unicode'))
                     try:
                         if image is not None:
                             storage.copy_image(image, info['format'],
