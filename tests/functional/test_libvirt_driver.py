@@ -76,6 +76,12 @@ def test_facts(driver):
     assert re.fullmatch(r'\d+\.\d+\.\d+', facts['libvirt_version'])
     assert facts['cpus'] >= 1
     assert facts['memory_mb'] >= 128
+    # The daemon, named alike through any URI that reaches it.
+    assert facts['libvirt_daemon'].startswith('qemu:///system on ')
+    assert libvirt_driver.LibvirtDriver(fx.make_conf(
+        driver.conf.state_dir, libvirt_uri='qemu+unix:///system?socket='
+        '/var/run/libvirt/libvirt-sock')).facts()['libvirt_daemon'] == (
+        facts['libvirt_daemon'])
 
 
 def test_unreachable_libvirt(tmp_path):

@@ -320,6 +320,8 @@ class LibvirtDriver(base.VirtDriver):
         super().__init__(conf)
         self._conn = None
         self._conn_lock = threading.Lock()
+        # The daemon the connection reaches (see _daemon), once read.
+        self._daemon = None
         # Pool define/create/undefine of one name must not interleave.
         self._pool_lock = threading.Lock()
         # Per (pool, volume): libvirt fails to read a volume that another
@@ -341,6 +343,7 @@ class LibvirtDriver(base.VirtDriver):
                     self._conn.close()
                 self._conn = None
             if self._conn is None:
+                self._daemon = None
                 try:
                     self._conn = libvirt.open(self._uri)
                 except libvirt.libvirtError as e:
@@ -376,8 +379,11 @@ class LibvirtDriver(base.VirtDriver):
         with self._libvirt('read hypervisor facts') as conn:
             version = conn.getLibVersion()
             info = conn.getInfo()
-            daemon = _daemon(self._uri, conn.getHostname(), ET.fromstring(
-                conn.getCapabilities()).findtext('host/uuid'))
+            daemon = self._daemon
+            if daemon is None:
+                daemon = self._daemon = _daemon(
+                    self._uri, conn.getHostname(), ET.fromstring(
+                        conn.getCapabilities()).findtext('host/uuid'))
         return {
             'libvirt_version': '%d.%d.%d' % (
                 version // 1000000, version // 1000 % 1000, version % 1000),
