@@ -25,19 +25,24 @@ class EnsureUplink(base.EnsureResource):
     kind = 'uplink'
 
 
-def host_setup_flow(entries):
+TASKS = {'pool': EnsurePool, 'bridge': EnsureBridge, 'uplink': EnsureUplink}
+
+
+def host_setup_flow(entries, tasks=None):
     """Pools and bridges of every host, each uplink after its bridge.
 
     ``entries``: the plan's ``host_ensure`` (tenks.reconcile.plan); an
-    uplink whose source changed is removed, then made again.
+    uplink whose source changed is removed, then made again. ``tasks``:
+    the task class of each kind (default TASKS).
     """
+    tasks = tasks or TASKS
     flow = unordered_flow.Flow('host-setup')
     chains = {}
     for entry in entries:
         host, kind, name = entry['hypervisor'], entry['kind'], entry['name']
         if kind == 'pool':
-            flow.add(EnsurePool(host, name, entry['args'], entry['args'],
-                                new=True))
+            flow.add(tasks['pool'](host, name, entry['args'],
+                                   entry['args'], new=True))
             continue
         chain = chains.get((host, name))
         if chain is None:
@@ -45,14 +50,14 @@ def host_setup_flow(entries):
                 'network:%s:%s' % (host, name))
             flow.add(chain)
         if kind == 'bridge':
-            chain.add(EnsureBridge(host, name, entry['args'],
-                                   entry['args'], new=True))
+            chain.add(tasks['bridge'](host, name, entry['args'],
+                                      entry['args'], new=True))
             continue
         if entry['old'] is not None:
             # Same veth names, another source: the old link goes first.
             chain.add(teardown.RemoveResource({
                 'hypervisor': host, 'kind': kind, 'name': name,
                 'remove_args': entry['old']}))
-        chain.add(EnsureUplink(host, name, entry['args'], entry['args'],
-                               new=entry['old'] is None))
+        chain.add(tasks['uplink'](host, name, entry['args'], entry['args'],
+                                  new=entry['old'] is None))
     return flow

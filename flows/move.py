@@ -9,7 +9,9 @@ ran. Then the cluster's pool and bridges go from hosts it left.
 
 A node whose record names its new host has moved: no revert touches it
 again, so a failure of one node's move leaves the nodes that moved
-where they are and the others whole at their old place.
+where they are and the others whole at their old place, each with the
+cluster's pool and bridges of its host: a revert keeps those of a host
+the cluster still has a node on, and removes those of a host it left.
 """
 
 from oslo_log import log as logging
@@ -24,6 +26,7 @@ from flows import host_setup
 from flows import nodes
 from flows import records
 from flows import registration
+from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 from tenks import placement_aggregates
@@ -41,13 +44,82 @@ def get_move_flow(operation_id):
     plan = operation.plan
     passwords = reconcile.bmc_passwords(operation.spec)
     flow = linear_flow.Flow('move:%s' % plan['cluster'])
+    flow.add(LeftHosts(plan['host_remove']))
     if plan['host_ensure']:
-        flow.add(host_setup.host_setup_flow(plan['host_ensure']))
+        flow.add(host_setup.host_setup_flow(plan['host_ensure'], HOST_TASKS))
     moving = unordered_flow.Flow('moves')
     for move in plan['moves']:
         moving.add(move_flow(move, passwords))
     flow.add(moving, *deploy.host_removal(plan['host_remove']))
     return flow
+
+
+def has_nodes(svc, cluster, host):
+    """Whether the record has a node of ``cluster`` on ``host``."""
+    return bool(svc.db.list_nodes(cluster=cluster, hypervisor=host))
+
+
+class _KeptWhileUsed:
+    """A host thing this move makes, kept by a revert (with its record)
+    while a node of the cluster is on its host: one that moved there
+    before another failed."""
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        if not has_nodes(context.get(), cluster, self.host):
+            super().revert(result, operation_id, cluster, **kwargs)
+
+
+class MovePool(_KeptWhileUsed, host_setup.EnsurePool):
+    pass
+
+
+class MoveBridge(_KeptWhileUsed, host_setup.EnsureBridge):
+    pass
+
+
+class MoveUplink(_KeptWhileUsed, host_setup.EnsureUplink):
+    pass
+
+
+HOST_TASKS = {'pool': MovePool, 'bridge': MoveBridge, 'uplink': MoveUplink}
+
+
+class LeftHosts(task.Task):
+    """First of the flow, so that its revert runs last: the host things
+    of the cluster (``rows``, resource dicts) on hosts its moves empty.
+
+    Reversion strategy: remove those of a host the cluster has no node
+    left on (every node there moved before the failure), as the flow
+    would have; what cannot be removed stays recorded, for a teardown.
+    """
+
+    def __init__(self, rows):
+        super().__init__(name='left-hosts', requires=(base.OPERATION_ID,
+                                                      base.CLUSTER))
+        self.rows = rows
+
+    def execute(self, operation_id, cluster):
+        pass
+
+    def revert(self, result, operation_id, cluster, **kwargs):
+        svc = context.get()
+        rows = [row for row in self.rows
+                if not has_nodes(svc, cluster, row['hypervisor'])
+                and svc.db.get_resource(row['hypervisor'], row['kind'],
+                                        row['name']) is not None]
+        rows.sort(key=lambda row: deploy.HOST_REMOVAL.index(row['kind']))
+        for row in rows:
+            thing = '%s:%s:%s' % (row['kind'], row['hypervisor'], row['name'])
+            try:
+                result = teardown.remove(svc, row, base.request_id(
+                    operation_id, self.name, 'revert-' + thing),
+                    operation_id, cluster)
+            except Exception as e:
+                LOG.warning('Could not remove %s, of a host the cluster '
+                            'left: %s', thing, e)
+                continue
+            for warning in result.get('warnings', ()):
+                LOG.warning('%s', warning)
 
 
 def move_flow(move, passwords):

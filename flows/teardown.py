@@ -56,29 +56,33 @@ class RemoveResource(task.Task):
         self.row = row
 
     def execute(self, operation_id, cluster):
-        svc = context.get()
-        row = self.row
-        try:
-            if row['kind'] in CLOUD_REMOVERS:
-                result = CLOUD_REMOVERS[row['kind']](svc,
-                                                     **row['remove_args'])
-            else:
-                result = svc.agents.request(
-                    row['hypervisor'], 'remove_' + row['kind'],
-                    base.request_id(operation_id, self.name),
-                    operation=operation_id, late=base.late_remove(
-                        cluster, [(row['kind'], row['name'])]),
-                    **row['remove_args'])
-        except exceptions.ResourceConflict as e:
-            result = {'changed': False, 'warnings': [
-                'Left %s %s on %s: it is no longer ours (%s); its record '
-                'is dropped' % (row['kind'], row['name'], row['hypervisor'],
-                                e)]}
-        svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
-        return result
+        return remove(context.get(), self.row,
+                      base.request_id(operation_id, self.name),
+                      operation_id, cluster)
 
     def revert(self, result, **kwargs):
         pass
+
+
+def remove(svc, row, request_id, operation_id, cluster):
+    """Remove the thing of resource ``row`` (a dict), then its record;
+    see RemoveResource. An agent's answer that comes after the request
+    gave up forgets the record then (conductor.late)."""
+    try:
+        if row['kind'] in CLOUD_REMOVERS:
+            result = CLOUD_REMOVERS[row['kind']](svc, **row['remove_args'])
+        else:
+            result = svc.agents.request(
+                row['hypervisor'], 'remove_' + row['kind'], request_id,
+                operation=operation_id, late=base.late_remove(
+                    cluster, [(row['kind'], row['name'])]),
+                **row['remove_args'])
+    except exceptions.ResourceConflict as e:
+        result = {'changed': False, 'warnings': [
+            'Left %s %s on %s: it is no longer ours (%s); its record is '
+            'dropped' % (row['kind'], row['name'], row['hypervisor'], e)]}
+    svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
+    return result
 
 
 def teardown_plan(cluster, nodes, resources, force=False):

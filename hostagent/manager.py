@@ -52,6 +52,7 @@ from hostagent import rpcapi
 from hostagent import transfer
 from tenks import conf as tenks_conf
 from tenks import exceptions
+from tenks import names
 from tenks import resources
 
 LOG = logging.getLogger(__name__)
@@ -287,11 +288,11 @@ class HostAgentManager:
 
         Also: the pool's free space in bytes, and
         ``foreign_interfaces``, [name, mark] of those of ``interfaces``
-        (names a deploy would create) that exist without the mark
-        ``owner`` (None: nothing is ours yet). Marks are interface
-        aliases, as the network drivers set them, or what a driver keeps
-        elsewhere (Open vSwitch's external_ids) for the driver of
-        ``bridge_type`` (the spec's; None: every driver).
+        (names a deploy would create) that exist without this
+        hostagent's mark for ``owner`` (None: nothing is ours yet).
+        Marks are interface aliases, as the network drivers set them, or
+        what a driver keeps elsewhere (Open vSwitch's external_ids) for
+        the driver of ``bridge_type`` (the spec's; None: every driver).
         ``redfish_port_user``: who holds the Redfish endpoint (see
         RedfishDriver.endpoint_user).
         """
@@ -323,8 +324,15 @@ class HostAgentManager:
                 [name, mark] for name, mark in (
                     (name, marks[name] if name in marks
                      else interface_mark(name)) for name in interfaces)
-                if mark is not None and (owner is None or mark != owner)])
+                if mark is not None and (
+                    owner is None or not names.owns(self._mark(owner),
+                                                    mark))])
         return dict(facts, changed=False)
+
+    def _mark(self, owner):
+        """This hostagent's mark for deployment ``owner``; see
+        nodes.Nodes.mark."""
+        return self.nodes.mark(owner)
 
     def register_now(self, context):
         """Register with the conductors at once (a conductor started)."""
@@ -339,25 +347,30 @@ class HostAgentManager:
 
     def ensure_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):
-        self._run(context, request_id, reply_to, [('pool', name)],
-                  self.virt.ensure_pool, name, path, owner, pool_type,
-                  devices)
+        self._run(context, request_id, reply_to,
+                  [('pool', name)],
+                  self.virt.ensure_pool, name, path, self._mark(owner),
+                  pool_type, devices)
 
     def remove_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):
-        self._run(context, request_id, reply_to, [('pool', name)],
-                  self.virt.remove_pool, name, path, owner, pool_type,
-                  devices)
+        self._run(context, request_id, reply_to,
+                  [('pool', name)],
+                  self.virt.remove_pool, name, path, self._mark(owner),
+                  pool_type, devices)
 
     def ensure_volume(self, context, request_id, reply_to, pool, name,
                       capacity, fmt, owner):
-        self._run(context, request_id, reply_to, [('volume', pool, name)],
-                  self.virt.ensure_volume, pool, name, capacity, fmt, owner)
+        self._run(context, request_id, reply_to,
+                  [('volume', pool, name)],
+                  self.virt.ensure_volume, pool, name, capacity, fmt,
+                  self._mark(owner))
 
     def remove_volume(self, context, request_id, reply_to, pool, name,
                       owner):
-        self._run(context, request_id, reply_to, [('volume', pool, name)],
-                  self.virt.remove_volume, pool, name, owner)
+        self._run(context, request_id, reply_to,
+                  [('volume', pool, name)],
+                  self.virt.remove_volume, pool, name, self._mark(owner))
 
     def _network(self, bridge_type, method):
         """``method`` of the network driver of ``bridge_type``, called
@@ -369,46 +382,54 @@ class HostAgentManager:
 
     def ensure_bridge(self, context, request_id, reply_to, name, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(context, request_id, reply_to, [('bridge', name)],
-                  self._network(bridge_type, 'ensure_bridge'), name, owner)
+        self._run(context, request_id, reply_to,
+                  [('bridge', name)],
+                  self._network(bridge_type, 'ensure_bridge'), name,
+                  self._mark(owner))
 
     def remove_bridge(self, context, request_id, reply_to, name, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(context, request_id, reply_to, [('bridge', name)],
-                  self._network(bridge_type, 'remove_bridge'), name, owner)
+        self._run(context, request_id, reply_to,
+                  [('bridge', name)],
+                  self._network(bridge_type, 'remove_bridge'), name,
+                  self._mark(owner))
 
     def ensure_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('uplink', bridge)],
                   self._network(bridge_type, 'ensure_uplink'), bridge,
-                  source, veth_names, owner)
+                  source, veth_names, self._mark(owner))
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('uplink', bridge)],
                   self._network(bridge_type, 'remove_uplink'), bridge,
-                  source, veth_names, owner)
+                  source, veth_names, self._mark(owner))
 
     def ensure_port(self, context, request_id, reply_to, bridge, name,
                     owner, bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('port', name)],
                   self._network(bridge_type, 'ensure_port'), bridge, name,
-                  owner)
+                  self._mark(owner))
 
     def remove_port(self, context, request_id, reply_to, name, owner,
                     bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
-        self._run(context, request_id, reply_to, [('port', name)],
-                  self._network(bridge_type, 'remove_port'), name, owner)
+        self._run(context, request_id, reply_to,
+                  [('port', name)],
+                  self._network(bridge_type, 'remove_port'), name,
+                  self._mark(owner))
 
     def ensure_domain(self, context, request_id, reply_to, domain, owner):
-        self._run(context, request_id, reply_to, [('domain', domain['name'])],
-                  self.virt.ensure_domain, domain, owner)
+        self._run(context, request_id, reply_to,
+                  [('domain', domain['name'])],
+                  self.virt.ensure_domain, domain, self._mark(owner))
 
     def remove_domain(self, context, request_id, reply_to, name, owner):
-        self._run(context, request_id, reply_to, [('domain', name)],
-                  self.virt.remove_domain, name, owner)
+        self._run(context, request_id, reply_to,
+                  [('domain', name)],
+                  self.virt.remove_domain, name, self._mark(owner))
 
     def ensure_bmc(self, context, request_id, reply_to, domain, address,
                    port, username, password):

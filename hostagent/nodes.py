@@ -24,6 +24,7 @@ from oslo_log import log as logging
 
 from hostagent.drivers import base
 from tenks import exceptions
+from tenks import names as tenks_names
 
 LOG = logging.getLogger(__name__)
 
@@ -334,13 +335,21 @@ def bridge_type(nic):
 class Nodes:
     """Whole-node requests on the drivers of one hypervisor."""
 
-    def __init__(self, virt, networks, bmc, redfish, host='?'):
-        """``networks``: {bridge_type: network driver} offered here."""
+    def __init__(self, virt, networks, bmc, redfish, host):
+        """``networks``: {bridge_type: network driver} offered here;
+        ``host``: this hostagent's name ([hostagent] host)."""
         self.virt = virt
         self.networks = networks
         self.bmc = bmc
         self.redfish = redfish
         self.host = host
+
+    def mark(self, owner):
+        """What this hostagent marks its volumes, domains and interfaces
+        with for deployment ``owner``, and takes as its own (see
+        tenks.names.owns). BMCs and Redfish emulators live in its state
+        directory: they carry the deployment's mark alone."""
+        return tenks_names.agent_owner(owner, self.host)
 
     def network(self, bridge_type):
         """The network driver of ``bridge_type``; NetworkDriverMismatch
@@ -352,21 +361,22 @@ class Nodes:
                 bridge_type=bridge_type)
         return driver
 
-    def _plan(self, node, owner):
+    def _plan(self, node, mark):
         """What would change, in words, and the volumes to grow.
 
-        Reads only; raises when the request cannot succeed.
+        Reads only; raises when the request cannot succeed. ``mark``:
+        this hostagent's (see mark).
         """
         found = self._existing(node)
         changes, grow = [], []
         for vol in ours(node):
-            info = self.virt.volume_info(node['pool'], vol['name'], owner)
+            info = self.virt.volume_info(node['pool'], vol['name'], mark)
             change = info and volume_change(node, vol, info)
             if change:
                 grow.append(vol['name'])
                 changes.append(change)
         changes += self.virt.domain_changes(domain(node, found),
-                                            owner) or []
+                                            mark) or []
         return changes, grow, found
 
     def _read_existing(self, nodes):
@@ -403,6 +413,7 @@ class Nodes:
         Each kind of part is read for all nodes at once. The parts a
         node's ``remove`` names are not looked at.
         """
+        mark = self.mark(owner)
         for node in nodes:
             check(node)
         parts = set(PARTS if parts is None else parts)
@@ -419,11 +430,11 @@ class Nodes:
             for node in nodes:
                 pools.setdefault(node['pool'], []).extend(
                     v['name'] for v in ours(node))
-            volumes = {pool: self.virt.volume_infos(pool, names, owner)
+            volumes = {pool: self.virt.volume_infos(pool, names, mark)
                        for pool, names in pools.items()}
         if 'domain' in parts:
             domains = self.virt.domains_changes(
-                [domain(n, attached) for n in nodes], owner)
+                [domain(n, attached) for n in nodes], mark)
         ports, bridges = {}, {}
         if parts & {'port', 'bridge'}:
             nics = {}
@@ -432,9 +443,9 @@ class Nodes:
                     nics.setdefault(bridge_type(nic), []).append(nic)
             for kind, of_kind in sorted(nics.items()):
                 network = self.network(kind)
-                ports.update(network.port_changes(of_kind, owner))
+                ports.update(network.port_changes(of_kind, mark))
                 bridges.update(network.bridge_changes(
-                    sorted({nic['bridge'] for nic in of_kind}), owner))
+                    sorted({nic['bridge'] for nic in of_kind}), mark))
         bmcs = {}
         if 'bmc' in parts:
             bmcs = self.bmc.bmc_changes({
@@ -492,10 +503,11 @@ class Nodes:
     def ensure(self, node, owner, force):
         """Converge ``node``; see the module and hostagent.rpcapi."""
         check(node)
+        mark = self.mark(owner)
         for nic in node['nics']:
             self.network(bridge_type(nic))
         name, pool = node['name'], node['pool']
-        changes, grow, found = self._plan(node, owner)
+        changes, grow, found = self._plan(node, mark)
         running = self.virt.domain_state(name) not in STOPPED
         if running and changes and not force:
             raise exceptions.NodeRunning(node=name,
@@ -506,48 +518,48 @@ class Nodes:
             if running and changes:
                 LOG.info('Powering node %s off to change it: %s', name,
                          '; '.join(changes))
-                stopped = self.virt.stop_domain(name, owner)
+                stopped = self.virt.stop_domain(name, mark)
             for vol in ours(node):
                 vname = vol['name']
                 if vname in grow:
                     self.virt.resize_volume(pool, vname, vol['capacity'],
-                                            owner)
+                                            mark)
                     outcome.updated.append(['volume', vname])
                     continue
                 outcome.ensured(
                     'volume', vname, self.virt.ensure_volume(
-                        pool, vname, vol['capacity'], vol['format'], owner,
+                        pool, vname, vol['capacity'], vol['format'], mark,
                         source=vol.get('source')),
-                    lambda v=vname: self.virt.remove_volume(pool, v, owner))
+                    lambda v=vname: self.virt.remove_volume(pool, v, mark))
             for nic in node['nics']:
                 tap, network = nic['tap'], self.network(bridge_type(nic))
                 outcome.ensured(
                     'port', tap, network.ensure_port(nic['bridge'], tap,
-                                                     owner),
-                    lambda t=tap, n=network: n.remove_port(t, owner))
+                                                     mark),
+                    lambda t=tap, n=network: n.remove_port(t, mark))
             outcome.ensured(
                 'domain', name, self.virt.ensure_domain(domain(node, found),
-                                                        owner),
-                lambda: self.virt.remove_domain(name, owner))
+                                                        mark),
+                lambda: self.virt.remove_domain(name, mark))
             if stopped:
-                self.virt.start_domain(name, owner)
+                self.virt.start_domain(name, mark)
                 stopped = False
             outcome.ensured('bmc', name, *self._ensure_bmc(node, owner))
             remove = node.get('remove') or {}
             types = remove.get('port_types', {})
             for tap in remove.get('ports', []):
                 network = self.network(types.get(tap, DEFAULT_BRIDGE_TYPE))
-                if network.remove_port(tap, owner):
+                if network.remove_port(tap, mark):
                     outcome.removed.append(['port', tap])
             for vname in remove.get('volumes', []):
-                if self.virt.remove_volume(pool, vname, owner):
+                if self.virt.remove_volume(pool, vname, mark):
                     outcome.removed.append(['volume', vname])
         except Exception:
             outcome.undo()
             if stopped:
                 # Powered off by this request and not changed: as it was.
                 with contextlib.suppress(Exception):
-                    self.virt.start_domain(name, owner)
+                    self.virt.start_domain(name, mark)
             raise
         return outcome.result(power_state=self.virt.domain_state(name))
 
@@ -580,16 +592,16 @@ class Nodes:
         {name: {'url', 'token'}}}.
         """
         check(node, EXPORT_SCHEMA)
-        name = node['name']
+        name, mark = node['name'], self.mark(owner)
         state = self.virt.domain_state(name)
         if state is None:
             raise exceptions.DriverError(
                 driver='libvirt', action='move node %s' % name,
                 reason='its domain is not defined here')
         # Its disks are copied: nothing may write to them meanwhile.
-        stopped = self.virt.stop_domain(name, owner)
+        stopped = self.virt.stop_domain(name, mark)
         paths = {vol['name']: self.virt.volume_path(node['pool'],
-                                                    vol['name'], owner)
+                                                    vol['name'], mark)
                  for vol in node['volumes']}
         return {'changed': stopped, 'power_state': state,
                 'volumes': exports.open(name, paths)}
@@ -597,9 +609,10 @@ class Nodes:
     def power(self, name, owner, on):
         """Start (``on``) or power off the node's domain; whether that
         changed it."""
+        mark = self.mark(owner)
         if on:
-            return {'changed': self.virt.start_domain(name, owner)}
-        return {'changed': self.virt.stop_domain(name, owner)}
+            return {'changed': self.virt.start_domain(name, mark)}
+        return {'changed': self.virt.stop_domain(name, mark)}
 
     def remove_bmc(self, name, owner=None):
         """Remove the node's BMC, whichever its type; whether there was
@@ -614,19 +627,19 @@ class Nodes:
         ResourceConflict raised once the rest is gone.
         """
         check(node, REMOVE_SCHEMA)
-        name, pool = node['name'], node['pool']
+        name, pool, mark = node['name'], node['pool'], self.mark(owner)
         outcome = _Outcome()
         kept = []
         steps = [('bmc', name, lambda: self.remove_bmc(name, owner)),
                  ('domain', name, lambda: self.virt.remove_domain(name,
-                                                                  owner))]
+                                                                  mark))]
         steps += [('port', n['tap'],
                    lambda n=n: self.network(bridge_type(n)).remove_port(
-                       n['tap'], owner))
+                       n['tap'], mark))
                   for n in node['nics']]
         steps += [('volume', v['name'],
                    lambda v=v['name']: self.virt.remove_volume(pool, v,
-                                                               owner))
+                                                               mark))
                   for v in node['volumes']]
         for kind, thing, remove in steps:
             try:

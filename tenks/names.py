@@ -16,6 +16,29 @@ def owner(cluster, deployment):
     return '%s%s:%s' % (OWNER_PREFIX, cluster, deployment)
 
 
+def agent_owner(owner, hostagent):
+    """The mark a hostagent puts on what it makes for the deployment
+    whose mark is ``owner``: ``tenks:<cluster>:<deployment>/<hostagent>``
+    (nothing before the slash has one, nor has [hostagent] host; LVM
+    tags allow it). Two hostagents that share a libvirt or a machine
+    never take each other's things.
+    """
+    return '%s/%s' % (owner, hostagent)
+
+
+def deployment_mark(mark):
+    """The deployment's part of ``mark`` (the mark itself when it names
+    no hostagent)."""
+    return mark.partition('/')[0]
+
+
+def owns(owner, mark):
+    """Whether ``owner`` may take a thing marked ``mark`` (None: no mark)
+    as its own: the same mark, or the mark of ``owner``'s deployment
+    alone, as things made before marks named their hostagent carry."""
+    return mark is not None and mark in (owner, deployment_mark(owner))
+
+
 def ifname(*parts):
     """An interface name from ``parts``, at most 15 characters.
 

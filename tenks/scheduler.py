@@ -558,6 +558,10 @@ def place_moves(spec, facts, recorded, moving, allowed, placement=None,
     node placed counts for the next. ``recorded``: node records of every
     cluster, the moving ones where they are now. Returns {uuid: (host,
     (BMC address, port))}; NoValidHost names a node that fits nowhere.
+
+    A host whose hostagent reaches the libvirt daemon of the node's host
+    is no choice: the node's domain is there already, another
+    hostagent's (see shared_libvirt).
     """
     options = options or DEFAULT_OPTIONS
     if callable(placement):
@@ -570,27 +574,49 @@ def place_moves(spec, facts, recorded, moving, allowed, placement=None,
     for node in moving:
         index = node['spec_index']
         request = Request(spec, index, spec['specs'][index])
-        others = [h for h in hosts if h.name != node['hypervisor']]
+        shared = {h.name: shared_libvirt(node['hypervisor'],
+                                         facts[node['hypervisor']], h.facts)
+                  for h in hosts if h.name != node['hypervisor']}
+        shared = {name: why for name, why in shared.items() if why}
+        others = [h for h in hosts if h.name != node['hypervisor']
+                  and h.name not in shared]
         heap = [(w, h) for w, h in placer.candidates(request)
-                if h.name != node['hypervisor']]
+                if h in others]
         heapq.heapify(heap)
         found = placer.place(heap, request)
         if found is None:
-            if not others:
+            if not others and not shared:
                 raise exceptions.NoValidHost(
                     what='node %s' % node['name'],
                     reason='no other hypervisor shares an aggregate with '
                            '%s' % node['hypervisor'])
             request.what = 'node %s (%s)' % (node['name'], request.what)
-            _no_valid_host(spec, request, others, options, recorded)
+            _no_valid_host(spec, request, others, options, recorded,
+                           {name: ('shared libvirt', why)
+                            for name, why in shared.items()})
         host, endpoint = found
         placed[node['uuid']] = (host.name, endpoint)
     return placed
 
 
-def _no_valid_host(spec, request, hosts, options, recorded):
+def shared_libvirt(source, source_facts, facts):
+    """Why a node cannot move from host ``source`` to the host of
+    ``facts`` when their hostagents reach one libvirt daemon (its domain
+    would be the other hostagent's already), else None. Hostagents older
+    than this check do not say which daemon they reach."""
+    daemon = source_facts.get('libvirt_daemon')
+    if daemon is None or facts.get('libvirt_daemon') != daemon:
+        return None
+    return ('it shares the libvirt %s with %s, the node\'s host: a node '
+            'moves only to another libvirt' % (daemon, source))
+
+
+def _no_valid_host(spec, request, hosts, options, recorded, removed=None):
+    """Raise the error saying why no host of ``hosts`` takes ``request``;
+    ``removed``: {host: (what, why)} of other hosts, left out before the
+    filters ran."""
     refusals = {h.name: refusal(h, request, options) for h in hosts}
-    only = hosts[0] if len(hosts) == 1 else None
+    only = hosts[0] if len(hosts) == 1 and not removed else None
     what = only and refusals[only.name][0]
     if what == 'network driver':
         raise exceptions.NetworkDriverMismatch(
@@ -615,15 +641,18 @@ def _no_valid_host(spec, request, hosts, options, recorded):
             free=show_bytes(only.initially_free_bytes))
     # In the order of the filters, then of what they removed hosts for.
     order = {name: i for i, name in enumerate(options.enabled_filters)}
-    removed = {}
+    count = len(hosts) + len(removed or {})
+    reasons = {}
+    for name, (what, why) in sorted((removed or {}).items()):
+        reasons.setdefault(what, []).append('%s: %s' % (name, why))
     for name, found in sorted(refusals.items(), key=lambda item: (
             order[item[1][2]], item[1][0], item[0])):
-        removed.setdefault(found[0], []).append('%s: %s' % (name, found[1]))
+        reasons.setdefault(found[0], []).append('%s: %s' % (name, found[1]))
     raise exceptions.NoValidHost(what=request.what, reason='%d %s; %s (%s)' % (
-        len(hosts), 'hypervisor' if len(hosts) == 1 else 'hypervisors',
+        count, 'hypervisor' if count == 1 else 'hypervisors',
         ', '.join('%s removed %d' % (key, len(why))
-                  for key, why in removed.items()),
-        '; '.join(_examples(why) for why in removed.values())))
+                  for key, why in reasons.items()),
+        '; '.join(_examples(why) for why in reasons.values())))
 
 
 def _examples(reasons, shown=3):

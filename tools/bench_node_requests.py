@@ -64,7 +64,8 @@ class Bench:
         self.redfish = manager.load_driver('tenks.redfish_drivers',
                                            'sushy-tools', conf)
         self.nodes = hostagent_nodes.Nodes(
-            self.virt, {'linuxbridge': self.network}, self.bmc, self.redfish)
+            self.virt, {'linuxbridge': self.network}, self.bmc, self.redfish,
+            conf.hostagent.host)
         self.pool = self.prefix + '-pool'
         self.bridge = self.prefix + '-br'
         self.virt.ensure_pool(self.pool, os.path.join(self.pool_dir, 'p'),

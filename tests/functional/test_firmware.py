@@ -80,7 +80,9 @@ def test_uefi_and_secure_boot_domains_have_their_firmware(tmp_path):
                           secure={'boot_mode': 'uefi',
                                   'secure_boot': True})
         env.deploy(spec)
-        owner = names.owner(env.cluster, deployment(env))
+        # The embedded hostagent's mark.
+        owner = names.agent_owner(names.owner(env.cluster, deployment(env)),
+                                  env.conf.hostagent.host)
         nvram_dir = env.conf.hostagent.nvram_dir
         nvrams = []
         for index in range(2):

@@ -76,6 +76,12 @@ def test_facts(driver):
     assert re.fullmatch(r'\d+\.\d+\.\d+', facts['libvirt_version'])
     assert facts['cpus'] >= 1
     assert facts['memory_mb'] >= 128
+    # The daemon, named alike through any URI that reaches it.
+    assert facts['libvirt_daemon'].startswith('qemu:///system on ')
+    assert libvirt_driver.LibvirtDriver(fx.make_conf(
+        driver.conf.state_dir, libvirt_uri='qemu+unix:///system?socket='
+        '/var/run/libvirt/libvirt-sock')).facts()['libvirt_daemon'] == (
+        facts['libvirt_daemon'])
 
 
 def mem_total_mib():
@@ -467,6 +473,59 @@ def test_volume_made_by_a_killed_agent_is_made_again(driver, conn, conf,
     assert driver.remove_volume(pool, 'hx-v', fx.OWNER) is True
     assert driver.remove_pool(pool, directory, fx.OWNER) is True
     assert not os.path.exists(os.path.join(conf.state_dir, 'making', pool))
+
+
+def test_half_made_volumes_made_again_while_others_are_made(driver, conf,
+                                                           conn, pool):
+    """An agent resuming a killed deploy deletes each volume it left half
+    made (after a scan of the pool) and makes it again, while it makes
+    other volumes of the pool: libvirt refuses to scan a pool while it
+    creates a volume there ("pool has asynchronous jobs running"), so
+    the two never overlap."""
+    directory = ET.fromstring(conn.storagePoolLookupByName(
+        pool).XMLDesc()).findtext('target/path')
+    making = os.path.join(conf.state_dir, 'making', pool)
+    os.makedirs(making)
+    half = ['hx-h%d' % i for i in range(16)]
+    for name in half:
+        # What an agent killed before marking them leaves: an unmarked
+        # volume, and its note of whom it made it for.
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2',
+                        os.path.join(directory, name), '1M'], check=True)
+        with open(os.path.join(making, name), 'w') as f:
+            f.write(fx.OWNER)
+    names = [n for pair in zip(half, ['hx-n%d' % i for i in range(16)],
+                               strict=True) for n in pair]
+    with futures.ThreadPoolExecutor(8) as executor:
+        results = list(executor.map(
+            lambda name: driver.ensure_volume(pool, name, GIB, 'qcow2',
+                                              fx.OWNER), names))
+    assert results == [fx.CREATED] * len(names)
+    assert sorted(os.listdir(directory)) == sorted(names)
+    assert {mark(os.path.join(directory, n)) for n in names} == {fx.OWNER}
+    assert os.listdir(making) == []
+    for name in names:
+        assert driver.remove_volume(pool, name, fx.OWNER) is True
+
+
+def test_volume_file_deleted_by_hand_is_missing_and_made_again(driver,
+                                                               conn, pool):
+    """libvirt lists a volume whose file was deleted by hand until it
+    scans the pool again: the volume reads as missing, is made again,
+    and a removal finds nothing to remove."""
+    assert driver.ensure_volume(pool, 'hx-v', GIB, 'qcow2',
+                                fx.OWNER) == fx.CREATED
+    path = conn.storagePoolLookupByName(pool).storageVolLookupByName(
+        'hx-v').path()
+    os.remove(path)
+    assert driver.volume_infos(pool, ['hx-v'], fx.OWNER) == {'hx-v': None}
+    assert driver.volume_info(pool, 'hx-v', fx.OWNER) is None
+    assert driver.ensure_volume(pool, 'hx-v', GIB, 'qcow2',
+                                fx.OWNER) == fx.CREATED
+    assert mark(path) == fx.OWNER
+    os.remove(path)
+    assert driver.remove_volume(pool, 'hx-v', fx.OWNER) is False
+    assert conn.storagePoolLookupByName(pool).listVolumes() == []
 
 
 def test_hand_defined_pool_is_never_adopted(driver, conn, left):

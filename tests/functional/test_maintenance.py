@@ -5,7 +5,8 @@ and the standalone Ironic. Maintenance start moves the nodes with their
 disks' data to the other host, where IPMI answers and Ironic has the
 new driver_info and ports while the nodes stay available; a move that
 fails half way is rolled back; maintenance stop --rebalance moves nodes
-back."""
+back. Two hostagents that share this machine's libvirt daemon refuse to
+move a node between them before anything is done."""
 
 import json
 import subprocess
@@ -235,5 +236,58 @@ def test_maintenance_moves_nodes_and_rebalance_moves_them_back(
         api.delete_aggregate(ADMIN, aggregate)
         left = env.leftovers()
         left += of.remove_ironic_nodes(cloud, env.node_prefix)
+        env.force_clean()
+    assert left == [], 'the test left %s behind' % left
+
+
+@pytest.fixture
+def shared_libvirt(tmp_path):
+    """A conductor and two hostagents (resource prefixes a and b) that
+    both reach this machine's libvirt daemon, as hostagents sharing a
+    machine do."""
+    with df.Deployment(tmp_path / 'deployment') as d:
+        yield d
+
+
+def test_a_move_between_hostagents_of_one_libvirt_is_refused_first(
+        shared_libvirt, tmp_path):
+    d = shared_libvirt
+    api = d.api
+    hva, hvb = d.hosts
+    env = cf.ClusterEnv(tmp_path, port_base=PORT_BASE + 20,
+                        state_dirs=d.state_dirs.values())
+    left = []
+    try:
+        api.update_hypervisor(ADMIN, hvb, False, 'later')
+        operation = d.wait(api.deploy_cluster(env.spec(count=1)))
+        assert operation['state'] == 'succeeded', operation['error']
+        api.update_hypervisor(ADMIN, hvb, True)
+        [before] = api.list_nodes(env.cluster)
+        name = before['name']
+        assert cf.ipmitool(before['bmc_port'], 'power', 'on').returncode == 0
+        running = domain(cf.URI, name)
+        assert running[1]
+
+        done = d.cli('hypervisor', 'maintenance', 'start', hva)
+        # Nothing was done: the node runs where it ran, recorded there,
+        # and its BMC drives it.
+        assert domain(cf.URI, name) == running
+        assert api.list_nodes(env.cluster) == [before]
+        status = cf.ipmitool(before['bmc_port'], 'power', 'status')
+        assert 'Chassis Power is on' in status.stdout, status.stderr
+        # The error names the libvirt daemon both hostagents reach.
+        assert done.returncode != 0
+        daemon = api.get_hypervisor(hva)['facts']['libvirt_daemon']
+        assert daemon == api.get_hypervisor(hvb)['facts']['libvirt_daemon']
+        assert daemon.startswith('qemu:///system on ')
+        assert '%s: it shares the libvirt %s with %s' % (
+            hvb, daemon, hva) in done.stderr, done.stderr
+
+        done = d.cli('hypervisor', 'maintenance', 'stop', hva)
+        assert done.returncode == 0, done.stderr
+        operation = d.wait(api.teardown_cluster(env.cluster))
+        assert operation['state'] == 'succeeded', operation['error']
+    finally:
+        left = env.leftovers()
         env.force_clean()
     assert left == [], 'the test left %s behind' % left

@@ -22,6 +22,7 @@ import pytest
 
 from hostagent import manager as hostagent_manager
 from hostagent import rpcapi as hostagent_rpcapi
+from hostagent.drivers.virt import libvirt as libvirt_driver
 from tenks import exceptions
 from tenks import rpc
 from tests.functional import drivers_fixtures as fx
@@ -213,7 +214,8 @@ def test_volume_and_nic_added_grown_and_removed(hv):
     assert disks(xml) == [v['name'] for v in grown['volumes']]
     assert taps(xml) == [n['tap'] for n in grown['nics']]
     assert hv.agent.virt.volume_info(
-        hv.pool, node['volumes'][0]['name'], fx.OWNER)['capacity'] == 32 * MIB
+        hv.pool, node['volumes'][0]['name'],
+        hv.nodes.mark(fx.OWNER))['capacity'] == 32 * MIB
 
     shrunk = dict(grown, volumes=[dict(grown['volumes'][0],
                                        capacity=8 * MIB)])
@@ -312,6 +314,73 @@ def test_hand_made_volume_is_never_used_nor_removed(hv):
         assert hv.agent.bmc.list_bmcs() == []
     finally:
         os.remove(path)
+
+
+def marks(hv, node):
+    """The owner marks of the node's domain, first volume and first tap."""
+    metadata = hv.conn.lookupByName(node['name']).metadata(
+        libvirt.VIR_DOMAIN_METADATA_ELEMENT, libvirt_driver.OWNER_NS)
+    path = os.path.join(hv.pool_dir, node['volumes'][0]['name'])
+    with open('/sys/class/net/%s/ifalias' % node['nics'][0]['tap']) as f:
+        alias = f.read().strip()
+    return (ET.fromstring(metadata).text,
+            os.getxattr(path, libvirt_driver.OWNER_XATTR).decode(), alias)
+
+
+def test_another_hostagent_of_the_libvirt_never_takes_a_node(hv, tmp_path):
+    """Two hostagents of one deployment on one libvirt and machine (as
+    hostagents sharing a machine do): what one made carries its name in
+    its mark, and the other never adopts, changes or removes it."""
+    other = hostagent_manager.HostAgentManager(fx.make_conf(
+        tmp_path / 'other', host=hv.left.name('-other')), hv.bus)
+    node = hv.node()
+    hv.nodes.ensure(node, fx.OWNER, False)
+    mark = '%s/%s' % (fx.OWNER, hv.agent.host)
+    assert marks(hv, node) == (mark, mark, mark)
+    before = ET.tostring(hv.domain(node['name']))
+
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        other.nodes.ensure(node, fx.OWNER, False)
+    assert mark in str(refused.value)
+    assert other.nodes.inspect([node], fx.OWNER)['nodes'] == {node['uuid']: [
+        ['volume', node['volumes'][0]['name'], 'foreign'],
+        ['port', node['nics'][0]['tap'], 'foreign'],
+        ['domain', node['name'], 'foreign'],
+        ['bmc', node['name'], 'missing']]}
+    with pytest.raises(exceptions.ResourceConflict) as refused:
+        other.nodes.remove(node, fx.OWNER)
+    assert 'removed nothing' in str(refused.value)
+    with pytest.raises(exceptions.ResourceConflict):
+        other.virt.remove_domain(node['name'], other.nodes.mark(fx.OWNER))
+    assert ET.tostring(hv.domain(node['name'])) == before
+    assert hv.volume_files() == [node['volumes'][0]['name']]
+    assert link_exists(node['nics'][0]['tap'])
+    assert hv.nodes.ensure(node, fx.OWNER, False)['changed'] is False
+    assert hv.nodes.remove(node, fx.OWNER)['changed'] is True
+    assert hv.domain(node['name']) is None
+
+
+def test_a_node_marked_by_an_older_hostagent_is_still_its_own(hv):
+    """Marks made before they named the hostagent (the deployment's
+    alone) are taken as this hostagent's: nothing to repair, nothing
+    changed, everything removed."""
+    node = hv.node()
+    hv.nodes.ensure(node, fx.OWNER, False)
+    hv.conn.lookupByName(node['name']).setMetadata(
+        libvirt.VIR_DOMAIN_METADATA_ELEMENT, '<owner>%s</owner>' % fx.OWNER,
+        'tenks', libvirt_driver.OWNER_NS, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    os.setxattr(os.path.join(hv.pool_dir, node['volumes'][0]['name']),
+                libvirt_driver.OWNER_XATTR, fx.OWNER.encode())
+    subprocess.run(['ip', 'link', 'set', node['nics'][0]['tap'], 'alias',
+                    fx.OWNER], check=True)
+    assert marks(hv, node) == (fx.OWNER,) * 3
+    assert hv.nodes.inspect([node], fx.OWNER)['nodes'] == {node['uuid']: []}
+    assert hv.nodes.ensure(node, fx.OWNER, False)['changed'] is False
+    assert marks(hv, node) == (fx.OWNER,) * 3
+    assert sorted(hv.nodes.remove(node, fx.OWNER)['removed']) == sorted(
+        parts(node))
+    assert hv.domain(node['name']) is None
+    assert hv.volume_files() == []
 
 
 class Reports:

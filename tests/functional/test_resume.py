@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
 
 import libvirt
@@ -89,3 +91,96 @@ def test_killed_deploy_resumes(env, tmp_path):
     for cluster in (env.cluster, env.cluster + '-a'):
         subprocess.run([*base, 'teardown', cluster], check=True,
                        capture_output=True, timeout=120)
+
+
+def half_made(pool_dir, making):
+    """Volumes of the pool being made: their file is there, without its
+    owner mark yet, and the agent's note says whom it makes it for."""
+    try:
+        noted = os.listdir(making)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in noted:
+        try:
+            os.getxattr(os.path.join(pool_dir, name), 'user.tenks.owner')
+        except FileNotFoundError:
+            continue
+        except OSError:
+            found.append(name)
+    return found
+
+
+@pytest.fixture
+def image():
+    """A qcow2 image of 32 MiB of 0x5a that the qemu user can read."""
+    directory = tempfile.mkdtemp(prefix='rsm', dir='/var/tmp')
+    os.chmod(directory, 0o711)
+    path = os.path.join(directory, 'data.qcow2')
+    try:
+        subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', path,
+                        '32M'], check=True)
+        subprocess.run(['qemu-io', '-f', 'qcow2', '-c',
+                        'write -P 0x5a 0 32M', path], check=True,
+                       capture_output=True)
+        os.chmod(path, 0o644)
+        yield path
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_deploy_killed_while_volumes_are_made_resumes(env, tmp_path, image):
+    """Killed while its volumes are copied from an image, a deploy leaves
+    volumes half made; resumed, the agent deletes and makes those again
+    while it makes the others (libvirt refuses to scan a pool while it
+    creates a volume in it: the two never overlap)."""
+    config = tmp_path / 'tenks.conf'
+    config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
+                      % env.conf.hostagent.vbmcd_control_port)
+    base = [cf.TENKS, '--state-dir', env.state_dir, '--config-file',
+            str(config)]
+    count = 6
+    spec = env.spec(count=count)
+    spec['node_types']['small']['volumes'] = [
+        {'capacity': '64MiB', 'image': image}, {'capacity': '64MiB'},
+        {'capacity': '64MiB', 'image': image}]
+    path = tmp_path / 'cluster.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    pool = 'tenks-' + env.cluster
+    pool_dir = os.path.join(env.conf.hostagent.pool_dir, env.cluster)
+    making = os.path.join(env.state_dir, 'making', pool)
+
+    deploy = subprocess.Popen([*base, 'deploy', str(path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(half_made(pool_dir, making)) < 3:
+        assert time.monotonic() < deadline, 'no volume was ever being made'
+        assert deploy.poll() is None, deploy.communicate()
+        time.sleep(0.005)
+    deploy.kill()
+    deploy.wait()
+
+    resumed = subprocess.run([*base, 'deploy', str(path)],
+                             capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    assert 'Resumed deploy' in resumed.stdout
+    listed = subprocess.run([*base, 'node', 'list', '-f', 'json',
+                             '--cluster', env.cluster],
+                            capture_output=True, text=True, check=True)
+    nodes = json.loads(listed.stdout)
+    assert [n['state'] for n in nodes] == ['deployed'] * count
+    assert sorted(os.listdir(pool_dir)) == sorted(
+        '%svol%d' % (n['name'], i) for n in nodes for i in range(3))
+    for node in nodes:
+        for i in (0, 2):
+            volume = os.path.join(pool_dir, '%svol%d' % (node['name'], i))
+            assert os.getxattr(volume, 'user.tenks.owner').decode(
+                ).startswith('tenks:%s:' % env.cluster)
+            read = subprocess.run(['qemu-io', '-f', 'qcow2', '-r', '-c',
+                                   'read -P 0x5a 0 32M', volume],
+                                  capture_output=True, text=True)
+            assert 'read 33554432/33554432 bytes' in read.stdout, read.stdout
+    assert os.listdir(making) == []
+
+    subprocess.run([*base, 'teardown', env.cluster], check=True,
+                   capture_output=True, timeout=120)

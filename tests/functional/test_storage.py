@@ -264,6 +264,25 @@ def test_volumes_from_images_a_cdrom_and_an_existing_volume(
     assert os.listdir(os.path.join(env.state_dir, 'images')) == []
 
 
+def test_a_volume_file_deleted_by_hand_is_repaired_by_a_re_run(env):
+    spec = env.spec(count=1)
+    env.deploy(spec)
+    pool = 'tenks-' + env.cluster
+    name = '%svol0' % env.node_name(0)
+    path = volume_path(pool, name)
+    # libvirt still lists the volume, until it scans the pool again.
+    os.remove(path)
+    with embedded.embedded(env.conf) as conductor:
+        repairs = [(c['resource'], c['action'])
+                   for c in conductor.plan(spec)['changes']]
+    assert repairs == [('volume %s' % name, 'repair')]
+    env.deploy(spec)
+    assert image_info(path)['virtual-size'] == 64 * MIB
+    with embedded.embedded(env.conf) as conductor:
+        assert conductor.plan(spec)['changes'] == []
+    env.teardown()
+
+
 @pytest.mark.parametrize('image,problem', [
     ('base.qcow2', "the image is %d bytes, more than the %d bytes of the "
                    "volume's capacity" % (8 * MIB, 4 * MIB)),
@@ -323,10 +342,12 @@ def test_lvm_pool_on_a_loop_device(env):
         env.deploy(spec)
         pool = 'tenks-' + env.cluster
         with embedded.embedded(env.conf) as conductor:
-            owner = 'tenks:%s:%s' % (
-                env.cluster, conductor.db.get_cluster(env.cluster).uuid)
+            owner = 'tenks:%s:%s/%s' % (
+                env.cluster, conductor.db.get_cluster(env.cluster).uuid,
+                env.conf.hostagent.host)
         # A volume group of the pool's name on the device, tagged with
-        # its owner; the pool is libvirt's logical pool on it.
+        # its owner (the deployment and the hostagent); the pool is
+        # libvirt's logical pool on it.
         assert vg_tags(pool) == (0, [owner, device])
         conn = libvirt.open(cf.URI)
         try:

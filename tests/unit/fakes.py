@@ -28,6 +28,8 @@ class Hypervisor:
         self.running = set()
         # BMCs whose process does not run.
         self.stopped_bmcs = set()
+        # The libvirt daemon its hostagent reaches: its own.
+        self.libvirt_daemon = 'fake:///system on %x' % id(self)
 
     def foreign(self, kind, name):
         """Whether the test made (kind, name) somebody else's."""
@@ -60,7 +62,8 @@ class FakeVirt(base.VirtDriver):
         self.hv = hv
 
     def facts(self):
-        return {'libvirt_version': '9.0.0', 'cpus': 2, 'memory_mb': 4096}
+        return {'libvirt_version': '9.0.0', 'cpus': 2, 'memory_mb': 4096,
+                'libvirt_daemon': self.hv.libvirt_daemon}
 
     def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
         return self.hv.ensure('pool', name)
@@ -121,6 +124,9 @@ class FakeVirt(base.VirtDriver):
                 else self.domain_changes(d, owner) for d in domains}
 
     def start_domain(self, name, owner):
+        error = self.hv.fail.get(('start', name))
+        if error is not None:
+            raise error
         started = name not in self.hv.running
         self.hv.running.add(name)
         return started

@@ -81,6 +81,32 @@ def test_place_moves_never_picks_the_nodes_host_and_spreads():
                               {'h1', 'h2'})
 
 
+def test_a_node_never_moves_to_a_hostagent_of_its_libvirt():
+    spec = make_spec(count=1)
+    daemon = 'qemu:///system on hv (host UUID 1)'
+    hosts = {'h1': dict(facts('h1', 'a'), libvirt_daemon=daemon),
+             'h2': dict(facts('h2', 'b'), libvirt_daemon=daemon),
+             'h3': dict(facts('h3', 'c'), libvirt_daemon='qemu:///system '
+                        'on hv3 (host UUID 3)')}
+    recorded = scheduler.schedule(spec, {'h1': hosts['h1']}, [])
+    placed = scheduler.place_moves(spec, hosts, recorded, recorded,
+                                   {'h1', 'h2', 'h3'})
+    assert [host for host, _ in placed.values()] == ['h3']
+    # Only h2 left: refused, naming the libvirt they share.
+    with pytest.raises(exceptions.NoValidHost) as refused:
+        scheduler.place_moves(spec, hosts, recorded, recorded, {'h1', 'h2'})
+    assert str(refused.value) == (
+        'No valid host for node tk0 (node type small (specs[0])): 1 '
+        'hypervisor; shared libvirt removed 1 (h2: it shares the libvirt '
+        'qemu:///system on hv (host UUID 1) with h1, the node\'s host: a '
+        'node moves only to another libvirt)')
+    # Hostagents that do not say which libvirt they reach are not refused.
+    del hosts['h1']['libvirt_daemon']
+    placed = scheduler.place_moves(spec, hosts, recorded, recorded,
+                                   {'h1', 'h2'})
+    assert [host for host, _ in placed.values()] == ['h2']
+
+
 def test_a_node_on_an_existing_volume_cannot_move():
     spec = make_spec(count=1)
     with pytest.raises(exceptions.ChangeRefused, match='existing volume'):
@@ -120,7 +146,7 @@ def wait_all(conductor, answer):
     for operation_id in answer['operations']:
         try:
             conductor.wait(operation_id)
-        except exceptions.OperationFailed:
+        except exceptions.TenksError:
             pass  # recorded in the operation
         ended.append(conductor.get_operation(operation_id))
     return ended
@@ -215,6 +241,47 @@ def test_a_failed_move_says_where_each_node_is(conductor, hypervisor,
         'on hv1')
     assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
         'tk0': 'hv2', 'tk1': 'hv1'}
+
+
+def test_a_move_that_fails_at_its_last_step_leaves_the_node_whole_there(
+        conductor, hypervisor, hv2):
+    deploy_on_hv1(conductor, hypervisor, count=1)
+    hv2.fail[('start', 'tk0')] = exceptions.DriverError(
+        driver='fake', action='start domain tk0', reason='no memory')
+    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    assert operation['state'] == 'failed'
+    assert 'no memory' in operation['error']
+    assert operation['error'].endswith('tk0 moved to hv2')
+    [tk0] = conductor.db.list_nodes()
+    assert tk0.hypervisor == 'hv2'
+    # Whole at hv2, with the cluster's pool and bridge there; nothing of
+    # the cluster is left at hv1.
+    assert sorted(hv2.things) == [
+        ('bmc', 'tk0'), ('bridge', 'bbrtenks0'), ('domain', 'tk0'),
+        ('pool', 'tenks-bunit'), ('port', 'p-btk0-0'), ('volume', 'tk0vol0')]
+    assert hypervisor.things == {}
+    assert {(r.hypervisor, r.kind, r.name)
+            for r in conductor.db.list_resources('unit')} == {
+        ('hv2', kind, name) for kind, name in hv2.things}
+    # A teardown finds everything where the record says.
+    assert conductor.teardown('unit')['changed']
+    assert hv2.things == {}
+
+
+def test_a_move_between_hostagents_of_one_libvirt_is_refused_first(
+        conductor, hypervisor, hv2):
+    deploy_on_hv1(conductor, hypervisor, count=1)
+    before = dict(hypervisor.things)
+    hv2.libvirt_daemon = hypervisor.libvirt_daemon
+    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    assert operation['state'] == 'failed'
+    assert 'hv2: it shares the libvirt %s with hv1' % (
+        hypervisor.libvirt_daemon) in operation['error']
+    # Nothing was done: not even a power-off.
+    assert hypervisor.things == before
+    assert hypervisor.running == {'tk0'}
+    assert hv2.things == {}
+    assert [n.hypervisor for n in conductor.db.list_nodes()] == ['hv1']
 
 
 def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,

@@ -17,6 +17,7 @@ import threading
 
 from hostagent.drivers import base
 from tenks import exceptions
+from tenks import names as tenks_names
 
 IFNAMSIZ = 15
 SYSFS_NET = '/sys/class/net'
@@ -73,7 +74,7 @@ def _not_ours(link, owner, kind):
 
 
 def _not_marked(mark, link_kind, owner, kind):
-    if mark != owner:
+    if not tenks_names.owns(owner, mark):
         return ('it has no owner mark' if not mark
                 else 'its alias is %r' % mark)
     if link_kind != kind:
@@ -155,6 +156,9 @@ def _settings(link, master, owner):
     current = {'state': link.get('state'),
                'master': link.get('master') or 0,
                'ifalias': link.get('ifalias')}
+    if owner is not None and tenks_names.owns(owner, current['ifalias']):
+        # Ours already (made before marks named hostagents, maybe).
+        owner = None
     wanted = {'state': 'up', 'master': master, 'ifalias': owner}
     return {key: value for key, value in wanted.items()
             if value is not None and current[key] != value}

@@ -30,6 +30,7 @@ from oslo_log import log as logging
 from hostagent.drivers import base
 from hostagent.drivers.network import linuxbridge as lb
 from tenks import exceptions
+from tenks import names as tenks_names
 
 LOG = logging.getLogger(__name__)
 
@@ -66,7 +67,10 @@ def _connect(target, timeout):
 
 def bridge_mac(name, owner):
     """A stable, locally administered unicast MAC for bridge ``name``."""
-    digest = hashlib.sha256(('%s/%s' % (owner, name)).encode()).digest()
+    # Of the deployment: a bridge made before marks named hostagents
+    # keeps its MAC when it is made again.
+    digest = hashlib.sha256(('%s/%s' % (tenks_names.deployment_mark(owner),
+                                        name)).encode()).digest()
     octets = [(digest[0] & 0xfc) | 0x02] + list(digest[1:6])
     return ':'.join('%02x' % o for o in octets)
 
@@ -74,7 +78,7 @@ def bridge_mac(name, owner):
 def _mark_reason(row, owner):
     """Why the OVSDB ``row`` is not ``owner``'s; None if it is."""
     mark = row['external_ids'].get(MARK)
-    if mark == owner:
+    if tenks_names.owns(owner, mark):
         return None
     return ('it has no owner mark in Open vSwitch' if not mark
             else 'its owner mark is %r' % mark)
@@ -426,8 +430,9 @@ class OpenvSwitchDriver(base.NetworkDriver):
             if row is None and mark is None:
                 changes[tap] = None
             elif (row is not None and _mark_reason(row, owner)) or (
-                    mark is not None and (mark != owner or not os.path.exists(
-                        os.path.join(SYS_NET, tap, 'tun_flags')))):
+                    mark is not None and not (
+                        tenks_names.owns(owner, mark) and os.path.exists(
+                            os.path.join(SYS_NET, tap, 'tun_flags')))):
                 changes[tap] = base.FOREIGN
             elif bridge is None or _mark_reason(bridge, owner):
                 changes[tap] = ['bridge %s missing or not ours'

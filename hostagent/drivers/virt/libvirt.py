@@ -7,9 +7,11 @@ import errno
 import glob
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
+import urllib.parse
 import uuid
 from xml.etree import ElementTree as ET
 
@@ -31,6 +33,8 @@ ET.register_namespace('tenks', OWNER_NS)
 # Extended attribute with the owner of a pool's directory or a volume.
 OWNER_XATTR = 'user.tenks.owner'
 POOL_UUID_NS = uuid.UUID('5f0b3c52-8f59-4a8e-9a41-6c1d2b7e0a10')
+# The socket libvirtd listens on unless told otherwise.
+DEFAULT_SOCKET = '/run/libvirt/libvirt-sock'
 
 # The words virsh uses for each state.
 STATES = {
@@ -68,6 +72,21 @@ def _lookup(func, name, missing_code):
         raise
 
 
+def _daemon(uri, hostname, host_uuid):
+    """The libvirt daemon ``uri`` reaches, named alike by every hostagent
+    that reaches it: its driver and socket (as ``uri`` says, the default
+    one left out) on its host (hostname and host UUID, as libvirt gives
+    them)."""
+    parts = urllib.parse.urlsplit(uri)
+    socket = urllib.parse.parse_qs(parts.query).get('socket', [''])[0]
+    if socket:
+        socket = re.sub('^/var/run/', '/run/', os.path.normpath(socket))
+    where = '%s://%s' % (parts.scheme.split('+')[0], parts.path)
+    if socket and socket != DEFAULT_SOCKET:
+        where += '?socket=%s' % socket
+    return '%s on %s (host UUID %s)' % (where, hostname, host_uuid)
+
+
 def _pool_uuid(name, owner):
     """The UUID of ``owner``'s pool ``name``: the pool's owner mark."""
     return str(uuid.uuid5(POOL_UUID_NS, '%s\n%s' % (owner, name)))
@@ -91,11 +110,16 @@ def _set_mark(path, owner):
 def _check_mark(path, kind, name, owner):
     """Raise ResourceConflict unless ``path`` carries ``owner``."""
     mark = _mark(path)
-    if mark != owner:
+    if not tenks_names.owns(owner, mark):
         raise exceptions.ResourceConflict(
             kind=kind, name=name, owner=owner,
             reason='%s %s' % (path, 'has no Tenks owner mark' if mark is None
                               else 'belongs to %s' % mark))
+
+
+def _tagged(tags, owner):
+    """Whether the LVM ``tags`` of a group or volume carry ``owner``."""
+    return any(tenks_names.owns(owner, tag) for tag in tags)
 
 
 def _disk_dev(index, prefix='vd'):
@@ -251,6 +275,44 @@ def _destroy(dom):
     return True
 
 
+class _Jobs:
+    """Jobs that may run side by side (``shared``) and one that must run
+    ``alone``, which waits for those running and goes before those
+    that come after it."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not (self._alone or self._waiting))
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not (self._alone or self._shared))
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+
+
 class LibvirtDriver(base.VirtDriver):
     """Pools, volumes and domains through one shared libvirt connection."""
 
@@ -258,11 +320,15 @@ class LibvirtDriver(base.VirtDriver):
         super().__init__(conf)
         self._conn = None
         self._conn_lock = threading.Lock()
+        # The daemon the connection reaches (see _daemon), once read.
+        self._daemon = None
         # Pool define/create/undefine of one name must not interleave.
         self._pool_lock = threading.Lock()
         # Per (pool, volume): libvirt fails to read a volume that another
         # thread is still building.
         self._volume_locks = collections.defaultdict(threading.Lock)
+        # Per pool: its volume creations, and its refreshes.
+        self._jobs = collections.defaultdict(_Jobs)
         self._volume_locks_lock = threading.Lock()
 
     @property
@@ -277,6 +343,7 @@ class LibvirtDriver(base.VirtDriver):
                     self._conn.close()
                 self._conn = None
             if self._conn is None:
+                self._daemon = None
                 try:
                     self._conn = libvirt.open(self._uri)
                 except libvirt.libvirtError as e:
@@ -317,9 +384,15 @@ class LibvirtDriver(base.VirtDriver):
             # and vary between readings.
             memory_kib = conn.getMemoryStats(
                 libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)['total']
+            daemon = self._daemon
+            if daemon is None:
+                daemon = self._daemon = _daemon(
+                    self._uri, conn.getHostname(), ET.fromstring(
+                        conn.getCapabilities()).findtext('host/uuid'))
         return {
             'libvirt_version': '%d.%d.%d' % (
                 version // 1000000, version // 1000 % 1000, version % 1000),
+            'libvirt_daemon': daemon,
             'cpus': info[2],
             'memory_mb': memory_kib // 1024,
             'firmware': ['bios'] + sorted(self._firmware()),
@@ -357,7 +430,9 @@ class LibvirtDriver(base.VirtDriver):
                 raise exceptions.ResourceConflict(
                     kind='Storage pool', name=name, owner=owner,
                     reason='its target is %s, not %s' % (at, path))
-            if pool.UUIDString() != _pool_uuid(name, owner):
+            if pool.UUIDString() not in {
+                    _pool_uuid(name, owner),
+                    _pool_uuid(name, tenks_names.deployment_mark(owner))}:
                 mark = (_mark(path) if not logical and os.path.isdir(path)
                         else None)
                 raise exceptions.ResourceConflict(
@@ -367,7 +442,7 @@ class LibvirtDriver(base.VirtDriver):
             ours = pool
         if logical:
             tags = storage.vg_tags(name)
-            if tags is not None and owner not in tags:
+            if tags is not None and not _tagged(tags, owner):
                 raise exceptions.ResourceConflict(
                     kind='Volume group', name=name, owner=owner,
                     reason='it has %s' % (
@@ -483,13 +558,24 @@ class LibvirtDriver(base.VirtDriver):
         with self._volume_locks_lock:
             return self._volume_locks[(pool, name)]
 
-    @staticmethod
-    def _owned_volume(lvpool, pool, name, owner):
+    def _pool_jobs(self, pool):
+        with self._volume_locks_lock:
+            return self._jobs[pool]
+
+    def _refresh(self, lvpool, pool):
+        """Have libvirt scan ``lvpool`` again, while it creates no volume
+        in it: it refuses ("pool has asynchronous jobs running")."""
+        with self._pool_jobs(pool).alone():
+            lvpool.refresh(0)
+
+    def _owned_volume(self, lvpool, pool, name, owner):
         """Our volume ``name`` in ``lvpool``, or None when there is none.
 
         A file of that name in a dir pool's directory that libvirt has
         not listed yet counts too, and so does such a logical volume of
-        a logical pool's group. Raises ResourceConflict when it is not
+        a logical pool's group; one libvirt lists that is gone (deleted
+        by hand) does not, and the pool is scanned again so that it can
+        be made again. Raises ResourceConflict when it is not
         ``owner``'s.
         """
         root = ET.fromstring(lvpool.XMLDesc())
@@ -500,8 +586,10 @@ class LibvirtDriver(base.VirtDriver):
             vg = root.findtext('source/name')
             tags = storage.lv_tags(vg).get(name)
             if tags is None:
+                if vol is not None:
+                    self._refresh(lvpool, pool)
                 return None
-            if owner not in tags:
+            if not _tagged(tags, owner):
                 raise exceptions.ResourceConflict(
                     kind=kind, name=pool, owner=owner,
                     reason='logical volume %s/%s has %s' % (
@@ -509,12 +597,14 @@ class LibvirtDriver(base.VirtDriver):
                         else 'no Tenks owner tag'))
         else:
             path = os.path.join(root.findtext('target/path'), name)
-            if vol is None and not os.path.lexists(path):
+            if not os.path.lexists(path):
+                if vol is not None:
+                    self._refresh(lvpool, pool)
                 return None
             _check_mark(vol.path() if vol else path, kind, pool, owner)
         if vol is None:
             # Ours, made since the pool's last scan.
-            lvpool.refresh(0)
+            self._refresh(lvpool, pool)
             vol = lvpool.storageVolLookupByName(name)
         return vol
 
@@ -578,17 +668,17 @@ class LibvirtDriver(base.VirtDriver):
     def _interrupted(self, lvpool, pool, name, owner):
         """Whether volume ``name`` is one this agent began to make for
         ``owner`` and never finished."""
-        return (self._making_for(pool, name) == owner
+        return (tenks_names.owns(owner, self._making_for(pool, name))
                 and self._unmarked_volume(lvpool, name))
 
     def _settle(self, lvpool, pool, name, owner):
         """Delete a volume whose making for ``owner`` was interrupted (it
         is half made: it is made again), and forget that making. Another
         owner's making is left to that owner."""
-        if self._making_for(pool, name) != owner:
+        if not tenks_names.owns(owner, self._making_for(pool, name)):
             return
         if self._unmarked_volume(lvpool, name):
-            lvpool.refresh(0)
+            self._refresh(lvpool, pool)
             vol = _lookup(lvpool.storageVolLookupByName, name,
                           libvirt.VIR_ERR_NO_STORAGE_VOL)
             if vol is not None:
@@ -654,8 +744,9 @@ class LibvirtDriver(base.VirtDriver):
                             source, self._image_dir()))
                         info = storage.image_info(image)
                         storage.check_fits(image, info, name, capacity)
-                    vol = lvpool.createXML(
-                        ET.tostring(root, encoding='unicode'))
+                    with self._pool_jobs(pool).shared():
+                        vol = lvpool.createXML(
+                            ET.tostring(root, encoding='unicode'))
                     try:
                         if image is not None:
                             storage.copy_image(image, info['format'],
@@ -713,13 +804,13 @@ class LibvirtDriver(base.VirtDriver):
             if root.get('type') == 'logical':
                 tags = storage.lv_tags(root.findtext('source/name'))
                 marks = {name: None if name not in tags
-                         else owner in tags[name] for name in names}
+                         else _tagged(tags[name], owner) for name in names}
             else:
                 directory = root.findtext('target/path')
                 paths = {name: os.path.join(directory, name)
                          for name in names}
                 marks = {name: None if not os.path.lexists(path)
-                         else _mark(path) == owner
+                         else tenks_names.owns(owner, _mark(path))
                          for name, path in paths.items()}
             listed = {vol.name(): vol for vol in lvpool.listAllVolumes()}
             infos, unlisted = {}, []
@@ -916,7 +1007,7 @@ class LibvirtDriver(base.VirtDriver):
     @staticmethod
     def _check_owner(dom, name, owner):
         mark = _owner_mark(dom)
-        if mark != owner:
+        if not tenks_names.owns(owner, mark):
             raise exceptions.ResourceConflict(
                 kind='Domain', name=name, owner=owner,
                 reason=('it has no Tenks owner mark' if mark is None
@@ -954,7 +1045,7 @@ class LibvirtDriver(base.VirtDriver):
         path = wanted['nvram'][0]
         if not os.path.lexists(path):
             return ['NVRAM file %s missing' % path]
-        if _mark(path) != owner:
+        if not tenks_names.owns(owner, _mark(path)):
             return ['NVRAM file %s is not ours' % path]
         return []
 
@@ -978,7 +1069,7 @@ class LibvirtDriver(base.VirtDriver):
                         raise
                     changes[name] = None
                     continue
-                if mark != owner:
+                if not tenks_names.owns(owner, mark):
                     changes[name] = base.FOREIGN
                     continue
                 try:
@@ -1085,7 +1176,7 @@ class LibvirtDriver(base.VirtDriver):
         if removed."""
         if not os.path.lexists(path):
             return False
-        if _mark(path) != owner:
+        if not tenks_names.owns(owner, _mark(path)):
             LOG.warning('Left NVRAM file %s in place: it is not owned by '
                         '%s', path, owner)
             return False
