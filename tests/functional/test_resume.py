@@ -134,11 +134,7 @@ def test_deploy_killed_while_volumes_are_made_resumes(env, tmp_path, image):
     volumes half made; resumed, the agent deletes and makes those again
     while it makes the others (libvirt refuses to scan a pool while it
     creates a volume in it: the two never overlap)."""
-    config = tmp_path / 'tenks.conf'
-    config.write_text('[hostagent]\nvbmcd_control_port = %d\n'
-                      % env.conf.hostagent.vbmcd_control_port)
-    base = [cf.TENKS, '--state-dir', env.state_dir, '--config-file',
-            str(config)]
+    base = [cf.TENKS, '--state-dir', env.state_dir]
     count = 6
     spec = env.spec(count=count)
     spec['node_types']['small']['volumes'] = [
