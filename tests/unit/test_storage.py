@@ -314,6 +314,18 @@ def test_an_image_larger_than_the_capacity_is_an_error():
             "volume's capacity") in str(failed.value)
 
 
+@pytest.mark.parametrize('path, why', [
+    ('/dev/null', 'it is a device: an image is a regular file'),
+    ('/tmp', 'it is a directory: an image is a regular file'),
+    ('/nonexistent/image.qcow2', 'no such file'),
+])
+def test_an_image_that_is_no_file_is_named_so(path, why):
+    with pytest.raises(exceptions.DriverError) as failed:
+        storage.image_info(path)
+    assert str(failed.value) == 'libvirt failed to read image %s: %s' % (
+        path, why)
+
+
 class FakeVol:
 
     def __init__(self, name, capacity):

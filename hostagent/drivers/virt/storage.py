@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import urllib.error
@@ -50,12 +51,21 @@ def image_info(path):
     if not os.path.isfile(path):
         raise exceptions.DriverError(
             driver='libvirt', action='read image %s' % path,
-            reason='no such file')
+            reason='it is %s: an image is a regular file' % _kind(path)
+            if os.path.exists(path) else 'no such file')
     # -U: an image a running VM has open can be read all the same.
     info = json.loads(_run('read image %s' % path, [
         'qemu-img', 'info', '-U', '--output=json', path]))
     return {'format': info['format'], 'capacity': info['virtual-size'],
             'backing': info.get('backing-filename')}
+
+
+def _kind(path):
+    """What is at ``path``, which is there and not a regular file."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISBLK(mode) or stat.S_ISCHR(mode):
+        return 'a device'
+    return 'a directory' if stat.S_ISDIR(mode) else 'not a regular file'
 
 
 def check_fits(image, info, volume, capacity):
