@@ -29,6 +29,16 @@ def inspect(agents, hosts, spec, operation=None):
             physnet_mappings=spec['physnet_mappings'],
             ipmi_address=spec['ipmi_address'], ipmi_ports=ports,
             interfaces=[], owner=None, **redfish_endpoint(spec))
+    allowed = set(spec['allow_host_uplinks'])
+    for host, host_facts in sorted(facts.items()):
+        for physnet, source in sorted(host_facts['physnet_mappings'].items()):
+            # Agents before host_uplinks say nothing of them.
+            if source in host_facts.get('host_uplinks', ()) and (
+                    source not in allowed):
+                raise exceptions.UplinkRefused(
+                    physnet=physnet, source=source, host=host,
+                    why='the loopback interface' if source == 'lo' else
+                    'what its default route leaves by')
     missing = {}
     for host, host_facts in facts.items():
         for physnet, source in host_facts['missing_interfaces']:

@@ -80,6 +80,44 @@ def udp_port_free(address, port):
     return True
 
 
+# The kernel's route types (rtnetlink's RTN_*) of an address that is
+# not one of this host's own unicast addresses.
+ROUTE_TYPES = {3: 'a broadcast address', 5: 'a multicast address'}
+RTN_LOCAL = 2
+
+
+def address_problem(address):
+    """Why ``address`` is not one of this host's own unicast addresses
+    (a BMC listens on one, which Ironic dials), or None."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink import exceptions as netlink_exceptions
+    try:
+        with IPRoute() as ipr:
+            kind = ipr.route('get', dst=address)[0]['type']
+    except netlink_exceptions.NetlinkError:
+        kind = None  # no route at all
+    if kind == RTN_LOCAL:
+        return None
+    return ROUTE_TYPES.get(kind, 'not an address of this hypervisor')
+
+
+def host_uplinks():
+    """The interfaces the host's own default routes leave by, and lo: a
+    bridge that takes one of them over cuts the host's own traffic."""
+    from pyroute2 import IPRoute
+    indexes = set()
+    with IPRoute() as ipr:
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for route in ipr.get_default_routes(family=family):
+                indexes.update(hop['oif'] for hop in
+                               route.get_attr('RTA_MULTIPATH') or ())
+                if route.get_attr('RTA_OIF'):
+                    indexes.add(route.get_attr('RTA_OIF'))
+        names = {link.get_attr('IFLA_IFNAME')
+                 for link in ipr.get_links(*indexes)} if indexes else set()
+    return sorted(names | {'lo'})
+
+
 def pool_free_bytes(pool_dir):
     """Free bytes of the file system ``pool_dir`` is (or will be) on."""
     existing = pool_dir
@@ -305,6 +343,15 @@ class HostAgentManager:
         address = facts['ipmi_address'] or ipmi_address
         redfish_address = facts['redfish_address'] or redfish_address
         redfish_port = facts['redfish_port'] or redfish_port
+        for field, value, own in (
+                ('ipmi_address', address, facts['ipmi_address']),
+                ('redfish_address', redfish_address,
+                 self.conf.hostagent.redfish_address)):
+            why = value and address_problem(value)
+            if why:
+                raise exceptions.BmcAddressInvalid(
+                    field='[hostagent] %s' % field if own else field,
+                    address=value, host=self.host, why=why)
         if redfish_address and redfish_port:
             facts.update(
                 redfish_address=redfish_address, redfish_port=redfish_port,
@@ -319,6 +366,7 @@ class HostAgentManager:
                                                    source))],
             busy_ports=[port for port in ipmi_ports
                         if not udp_port_free(address, port)],
+            host_uplinks=host_uplinks(),
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
             foreign_interfaces=[
                 [name, mark] for name, mark in (

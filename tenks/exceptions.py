@@ -163,6 +163,13 @@ class InterfaceConflict(TenksError):
     msg_fmt = 'Interface names of this deploy are taken: %(conflicts)s'
 
 
+class UplinkRefused(TenksError):
+    msg_fmt = ('physnet_mappings.%(physnet)s: %(source)s is %(why)s on '
+               'hypervisor %(host)s: a bridge would take over the host\'s '
+               'own traffic; list it in allow_host_uplinks to map it all '
+               'the same')
+
+
 class NameConflict(TenksError):
     """Domains or volumes a deploy would create exist and are not
     its own."""
@@ -202,6 +209,11 @@ class AgentTimeout(TenksError):
 
 class HostAgentError(TenksError):
     """Raised on a hypervisor; ``host`` names it once reported back."""
+
+
+class BmcAddressInvalid(HostAgentError):
+    msg_fmt = ('%(field)s: %(address)s cannot be where the BMCs of '
+               'hypervisor %(host)s listen: it is %(why)s')
 
 
 class HypervisorUnavailable(HostAgentError):

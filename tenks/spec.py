@@ -244,6 +244,9 @@ SCHEMA = {
                 "':' or whitespace, not '.' or '..'"),
             'default': {},
         },
+        # Interfaces a physnet may be mapped to although they carry the
+        # hypervisor's default route, or are lo (see the README).
+        'allow_host_uplinks': dict(_PHYSNET_LIST, default=[]),
         'bridge_type': {
             'enum': ['linuxbridge', 'openvswitch'],
             'default': 'linuxbridge',
@@ -813,6 +816,14 @@ def _check_semantics(spec, physnets_explicit):
     problems += _volume_name_clashes(specs, node_types or {})
     problems += _check_volumes(spec)
 
+    for field in ('ipmi_address', 'redfish_address'):
+        why = _not_unicast(spec.get(field))
+        if why and not (field == 'redfish_address' and spec[field] == spec[
+                'ipmi_address']):  # its default: said once
+            problems.append(
+                '%s: %s is %s; BMCs listen on one address of the '
+                'hypervisor, which Ironic dials' % (field, spec[field], why))
+
     password = spec.get('redfish_password')
     if isinstance(password, str) and len(password.encode()) > 72:
         problems.append('redfish_password: is longer than 72 bytes (the '
@@ -828,6 +839,24 @@ def _check_semantics(spec, physnets_explicit):
             'ipmi_port_range_end: %d is less than '
             'ipmi_port_range_start (%d)' % (end, start))
     return problems
+
+
+def _not_unicast(value):
+    """Why IP address ``value`` cannot be one host's address, or None
+    (also when it is no address: the schema says so)."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return None
+    if address.is_unspecified:
+        return 'the unspecified address (every address of the host)'
+    if address.is_multicast:
+        return 'a multicast address'
+    if address == ipaddress.IPv4Address('255.255.255.255'):
+        return 'the broadcast address'
+    if address.version == 4 and address.is_reserved:
+        return 'a reserved address'  # 240.0.0.0/4
+    return None
 
 
 def _firmware_problems(spec, type_name, node_type):

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from tenks import exceptions
 from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional
@@ -74,3 +75,25 @@ def test_thousands_of_entries_validate(tmp_path):
                           'specs:\n' + entries)
     assert done.returncode == 0, done.stderr
     assert 'valid: cluster default, 16000 node(s)' in done.stdout
+
+
+@pytest.mark.parametrize('address, why', [
+    ('198.51.100.77', 'not an address of this hypervisor'),
+    ('127.255.255.255', 'a broadcast address'),
+])
+def test_a_bmc_address_not_the_host_s_is_refused_naming_the_field(
+        tmp_path, address, why):
+    """Checked by the hostagent that would serve the BMCs, for plan and
+    deploy alike, before anything is made."""
+    env = cf.ClusterEnv(tmp_path, port_base=9640)
+    with cf.checked(env):
+        spec = env.spec(count=1, ipmi_address=address)
+        for attempt in (env.plan, env.deploy):
+            with pytest.raises(exceptions.BmcAddressInvalid) as raised:
+                attempt(spec)
+            assert str(raised.value) == (
+                'ipmi_address: %s cannot be where the BMCs of hypervisor %s '
+                'listen: it is %s (on %s)' % (
+                    address, env.conf.hostagent.host, why,
+                    env.conf.hostagent.host))
+        assert env.nodes() == []

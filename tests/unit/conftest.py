@@ -28,6 +28,7 @@ def fake_hypervisor(monkeypatch):
     use_fake_drivers(monkeypatch, hv)
     monkeypatch.setattr(manager, 'udp_port_free',
                         lambda address, port: port not in hv.busy_ports)
+    monkeypatch.setattr(manager, 'host_uplinks', lambda: hv.uplinks)
     monkeypatch.setattr(manager, 'interface_mark', hv.interfaces.get)
     return hv
 

@@ -28,6 +28,8 @@ class Hypervisor:
         self.running = set()
         # BMCs whose process does not run.
         self.stopped_bmcs = set()
+        # Interfaces the host's default routes leave by.
+        self.uplinks = []
         # The libvirt daemon its hostagent reaches: its own.
         self.libvirt_daemon = 'fake:///system on %x' % id(self)
 

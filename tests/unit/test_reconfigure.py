@@ -231,6 +231,28 @@ def test_a_physnet_only_the_hostagent_maps(conductor, hypervisor, conf):
     assert_agree(conductor, hypervisor)
 
 
+def test_a_physnet_mapped_to_the_host_s_uplink_needs_an_opt_in(
+        conductor, hypervisor):
+    """A bridge that took over the interface of the host's default
+    route, or lo, would cut the host's own traffic: refused by plan and
+    deploy alike, unless the spec lists it in allow_host_uplinks."""
+    hypervisor.uplinks = ['eth0', 'lo']
+    for source, why in (('eth0', 'what its default route leaves by'),
+                        ('lo', 'the loopback interface')):
+        spec = sized(count=1, physnet_mappings={'physnet1': source})
+        for attempt in (conductor.plan, conductor.deploy):
+            with pytest.raises(exceptions.UplinkRefused) as raised:
+                attempt(spec)
+            assert str(raised.value) == (
+                "physnet_mappings.physnet1: %s is %s on hypervisor hv1: a "
+                "bridge would take over the host's own traffic; list it in "
+                "allow_host_uplinks to map it all the same" % (source, why))
+        assert hypervisor.things == {}
+    conductor.deploy(sized(count=1, physnet_mappings={'physnet1': 'lo'},
+                           allow_host_uplinks=['lo']))
+    assert ('uplink', 'brtenks0') in hypervisor.things
+
+
 def two_entries(order=(0, 1)):
     entries = [{'type': 'small', 'count': 2, 'node_name_prefix': 'a'},
                {'type': 'big', 'count': 1, 'node_name_prefix': 'b'}]

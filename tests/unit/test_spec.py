@@ -69,6 +69,7 @@ def test_defaults_are_filled_in(tmp_path):
                    'vol_name_prefix': 'vol'}],
         'physical_networks': [],
         'physnet_mappings': {},
+        'allow_host_uplinks': [],
         'bridge_type': 'linuxbridge',
         'bridge_prefix': 'brtenks',
         'ipmi_address': '127.0.0.1',
@@ -482,6 +483,20 @@ def test_bad_ipmi_address(tmp_path):
 def test_empty_credentials(tmp_path, field):
     assert problems(tmp_path, change(**{field: ''})) == [
         field + ': must not be empty']
+
+
+@pytest.mark.parametrize('field, address, why', [
+    ('ipmi_address', '0.0.0.0',
+     'the unspecified address (every address of the host)'),
+    ('ipmi_address', '255.255.255.255', 'the broadcast address'),
+    ('ipmi_address', '224.0.0.5', 'a multicast address'),
+    ('ipmi_address', 'ff02::1', 'a multicast address'),
+    ('redfish_address', '240.0.0.1', 'a reserved address'),
+])
+def test_bmc_addresses_are_one_host_s(tmp_path, field, address, why):
+    assert problems(tmp_path, change(**{field: address})) == [
+        '%s: %s is %s; BMCs listen on one address of the hypervisor, which '
+        'Ironic dials' % (field, address, why)]
 
 
 def test_empty_node_types_and_specs(tmp_path):
