@@ -2,8 +2,9 @@
 
 The scheduler has placed the new nodes on the facts of a first
 ``inspect``; this checks every hypervisor of the plan, and asks each
-whether the interfaces the deploy would create there are free, and
-whether the domains and volumes of its new nodes are.
+whether the interfaces the deploy would create there are free, whether
+the domains and volumes of its new nodes are, and whether the devices
+of the logical pools it would build may be taken.
 """
 
 import uuid
@@ -88,3 +89,21 @@ def check_new_nodes(agents, plan, passwords, operation=None):
                 if what == FOREIGN]
     if problems:
         raise exceptions.NameConflict(conflicts='; '.join(problems))
+
+
+def check_pools(agents, plan, operation=None):
+    """Raise DeviceRefused (the hypervisor's, naming each device and
+    what it holds) when a logical pool the plan makes would take a
+    device that is not a whole, unused and blank block device, unless
+    the spec lets it wipe that device. ``operation``: the deploy's or
+    move's (None: a plan)."""
+    for entry in plan['host_ensure']:
+        args = entry['args']
+        if entry['kind'] != 'pool' or args.get('pool_type') != 'logical':
+            continue
+        agents.request(
+            entry['hypervisor'], 'check_pool_devices',
+            'check-pool-devices/%s' % uuid.uuid4(), operation,
+            name=args['name'], devices=args['devices'],
+            owner=args['owner'],
+            **({'wipe': args['wipe']} if 'wipe' in args else {}))

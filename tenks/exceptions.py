@@ -213,6 +213,14 @@ class ResourceConflict(HostAgentError):
                '%(owner)s: %(reason)s')
 
 
+class DeviceRefused(HostAgentError):
+    msg_fmt = ('Storage pool %(pool)s cannot take its devices: '
+               '%(problems)s. A logical pool takes whole block devices '
+               'that nothing uses and that hold nothing; one that holds '
+               'data only when the spec says so, as {path: <device>, '
+               'wipe: true} in libvirt_pool_devices')
+
+
 class InterfaceNotFound(HostAgentError):
     msg_fmt = ('Interface %(name)s does not exist (it is mapped to physical '
                'network %(physnet)s)')

@@ -303,15 +303,21 @@ def test_an_image_that_does_not_fit_or_is_not_there_is_refused(
 
 
 @contextlib.contextmanager
-def loop_device(size):
-    """A loop device on a sparse file; on the way out, any volume group
-    and physical volume on it removed, the device detached, the file
+def loop_device(size, partitions=False):
+    """A loop device on a sparse file (with ``partitions``, one
+    partition the kernel sees); on the way out, any volume group and
+    physical volume on it removed, the device detached, the file
     deleted."""
     fd, backing = tempfile.mkstemp(prefix='stg', suffix='.img',
                                    dir='/var/tmp')
     os.close(fd)
     os.truncate(backing, size)
-    device = run('losetup', '--find', '--show', backing).stdout.strip()
+    if partitions:
+        assert subprocess.run(['sfdisk', '-q', backing], input='2048,,L\n',
+                              text=True).returncode == 0
+    device = run('losetup', '--find', '--show',
+                 *(['--partscan'] if partitions else []),
+                 backing).stdout.strip()
     assert device.startswith('/dev/loop'), device
     try:
         yield device
@@ -431,11 +437,13 @@ def test_lvm_groups_and_devices_of_somebody_else_are_left_alone(tmp_path):
             driver.remove_pool(name, '/dev/' + name, owner, 'logical',
                                [device])
         assert vg_tags(name) == (0, [device])
-        # Another pool name on that device: libvirt will not overwrite it.
+        # Another pool name on that device: refused, even to be wiped.
         other = name + 'b'
-        with pytest.raises(exceptions.DriverError):
+        with pytest.raises(exceptions.DeviceRefused) as refused:
             driver.ensure_pool(other, '/dev/' + other, owner, 'logical',
-                               [device])
+                               [device], wipe=[device])
+        assert '%s is a physical volume of volume group %s' % (
+            device, name) in str(refused.value)
         assert vg_tags(name) == (0, [device])
         conn = libvirt.open(cf.URI)
         try:
@@ -443,3 +451,104 @@ def test_lvm_groups_and_devices_of_somebody_else_are_left_alone(tmp_path):
                                  conn.listAllStoragePools()]
         finally:
             conn.close()
+
+
+def head_digest(path):
+    """The digest of the first 2 MiB of ``path``."""
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read(2 * MIB)).hexdigest()
+
+
+def write_records(device):
+    """Raw records from the device's first KiB on, in no format that
+    wipefs knows."""
+    with open(device, 'r+b') as f:
+        f.seek(1024)
+        f.write(b''.join(b'record %06d\n' % i for i in range(4096)))
+        os.fsync(f.fileno())
+
+
+def logical_pool(env, devices):
+    spec = env.spec(count=1, libvirt_pool_type='logical',
+                    libvirt_pool_devices=devices)
+    # This kernel may have no device-mapper: no logical volume then.
+    spec['node_types']['small']['volumes'] = []
+    return spec
+
+
+def test_a_logical_pool_takes_no_device_that_holds_data_unless_told(env):
+    """Raw records and a file system are refused by plan and deploy,
+    naming each device and what it holds, before anything is written;
+    with wipe: true, the pool takes them."""
+    with loop_device(32 * MIB) as records, loop_device(32 * MIB) as ext4:
+        write_records(records)
+        assert run('mkfs.ext4', '-q', ext4).returncode == 0
+        before = [head_digest(records), head_digest(ext4)]
+        spec = logical_pool(env, [records, ext4])
+        errors = []
+        for attempt in (env.plan, env.deploy):
+            with pytest.raises(exceptions.DeviceRefused) as refused:
+                attempt(spec)
+            errors.append(str(refused.value))
+        assert errors[0] == errors[1]
+        pool = 'tenks-' + env.cluster
+        assert errors[0].startswith(
+            'Storage pool %s cannot take its devices: %s holds data in its '
+            'first MiB (no signature that wipefs knows); %s holds ext4 (at '
+            'offset 0x438).' % (pool, records, ext4))
+        assert [head_digest(records), head_digest(ext4)] == before
+        assert vg_tags(pool)[0] != 0
+        assert env.nodes() == [] and env.leftovers() == []
+
+        env.deploy(logical_pool(env, [{'path': records, 'wipe': True},
+                                      {'path': ext4, 'wipe': True}]))
+        assert sorted(run('pvs', '--noheadings', '-o', 'pv_name',
+                          '--select', 'vg_name=' + pool,
+                          env=LVM_ENV).stdout.split()) == sorted(
+            [records, ext4])
+        env.teardown()
+        assert vg_tags(pool)[0] != 0
+
+
+def test_the_hostagent_refuses_devices_in_use_partitioned_or_not_blocks(
+        tmp_path):
+    """Driver level, as the deploy's check and ensure_pool see them:
+    even devices the spec lets Tenks wipe. A path that leaves /dev is
+    resolved: a file is no block device, and stays as it was."""
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', str(tmp_path))
+    driver = libvirt_driver.LibvirtDriver(conf)
+    owner = 'tenks:stg:%s' % os.path.basename(tmp_path)
+    name = 'tenks-stg%s' % os.urandom(2).hex()
+    data = tmp_path / 'file.img'
+    data.write_bytes(b'record\n' * MIB)
+    mnt = tmp_path / 'mnt'
+    mnt.mkdir()
+    with loop_device(32 * MIB) as mounted, \
+            loop_device(32 * MIB, partitions=True) as partitioned:
+        assert run('mkfs.ext4', '-q', mounted).returncode == 0
+        assert run('mount', mounted, str(mnt)).returncode == 0
+        try:
+            devices = [mounted, partitioned, '/dev/..%s' % data]
+            for attempt in (driver.check_pool_devices, functools.partial(
+                    driver.ensure_pool, path='/dev/' + name,
+                    pool_type='logical')):
+                with pytest.raises(exceptions.DeviceRefused) as refused:
+                    attempt(name, devices=devices, owner=owner,
+                            wipe=devices)
+                assert ('%s is mounted on %s; %s has partitions (%sp1); '
+                        '/dev/..%s (%s) is not a block device.' % (
+                            mounted, mnt, partitioned,
+                            os.path.basename(partitioned), data, data)
+                        ) in str(refused.value)
+        finally:
+            assert run('umount', str(mnt)).returncode == 0
+    assert data.read_bytes() == b'record\n' * MIB
+    assert vg_tags(name)[0] != 0
+    conn = libvirt.open(cf.URI)
+    try:
+        assert name not in [p.name() for p in conn.listAllStoragePools()]
+    finally:
+        conn.close()
+
