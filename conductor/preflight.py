@@ -54,8 +54,10 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources,
         raise exceptions.InterfaceConflict(conflicts='; '.join(problems))
 
 
-# inspect_nodes' word for a thing of that name that is not the owner's.
+# inspect_nodes' words for a thing of that name that is not the owner's,
+# and for one that is not there.
 FOREIGN = 'foreign'
+MISSING = 'missing'
 # The spec field that names each kind of a node's parts.
 NAMED_BY = {'volume': 'vol_name_prefix'}
 
@@ -64,14 +66,17 @@ def check_new_nodes(agents, plan, passwords, operation=None):
     """Raise NameConflict if a part of a node the plan creates (its
     domain, a volume) exists on its hypervisor without the deployment's
     mark: another state directory's cluster of the same
-    names, or something Tenks did not make. ``passwords``: the BMC
-    passwords of the spec (tenks.reconcile.bmc_passwords);
-    ``operation``: the deploy's (None: a plan)."""
+    names, or something Tenks did not make; ExistingVolumesGone if an
+    existing volume of one is not there (see check_existing).
+    ``passwords``: the BMC passwords of the spec
+    (tenks.reconcile.bmc_passwords); ``operation``: the deploy's (None:
+    a plan)."""
     by_host = {}
     for entry in plan['nodes']:
         if entry['action'] == reconcile.CREATE:
             by_host.setdefault(entry['hypervisor'], []).append(entry)
     problems = []
+    drift = {}
     for host, entries in sorted(by_host.items()):
         found = agents.request(
             host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
@@ -79,6 +84,7 @@ def check_new_nodes(agents, plan, passwords, operation=None):
             nodes=[hostagent_rpcapi.node_request(e['new'], passwords)
                    for e in entries],
             owner=plan['owner'], parts=['domain', 'volume'])['nodes']
+        drift.update(found)
         for entry in entries:
             field = 'specs[%d].%%s' % entry['new']['record']['spec_index']
             problems += [
@@ -89,6 +95,25 @@ def check_new_nodes(agents, plan, passwords, operation=None):
                 if what == FOREIGN]
     if problems:
         raise exceptions.NameConflict(conflicts='; '.join(problems))
+    check_existing(plan, drift)
+
+
+def check_existing(plan, drift):
+    """Raise ExistingVolumesGone when a node of the plan has an existing
+    volume (somebody else's, attached as it is) that its hypervisor
+    reports missing (``drift``: {uuid: [[kind, name, what]]}, as
+    inspect_nodes reports): Tenks never makes one, so no deploy can
+    bring it back."""
+    gone = []
+    for entry in plan['nodes']:
+        pools = {vol['name']: vol['pool'] for vol in (entry['new'] or {}).get(
+            'volumes', ()) if vol.get('existing')}
+        gone += ['volume %s of storage pool %s (of node %s on %s)' % (
+                     name, pools[name], entry['name'], entry['hypervisor'])
+                 for kind, name, what in drift.get(entry['uuid'], ())
+                 if kind == 'volume' and what == MISSING and name in pools]
+    if gone:
+        raise exceptions.ExistingVolumesGone(volumes='; '.join(gone))
 
 
 def check_pools(agents, plan, operation=None):

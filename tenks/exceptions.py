@@ -126,6 +126,12 @@ class ChangeRefused(TenksError):
     msg_fmt = 'Cluster %(name)s cannot change as asked: %(reason)s'
 
 
+class ExistingVolumesGone(TenksError):
+    msg_fmt = ('Existing volumes are gone: %(volumes)s. Tenks attaches an '
+               'existing volume as it is and never makes one: put it back, '
+               'or take it out of the spec')
+
+
 class NodesDeployed(TenksError):
     msg_fmt = ('Cluster %(name)s: Ironic has deployed %(nodes)s; a deploy '
                'never removes or resizes such nodes without --force')

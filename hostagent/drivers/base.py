@@ -108,7 +108,9 @@ class VirtDriver(abc.ABC):
     @abc.abstractmethod
     def existing_volumes(self, pool, names):
         """{name: {'capacity', 'format'} or None} of volumes that are not
-        Tenks' (attached as they are); None when absent."""
+        Tenks' (attached as they are); None when absent. With ``owner``
+        or ``pool_owner``, the Tenks owner mark the volume or its pool
+        carries, if any: then it is Tenks' after all."""
 
     @abc.abstractmethod
     def remove_volume(self, pool, name, owner):

@@ -552,3 +552,60 @@ def test_the_hostagent_refuses_devices_in_use_partitioned_or_not_blocks(
     finally:
         conn.close()
 
+
+def test_an_existing_volume_tenks_made_is_refused(env, foreign_volume):
+    """One that carries another deployment's owner mark: plan and deploy
+    refuse it, naming it, its pool and its owner, and make nothing."""
+    user_pool, user_vol, user_path = foreign_volume
+    mark = 'tenks:other:8e2b1f0e-5b1c-4c59-a1a4-0d6f3e1d2c3b/hv9'
+    os.setxattr(user_path, 'user.tenks.owner', mark.encode())
+    spec = env.spec(count=1)
+    spec['node_types']['small']['volumes'].append(
+        {'existing': {'pool': user_pool, 'volume': user_vol}})
+    errors = []
+    for attempt in (env.plan, env.deploy):
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors[0] == errors[1]
+    assert ('volume %s of storage pool %s (of node %s) belongs to %s' % (
+        user_vol, user_pool, env.node_name(0), mark)) in errors[0]
+    assert env.nodes() == [] and env.leftovers() == []
+
+
+@pytest.mark.parametrize('how', ['through libvirt', 'by hand'])
+def test_an_existing_volume_gone_is_reported_by_plan_and_a_re_run(
+        env, foreign_volume, how):
+    """Not a traceback: an error that names it, its pool and its node,
+    and says that Tenks does not make it."""
+    user_pool, user_vol, user_path = foreign_volume
+    spec = env.spec(count=1)
+    spec['node_types']['small']['volumes'].append(
+        {'existing': {'pool': user_pool, 'volume': user_vol}})
+    env.deploy(spec)
+    conn = libvirt.open(cf.URI)
+    try:
+        pool = conn.storagePoolLookupByName(user_pool)
+        if how == 'by hand':
+            # libvirt lists it until it scans the pool again.
+            os.remove(user_path)
+        else:
+            pool.storageVolLookupByName(user_vol).delete()
+        errors = []
+        for attempt in (env.plan, env.deploy):
+            with pytest.raises(exceptions.ExistingVolumesGone) as refused:
+                attempt(spec)
+            errors.append(str(refused.value))
+        assert errors[0] == errors[1] == (
+            'Existing volumes are gone: volume %s of storage pool %s (of '
+            'node %s on %s). Tenks attaches an existing volume as it is and '
+            'never makes one: put it back, or take it out of the spec' % (
+                user_vol, user_pool, env.node_name(0),
+                env.conf.hostagent.host))
+        # The node is as it was, and goes with its cluster.
+        assert [d['volume'] for d in domain_disks(env.node_name(0))][-1] == (
+            user_vol)
+        env.teardown()
+        pool.refresh()
+    finally:
+        conn.close()

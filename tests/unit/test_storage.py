@@ -238,15 +238,82 @@ def test_an_existing_volume_is_attached_never_made_or_removed(
 def test_a_missing_existing_volume_is_drift_and_refused(
         agent, hypervisor):  # noqa: F811
     wanted = node(volumes=[EXISTING])
+    # Not its domain, whose disk has no format to compare while the
+    # volume is gone.
     assert agent.nodes.inspect([wanted], OWNER)['nodes'] == {
         wanted['uuid']: [['volume', 'keep.qcow2', 'missing'],
                          ['port', 'n0t0', 'missing'],
-                         ['domain', 'n0', 'missing'],
                          ['bmc', 'n0', 'missing']]}
     with pytest.raises(exceptions.DriverError) as refused:
         agent.nodes.ensure(wanted, OWNER, False)
     assert 'never made' in str(refused.value)
     assert hypervisor.things == {}
+
+
+@pytest.mark.parametrize('marks,found', [
+    ({'owner': 'tenks:other:d2/hv2'}, 'belongs to tenks:other:d2/hv2'),
+    ({'owner': OWNER + '/hv1'}, 'belongs to %s/hv1' % OWNER),
+    ({'pool_owner': 'tenks:other:d2'},
+     'is in a pool that belongs to tenks:other:d2'),
+])
+def test_an_existing_volume_tenks_made_is_refused(
+        agent, hypervisor, marks, found):  # noqa: F811
+    hypervisor.things[('existing', 'default', 'keep.qcow2')] = dict(
+        {'capacity': 4096, 'format': 'raw'}, **marks)
+    wanted = node(volumes=node()['volumes'] + [EXISTING])
+    for attempt in (lambda: agent.nodes.inspect([wanted], OWNER),
+                    lambda: agent.nodes.ensure(wanted, OWNER, False)):
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            attempt()
+        assert str(refused.value) == (
+            'Existing volumes that Tenks made are refused: volume '
+            'keep.qcow2 of storage pool default (of node n0) %s; an '
+            'existing volume is one that Tenks did not make, attached as '
+            'it is' % found)
+    assert set(hypervisor.things) == {('existing', 'default', 'keep.qcow2')}
+
+
+def test_plan_and_deploy_refuse_a_new_node_whose_existing_volume_is_gone(
+        conductor, hypervisor):
+    spec = typed({'capacity': '1GiB'}, {'existing': USER})
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.ExistingVolumesGone) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors == [
+        'Existing volumes are gone: volume keep.qcow2 of storage pool '
+        'default (of node tk0 on hv1). Tenks attaches an existing volume '
+        'as it is and never makes one: put it back, or take it out of the '
+        'spec'] * 2
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+
+
+def test_an_existing_volume_gone_after_deploy_is_refused_by_plan_and_re_run(
+        conductor, hypervisor):
+    hypervisor.things[('existing', 'default', 'keep.qcow2')] = {
+        'capacity': 4096, 'format': 'raw'}
+    spec = typed({'capacity': '1GiB'}, {'existing': USER})
+    conductor.deploy(spec)
+    assert conductor.plan(spec)['changes'] == []
+    del hypervisor.things[('existing', 'default', 'keep.qcow2')]
+    before = dict(hypervisor.things)
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.ExistingVolumesGone) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors[0] == errors[1]
+    assert errors[0].startswith(
+        'Existing volumes are gone: volume keep.qcow2 of storage pool '
+        'default (of node tk0 on hv1). Tenks attaches an existing volume '
+        'as it is and never makes one')
+    assert hypervisor.things == before
+    # Put back, the node is as it was: nothing to do.
+    hypervisor.things[('existing', 'default', 'keep.qcow2')] = {
+        'capacity': 4096, 'format': 'raw'}
+    assert conductor.plan(spec)['changes'] == []
 
 
 def test_a_backing_file_of_another_image_is_a_conflict():

@@ -117,6 +117,13 @@ def _check_mark(path, kind, name, owner):
                               else 'belongs to %s' % mark))
 
 
+def _tenks_mark(marks):
+    """The first Tenks owner mark of ``marks`` (LVM tags, or an
+    extended attribute's value or None), or None."""
+    return next((mark for mark in marks if mark and mark.startswith(
+        tenks_names.OWNER_PREFIX)), None)
+
+
 def _tagged(tags, owner):
     """Whether the LVM ``tags`` of a group or volume carry ``owner``."""
     return any(tenks_names.owns(owner, tag) for tag in tags)
@@ -880,17 +887,41 @@ class LibvirtDriver(base.VirtDriver):
         return infos
 
     def existing_volumes(self, pool, names):
-        """See base; no owner: these are not Tenks'."""
+        """See base. Tenks makes dir and logical pools: there the marks
+        are read as for its own volumes (extended attributes, LVM tags),
+        and a volume whose file or logical volume is gone is absent,
+        though libvirt lists it until it scans the pool again."""
         with self._libvirt('read volumes of storage pool %s' % pool) as conn:
             lvpool = _lookup(conn.storagePoolLookupByName, pool,
                              libvirt.VIR_ERR_NO_STORAGE_POOL)
             if lvpool is None or not lvpool.isActive():
                 return dict.fromkeys(names)
+            root = ET.fromstring(lvpool.XMLDesc())
+            kind = root.get('type')
+            marks, pool_marks = {}, []
+            if kind == 'logical':
+                vg = root.findtext('source/name')
+                marks = storage.lv_tags(vg)
+                pool_marks = storage.vg_tags(vg) or []
+            elif kind == 'dir':
+                pool_marks = [_mark(root.findtext('target/path'))]
             infos = {}
             for name in names:
                 vol = _lookup(lvpool.storageVolLookupByName, name,
                               libvirt.VIR_ERR_NO_STORAGE_VOL)
-                infos[name] = vol and self._volume_facts(vol)
+                if vol is not None and kind == 'dir' and os.path.lexists(
+                        vol.path()):
+                    marks[name] = [_mark(vol.path())]
+                if vol is None or (kind in ('dir', 'logical')
+                                   and name not in marks):
+                    infos[name] = None
+                    continue
+                info = infos[name] = self._volume_facts(vol)
+                for key, found in (('owner', marks.get(name, [])),
+                                   ('pool_owner', pool_marks)):
+                    mark = _tenks_mark(found)
+                    if mark:
+                        info[key] = mark
         return infos
 
     def resize_volume(self, pool, name, capacity, owner):
