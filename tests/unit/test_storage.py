@@ -2,6 +2,8 @@
 requests and the hostagent's whole-node requests (fake drivers), the
 libvirt domain's disks, and the LVM tag reading."""
 
+import os
+import stat
 import subprocess
 from xml.etree import ElementTree as ET
 
@@ -572,6 +574,28 @@ def test_a_device_that_is_a_file_is_refused_by_the_hostagent(
         driver.ensure_pool('p', '/dev/p', OWNER, 'logical', [device],
                            wipe=[device])
     assert data.read_bytes() == b'records' * 1000
+
+
+def test_a_partition_a_partitioned_or_a_held_device_is_refused(
+        monkeypatch, tmp_path):
+    """What the kernel says of a block device (its sysfs directory),
+    even when the spec lets Tenks wipe it."""
+    device = str(tmp_path / 'disk')
+    os.mknod(device, stat.S_IFBLK | 0o600, os.makedev(7, 250))
+    sysfs = tmp_path / 'sys'
+    monkeypatch.setattr(storage, 'SYS_BLOCK', str(sysfs))
+    monkeypatch.setattr(storage, '_mounts', lambda rdev: [])
+    monkeypatch.setattr(storage, '_signatures', lambda device: [])
+    (sysfs / '7:250' / 'holders').mkdir(parents=True)
+    (sysfs / '7:250' / 'holders' / 'dm-0').touch()
+    assert storage.device_problem(device, True, None) == 'is held by dm-0'
+    (sysfs / '7:250' / 'loop250p1').mkdir()
+    (sysfs / '7:250' / 'loop250p1' / 'partition').write_text('1')
+    assert storage.device_problem(device, True, None) == (
+        'has partitions (loop250p1)')
+    (sysfs / '7:250' / 'partition').write_text('2')
+    assert storage.device_problem(device, True, None) == (
+        'is a partition, not a whole disk')
 
 
 def test_a_logical_pool_asks_for_an_agent_that_knows_it():

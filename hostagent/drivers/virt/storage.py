@@ -32,6 +32,8 @@ _LVM_NOT_FOUND = 5
 # The start of a device that libvirt zeroes before pvcreate: it must
 # hold nothing, unless the spec lets Tenks wipe the device.
 DEVICE_HEAD = 1024 * 1024
+# The kernel's block devices, by <major>:<minor>.
+SYS_BLOCK = '/sys/dev/block'
 
 
 def _run(action, argv, env=None):
@@ -236,14 +238,17 @@ def device_problem(device, wipe, group):
         rdev = os.stat(device)
         if not stat.S_ISBLK(rdev.st_mode):
             return 'is not a block device'
-        sysfs = '/sys/dev/block/%d:%d' % (os.major(rdev.st_rdev),
-                                          os.minor(rdev.st_rdev))
+        sysfs = os.path.join(SYS_BLOCK, '%d:%d' % (
+            os.major(rdev.st_rdev), os.minor(rdev.st_rdev)))
         if os.path.exists(os.path.join(sysfs, 'partition')):
             return 'is a partition, not a whole disk'
         parts = sorted(name for name in os.listdir(sysfs) if os.path.exists(
             os.path.join(sysfs, name, 'partition')))
         if parts:
             return 'has partitions (%s)' % ', '.join(parts)
+        mounts = _mounts(rdev.st_rdev)
+        if mounts:
+            return 'is mounted on %s' % ', '.join(mounts)
         signatures = _signatures(device)
         if 'LVM2_member' in (kind for kind, _ in signatures):
             vg = _pv_group(device)
@@ -251,9 +256,6 @@ def device_problem(device, wipe, group):
                 return None
             if vg:
                 return 'is a physical volume of volume group %s' % vg
-        mounts = _mounts(rdev.st_rdev)
-        if mounts:
-            return 'is mounted on %s' % ', '.join(mounts)
         holders = sorted(os.listdir(os.path.join(sysfs, 'holders')))
         if holders:
             return 'is held by %s' % ', '.join(holders)
