@@ -337,6 +337,7 @@ class Conductor:
                 spec, cluster, facts, recorded + self._moving(),
                 [r.as_dict() for r in self.db.list_resources(cluster.name)],
                 moving, allowed, placement, self.scheduler_options)
+            preflight.check_pools(self.agents, plan, operation_id)
             self.db.set_operation_plan(operation_id, plan)
         from flows import move
         return self.runner.run(
@@ -578,8 +579,10 @@ class Conductor:
         hypervisors' ``facts``, after every check a deploy makes before
         it changes anything, so that ``tenks plan`` refuses what a
         deploy would: nodes Ironic has deployed left alone (unless
-        ``force``), and the names the deploy would take free on each
-        hypervisor. ``operation``: the deploy's (None: a plan)."""
+        ``force``), the existing volumes of its nodes there, the names
+        the deploy would take free on each hypervisor, and the devices
+        of the logical pools it would build fit to take. ``operation``:
+        the deploy's (None: a plan)."""
         name = spec['cluster']
         recorded = [n.as_dict() for n in self.db.list_nodes()]
         resources = [r.as_dict() for r in self.db.list_resources()]
@@ -587,7 +590,9 @@ class Conductor:
             spec, cluster, facts, recorded + self._moving(),
             [r for r in resources if r['cluster'] == name], force,
             self.aggregates.placement, self.scheduler_options)
-        planner.add_drift(plan, self._drift(plan, spec, operation),
+        drift = self._drift(plan, spec, operation)
+        preflight.check_existing(plan, drift)
+        planner.add_drift(plan, drift,
                           self._host_resources(spec, cluster.uuid, facts))
         if not force:
             self._check_deployed(name, plan)
@@ -601,6 +606,7 @@ class Conductor:
             preflight.check_new_nodes(self.agents, plan,
                                       reconcile.bmc_passwords(spec),
                                       operation)
+            preflight.check_pools(self.agents, plan, operation)
         return plan, missing
 
     def _join_aggregates(self, name):

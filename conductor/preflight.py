@@ -2,8 +2,9 @@
 
 The scheduler has placed the new nodes on the facts of a first
 ``inspect``; this checks every hypervisor of the plan, and asks each
-whether the interfaces the deploy would create there are free, and
-whether the domains and volumes of its new nodes are.
+whether the interfaces the deploy would create there are free, whether
+the domains and volumes of its new nodes are, and whether the devices
+of the logical pools it would build may be taken.
 """
 
 import uuid
@@ -53,8 +54,10 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources,
         raise exceptions.InterfaceConflict(conflicts='; '.join(problems))
 
 
-# inspect_nodes' word for a thing of that name that is not the owner's.
+# inspect_nodes' words for a thing of that name that is not the owner's,
+# and for one that is not there.
 FOREIGN = 'foreign'
+MISSING = 'missing'
 # The spec field that names each kind of a node's parts.
 NAMED_BY = {'volume': 'vol_name_prefix'}
 
@@ -63,14 +66,17 @@ def check_new_nodes(agents, plan, passwords, operation=None):
     """Raise NameConflict if a part of a node the plan creates (its
     domain, a volume) exists on its hypervisor without the deployment's
     mark: another state directory's cluster of the same
-    names, or something Tenks did not make. ``passwords``: the BMC
-    passwords of the spec (tenks.reconcile.bmc_passwords);
-    ``operation``: the deploy's (None: a plan)."""
+    names, or something Tenks did not make; ExistingVolumesGone if an
+    existing volume of one is not there (see check_existing).
+    ``passwords``: the BMC passwords of the spec
+    (tenks.reconcile.bmc_passwords); ``operation``: the deploy's (None:
+    a plan)."""
     by_host = {}
     for entry in plan['nodes']:
         if entry['action'] == reconcile.CREATE:
             by_host.setdefault(entry['hypervisor'], []).append(entry)
     problems = []
+    drift = {}
     for host, entries in sorted(by_host.items()):
         found = agents.request(
             host, 'inspect_nodes', 'inspect-nodes/%s' % uuid.uuid4(),
@@ -78,6 +84,7 @@ def check_new_nodes(agents, plan, passwords, operation=None):
             nodes=[hostagent_rpcapi.node_request(e['new'], passwords)
                    for e in entries],
             owner=plan['owner'], parts=['domain', 'volume'])['nodes']
+        drift.update(found)
         for entry in entries:
             field = 'specs[%d].%%s' % entry['new']['record']['spec_index']
             problems += [
@@ -88,3 +95,40 @@ def check_new_nodes(agents, plan, passwords, operation=None):
                 if what == FOREIGN]
     if problems:
         raise exceptions.NameConflict(conflicts='; '.join(problems))
+    check_existing(plan, drift)
+
+
+def check_existing(plan, drift):
+    """Raise ExistingVolumesGone when a node of the plan has an existing
+    volume (somebody else's, attached as it is) that its hypervisor
+    reports missing (``drift``: {uuid: [[kind, name, what]]}, as
+    inspect_nodes reports): Tenks never makes one, so no deploy can
+    bring it back."""
+    gone = []
+    for entry in plan['nodes']:
+        pools = {vol['name']: vol['pool'] for vol in (entry['new'] or {}).get(
+            'volumes', ()) if vol.get('existing')}
+        gone += ['volume %s of storage pool %s (of node %s on %s)' % (
+                     name, pools[name], entry['name'], entry['hypervisor'])
+                 for kind, name, what in drift.get(entry['uuid'], ())
+                 if kind == 'volume' and what == MISSING and name in pools]
+    if gone:
+        raise exceptions.ExistingVolumesGone(volumes='; '.join(gone))
+
+
+def check_pools(agents, plan, operation=None):
+    """Raise DeviceRefused (the hypervisor's, naming each device and
+    what it holds) when a logical pool the plan makes would take a
+    device that is not a whole, unused and blank block device, unless
+    the spec lets it wipe that device. ``operation``: the deploy's or
+    move's (None: a plan)."""
+    for entry in plan['host_ensure']:
+        args = entry['args']
+        if entry['kind'] != 'pool' or args.get('pool_type') != 'logical':
+            continue
+        agents.request(
+            entry['hypervisor'], 'check_pool_devices',
+            'check-pool-devices/%s' % uuid.uuid4(), operation,
+            name=args['name'], devices=args['devices'],
+            owner=args['owner'],
+            **({'wipe': args['wipe']} if 'wipe' in args else {}))

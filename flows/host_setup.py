@@ -11,6 +11,7 @@ from taskflow.patterns import unordered_flow
 
 from flows import base
 from flows import teardown
+from tenks import reconcile
 
 
 class EnsurePool(base.EnsureResource):
@@ -42,7 +43,8 @@ def host_setup_flow(entries, tasks=None):
         host, kind, name = entry['hypervisor'], entry['kind'], entry['name']
         if kind == 'pool':
             flow.add(tasks['pool'](host, name, entry['args'],
-                                   entry['args'], new=True))
+                                   reconcile.recorded_args(entry['args']),
+                                   new=True))
             continue
         chain = chains.get((host, name))
         if chain is None:

@@ -393,12 +393,18 @@ class HostAgentManager:
                   physnet_mappings, ipmi_address, ipmi_ports, interfaces,
                   owner, redfish_address, redfish_port, bridge_type)
 
+    def check_pool_devices(self, context, request_id, reply_to, name,
+                           devices, owner, wipe=()):
+        self._run(context, request_id, reply_to, [('pool', name)],
+                  self.virt.check_pool_devices, name, devices,
+                  self._mark(owner), wipe)
+
     def ensure_pool(self, context, request_id, reply_to, name, path, owner,
-                    pool_type='dir', devices=()):
+                    pool_type='dir', devices=(), wipe=()):
         self._run(context, request_id, reply_to,
                   [('pool', name)],
                   self.virt.ensure_pool, name, path, self._mark(owner),
-                  pool_type, devices)
+                  pool_type, devices, wipe)
 
     def remove_pool(self, context, request_id, reply_to, name, path, owner,
                     pool_type='dir', devices=()):

@@ -13,7 +13,8 @@ domain no longer uses it. A request that fails undoes what it created
 (an update stays: the conductor sends the old state to revert it).
 
 An ``existing`` volume is somebody else's: it is read (it must exist,
-its format is the disk's) and attached, never made, grown or removed.
+its format is the disk's, and neither it nor its pool may carry a Tenks
+owner mark) and attached, never made, grown or removed.
 """
 
 import contextlib
@@ -381,15 +382,34 @@ class Nodes:
 
     def _read_existing(self, nodes):
         """{(pool, name): info or None} of the existing volumes of
-        ``nodes``, one read per pool."""
-        pools = {}
+        ``nodes``, one read per pool.
+
+        ResourceConflict for one that carries a Tenks owner mark, or
+        whose pool does (this deployment's or another's): Tenks made
+        it, and an existing volume is somebody else's.
+        """
+        pools, users = {}, {}
         for node in nodes:
             for pool, name in existing(node):
                 pools.setdefault(pool, []).append(name)
-        return {(pool, name): info
-                for pool, names in pools.items()
-                for name, info in self.virt.existing_volumes(
-                    pool, names).items()}
+                users[(pool, name)] = node['name']
+        found = {(pool, name): info
+                 for pool, names in pools.items()
+                 for name, info in self.virt.existing_volumes(
+                     pool, names).items()}
+        marked = [
+            'volume %s of storage pool %s (of node %s) %s' % (
+                name, pool, users[(pool, name)],
+                'belongs to %s' % info['owner'] if 'owner' in info
+                else 'is in a pool that belongs to %s' % info['pool_owner'])
+            for (pool, name), info in sorted(found.items())
+            if info and ('owner' in info or 'pool_owner' in info)]
+        if marked:
+            raise exceptions.ResourceConflict(
+                'Existing volumes that Tenks made are refused: %s; an '
+                'existing volume is one that Tenks did not make, attached '
+                'as it is' % '; '.join(marked))
+        return found
 
     def _existing(self, node):
         """The node's existing volumes read; DriverError if one is
@@ -433,8 +453,13 @@ class Nodes:
             volumes = {pool: self.virt.volume_infos(pool, names, mark)
                        for pool, names in pools.items()}
         if 'domain' in parts:
+            # Not a node whose existing volume is gone: its disk has no
+            # format to compare, and ensure refuses it until the volume
+            # is back (its volume says so).
             domains = self.virt.domains_changes(
-                [domain(n, attached) for n in nodes], mark)
+                [domain(n, attached) for n in nodes
+                 if None not in (attached[key] for key in existing(n))],
+                mark)
         ports, bridges = {}, {}
         if parts & {'port', 'bridge'}:
             nics = {}
@@ -474,7 +499,7 @@ class Nodes:
                           if ports[nic['tap']] != []]
             name = node['name']
             for kind, read in (('domain', domains), ('bmc', bmcs)):
-                what = kind in parts and _what(read[name])
+                what = kind in parts and name in read and _what(read[name])
                 if what:
                     found.append([kind, name, what])
             drift[node['uuid']] = found

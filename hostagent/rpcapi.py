@@ -111,16 +111,24 @@ API version history:
   (``volume``, ``bridge``, ``port``, ``domain``, ``bmc``; default all):
   a deploy's check of its new nodes reads their domains and volumes
   only, without a round trip to the BMC daemons.
+* 1.8 - Devices of logical pools. ``check_pool_devices(name, devices,
+  owner, wipe)`` changes nothing and raises DeviceRefused, naming each
+  device and what it found, unless the volume group ``name`` may take
+  the ``devices``: whole block devices that nothing uses and that hold
+  nothing, or hold data but are in ``wipe``. ensure_pool makes the same
+  check before it builds a volume group, and takes ``wipe`` (the
+  devices it may wipe).
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.7'
+RPC_API_VERSION = '1.8'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
     'inspect': ('physnet_mappings', 'ipmi_address', 'ipmi_ports',
                 'interfaces', 'owner'),
+    'check_pool_devices': ('name', 'devices', 'owner'),
     'ensure_pool': ('name', 'path', 'owner'),
     'remove_pool': ('name', 'path', 'owner'),
     'ensure_volume': ('pool', 'name', 'capacity', 'fmt', 'owner'),
@@ -144,23 +152,24 @@ METHODS = {
 }
 # Keyword arguments a method may also take (since 1.4), sent only when
 # they differ from the default: a bridge's type (Open vSwitch), a logical
-# pool's type and devices, the Redfish endpoint of a spec with Redfish
-# nodes.
+# pool's type and devices (and those it may wipe), the Redfish endpoint
+# of a spec with Redfish nodes.
 OPTIONAL = dict({method: ('bridge_type',) for method in (
     'ensure_bridge', 'remove_bridge', 'ensure_uplink', 'remove_uplink',
     'ensure_port', 'remove_port')},
-    ensure_pool=('pool_type', 'devices'),
+    check_pool_devices=('wipe',),
+    ensure_pool=('pool_type', 'devices', 'wipe'),
     remove_pool=('pool_type', 'devices'),
     inspect=('redfish_address', 'redfish_port', 'bridge_type'),
     inspect_nodes=('parts',))
 # The version that brought an optional argument, when not 1.4.
-OPTIONAL_SINCE = {'parts': '1.7'}
+OPTIONAL_SINCE = {'parts': '1.7', 'wipe': '1.8'}
 # The version that brought each method; the others are 1.0's. A cast
 # asks for it, so an older agent refuses the request instead of failing
 # somewhere inside it.
 SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'inspect_nodes': '1.4', 'export_node': '1.5', 'close_export': '1.5',
-         'power_node': '1.5'}
+         'power_node': '1.5', 'check_pool_devices': '1.8'}
 # What a cast with a deadline asks for (every method has it).
 DEADLINES = '1.6'
 

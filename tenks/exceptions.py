@@ -126,6 +126,12 @@ class ChangeRefused(TenksError):
     msg_fmt = 'Cluster %(name)s cannot change as asked: %(reason)s'
 
 
+class ExistingVolumesGone(TenksError):
+    msg_fmt = ('Existing volumes are gone: %(volumes)s. Tenks attaches an '
+               'existing volume as it is and never makes one: put it back, '
+               'or take it out of the spec')
+
+
 class NodesDeployed(TenksError):
     msg_fmt = ('Cluster %(name)s: Ironic has deployed %(nodes)s; a deploy '
                'never removes or resizes such nodes without --force')
@@ -223,6 +229,14 @@ class HypervisorUnavailable(HostAgentError):
 class ResourceConflict(HostAgentError):
     msg_fmt = ('%(kind)s %(name)s already exists and is not owned by '
                '%(owner)s: %(reason)s')
+
+
+class DeviceRefused(HostAgentError):
+    msg_fmt = ('Storage pool %(pool)s cannot take its devices: '
+               '%(problems)s. A logical pool takes whole block devices '
+               'that nothing uses and that hold nothing; one that holds '
+               'data only when the spec says so, as {path: <device>, '
+               'wipe: true} in libvirt_pool_devices')
 
 
 class InterfaceNotFound(HostAgentError):

@@ -14,6 +14,7 @@ import re
 from tenks import exceptions
 from tenks import names
 from tenks import scheduler
+from tenks import spec as tenks_spec
 
 GIB = 1024 ** 3
 STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
@@ -315,9 +316,13 @@ def host_setup(spec, host_facts):
     name = names.pool(spec['cluster'], prefix)
     if spec.get('libvirt_pool_type', 'dir') == 'logical':
         # A volume group of that name; libvirt's target is its /dev path.
+        devices = tenks_spec.pool_devices(spec)
         pool = {'name': name, 'path': '/dev/' + name,
                 'pool_type': 'logical',
-                'devices': spec['libvirt_pool_devices']}
+                'devices': [path for path, _ in devices]}
+        wipe = [path for path, wiped in devices if wiped]
+        if wipe:
+            pool['wipe'] = wipe
     else:
         pool = {'name': name, 'path': os.path.join(
             host_facts['pool_dir'], prefix + spec['cluster'])}
@@ -326,7 +331,7 @@ def host_setup(spec, host_facts):
 
 def host_resources(spec, deployment, host, host_facts):
     """[(kind, name, ensure args)] of the host's pool, bridges, uplinks;
-    an ensure's args are also its remove's."""
+    an ensure's args are also its remove's (see recorded_args)."""
     owner = names.owner(spec['cluster'], deployment)
     setup = host_setup(spec, host_facts)
     wanted = [('pool', setup['pool']['name'],
@@ -343,6 +348,12 @@ def host_resources(spec, deployment, host, host_facts):
                            dict(bridge['uplink'], bridge=bridge['name'],
                                 owner=owner, **typed)))
     return wanted
+
+
+def recorded_args(args):
+    """The ensure args of a host resource as its record keeps them, its
+    remove args: not a pool's ``wipe``, which only its making uses."""
+    return {key: value for key, value in args.items() if key != 'wipe'}
 
 
 # What a volume is made from or attached as, in words.
@@ -643,8 +654,9 @@ def _host_entries(spec, deployment, hosts, facts, resources, changes):
         if row is None or row['state'] != 'present':
             ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
                            'args': args, 'old': None})
-            changes.append(_host_line(host, kind, name, CREATE))
-        elif row['remove_args'] != args:
+            changes.append(_host_line(host, kind, name, CREATE, *(
+                ('wipe', None, args['wipe']) if 'wipe' in args else ())))
+        elif row['remove_args'] != recorded_args(args):
             ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
                            'args': args, 'old': row['remove_args']})
             changes.append(_host_line(
@@ -708,5 +720,7 @@ def _passwords_changed(old_spec, spec):
 
 
 def destructive(plan):
-    """The changes that lose something: removals and replacements."""
-    return [c for c in plan['changes'] if c['action'] in (DELETE, REPLACE)]
+    """The changes that lose something: removals, replacements, and
+    pools made on devices they may wipe."""
+    return [c for c in plan['changes'] if c['action'] in (DELETE, REPLACE)
+            or c['field'] == 'wipe']

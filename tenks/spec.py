@@ -11,6 +11,7 @@ import difflib
 import functools
 import ipaddress
 import logging
+import posixpath
 import re
 
 import jsonschema
@@ -62,6 +63,8 @@ _PHYSNET_LIST = {
 
 _IMAGE = _pattern('^(/|https?://).+',
                   'an absolute path or an http(s):// URL')
+
+_POOL_DEVICE = _pattern('^/dev/.+', 'a block device under /dev')
 
 _VOLUME = {
     'type': 'object',
@@ -320,9 +323,15 @@ SCHEMA = {
         # The cluster's pool on each hypervisor: a directory (under
         # [hostagent] pool_dir) or an LVM volume group on devices.
         'libvirt_pool_type': {'enum': ['dir', 'logical'], 'default': 'dir'},
+        # A device, or {path: <device>, wipe: true} for one that Tenks
+        # may wipe although it holds data (see _check_pool_devices).
         'libvirt_pool_devices': {
             'type': 'array', 'uniqueItems': True,
-            'items': _pattern('^/dev/.+', 'a block device under /dev'),
+            'items': dict(
+                _POOL_DEVICE, type=['string', 'object'],
+                required=['path'], additionalProperties=False,
+                properties={'path': _POOL_DEVICE,
+                            'wipe': {'type': 'boolean'}}),
             'default': []},
         'cmd': _ANSIBLE_ONLY,
         'virtualenv_path': _ANSIBLE_ONLY,
@@ -684,6 +693,7 @@ def _check_volumes(spec):
     if devices and spec.get('libvirt_pool_type') == 'dir':
         problems.append('libvirt_pool_devices: only for libvirt_pool_type '
                         'logical (the pool type is dir)')
+    problems += _check_pool_devices(devices)
     for volume, path in _volumes(spec, paths=True):
         where = _path(path)
         if 'existing' in volume:
@@ -723,6 +733,33 @@ def _check_volumes(spec):
                 'its capacity: use e.g. %d bytes' % (
                     where, size, -(-size // LVM_EXTENT) * LVM_EXTENT))
     problems += _existing_shared(spec)
+    return problems
+
+
+def pool_devices(spec):
+    """[(path, wipe)] of the spec's libvirt_pool_devices."""
+    return [(entry, False) if isinstance(entry, str)
+            else (entry['path'], entry.get('wipe', False))
+            for entry in spec['libvirt_pool_devices']]
+
+
+def _check_pool_devices(devices):
+    """A device path that leaves /dev or is not plain (the hypervisor
+    resolves its symbolic links), or one listed twice."""
+    problems = []
+    seen = set()
+    for i, entry in enumerate(devices if isinstance(devices, list) else ()):
+        path = entry.get('path') if isinstance(entry, dict) else entry
+        if not isinstance(path, str) or not path.startswith('/dev/'):
+            continue  # reported by the schema
+        where = 'libvirt_pool_devices[%d]' % i
+        if posixpath.normpath(path) != path:
+            problems.append('%s: %r is not a plain path under /dev (no '
+                            '"..", "." or "//")' % (where, path))
+        elif path in seen:
+            problems.append('%s: %s is listed more than once' % (where,
+                                                                 path))
+        seen.add(path)
     return problems
 
 

@@ -104,6 +104,7 @@ class NullVirt(base.VirtDriver):
         return base.ensured(True)
 
     ensure_pool = remove_pool = remove_volume = resize_volume = _nothing
+    check_pool_devices = _nothing
     volume_info = volume_infos = existing_volumes = volume_path = _nothing
     ensure_domain = remove_domain = domain_state = _nothing
     domain_changes = domains_changes = start_domain = stop_domain = _nothing

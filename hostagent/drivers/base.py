@@ -60,14 +60,28 @@ class VirtDriver(abc.ABC):
         """
 
     @abc.abstractmethod
-    def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
+    def check_pool_devices(self, name, devices, owner, wipe=()):
+        """Raise DeviceRefused, naming each device and what it found,
+        unless the volume group of logical pool ``name`` may take the
+        block ``devices`` (symbolic links resolved): whole disks that
+        nothing uses (no partition, not mounted, no holders), holding
+        no signature and no data in their first MiB, except those in
+        ``wipe`` (data there may be wiped). Physical volumes of the
+        group of that name, if it is ``owner``'s, are the pool's
+        already. Reads only."""
+
+    @abc.abstractmethod
+    def ensure_pool(self, name, path, owner, pool_type='dir', devices=(),
+                    wipe=()):
         """A storage pool ``name``, active.
 
         ``pool_type`` 'dir': a directory at ``path``; 'logical': an LVM
         volume group ``name`` built on the block ``devices``, ``path``
-        its /dev directory. The pool and its directory or group carry
-        ``owner``'s mark; a pool of that name or at that path, or a
-        directory or group there, without it: ResourceConflict.
+        its /dev directory, checked first as check_pool_devices does
+        (the devices of ``wipe`` are wiped). The pool and its directory
+        or group carry ``owner``'s mark; a pool of that name or at that
+        path, or a directory or group there, without it:
+        ResourceConflict.
         """
 
     @abc.abstractmethod
@@ -94,7 +108,9 @@ class VirtDriver(abc.ABC):
     @abc.abstractmethod
     def existing_volumes(self, pool, names):
         """{name: {'capacity', 'format'} or None} of volumes that are not
-        Tenks' (attached as they are); None when absent."""
+        Tenks' (attached as they are); None when absent. With ``owner``
+        or ``pool_owner``, the Tenks owner mark the volume or its pool
+        carries, if any: then it is Tenks' after all."""
 
     @abc.abstractmethod
     def remove_volume(self, pool, name, owner):

@@ -431,11 +431,13 @@ def test_lvm_groups_and_devices_of_somebody_else_are_left_alone(tmp_path):
             driver.remove_pool(name, '/dev/' + name, owner, 'logical',
                                [device])
         assert vg_tags(name) == (0, [device])
-        # Another pool name on that device: libvirt will not overwrite it.
+        # Another pool name on that device: refused, even to be wiped.
         other = name + 'b'
-        with pytest.raises(exceptions.DriverError):
+        with pytest.raises(exceptions.DeviceRefused) as refused:
             driver.ensure_pool(other, '/dev/' + other, owner, 'logical',
-                               [device])
+                               [device], wipe=[device])
+        assert '%s is a physical volume of volume group %s' % (
+            device, name) in str(refused.value)
         assert vg_tags(name) == (0, [device])
         conn = libvirt.open(cf.URI)
         try:
@@ -443,3 +445,159 @@ def test_lvm_groups_and_devices_of_somebody_else_are_left_alone(tmp_path):
                                  conn.listAllStoragePools()]
         finally:
             conn.close()
+
+
+def head_digest(path):
+    """The digest of the first 2 MiB of ``path``."""
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read(2 * MIB)).hexdigest()
+
+
+def write_records(device):
+    """Raw records from the device's first KiB on, in no format that
+    wipefs knows."""
+    with open(device, 'r+b') as f:
+        f.seek(1024)
+        f.write(b''.join(b'record %06d\n' % i for i in range(4096)))
+        os.fsync(f.fileno())
+
+
+def logical_pool(env, devices):
+    spec = env.spec(count=1, libvirt_pool_type='logical',
+                    libvirt_pool_devices=devices)
+    # This kernel may have no device-mapper: no logical volume then.
+    spec['node_types']['small']['volumes'] = []
+    return spec
+
+
+def test_a_logical_pool_takes_no_device_that_holds_data_unless_told(env):
+    """Raw records and a file system are refused by plan and deploy,
+    naming each device and what it holds, before anything is written;
+    with wipe: true, the pool takes them."""
+    with loop_device(32 * MIB) as records, loop_device(32 * MIB) as ext4:
+        write_records(records)
+        assert run('mkfs.ext4', '-q', ext4).returncode == 0
+        before = [head_digest(records), head_digest(ext4)]
+        spec = logical_pool(env, [records, ext4])
+        errors = []
+        for attempt in (env.plan, env.deploy):
+            with pytest.raises(exceptions.DeviceRefused) as refused:
+                attempt(spec)
+            errors.append(str(refused.value))
+        assert errors[0] == errors[1]
+        pool = 'tenks-' + env.cluster
+        assert errors[0].startswith(
+            'Storage pool %s cannot take its devices: %s holds data in its '
+            'first MiB (no signature that wipefs knows); %s holds ext4 (at '
+            'offset 0x438).' % (pool, records, ext4))
+        assert [head_digest(records), head_digest(ext4)] == before
+        assert vg_tags(pool)[0] != 0
+        assert env.nodes() == [] and env.leftovers() == []
+
+        env.deploy(logical_pool(env, [{'path': records, 'wipe': True},
+                                      {'path': ext4, 'wipe': True}]))
+        assert sorted(run('pvs', '--noheadings', '-o', 'pv_name',
+                          '--select', 'vg_name=' + pool,
+                          env=LVM_ENV).stdout.split()) == sorted(
+            [records, ext4])
+        env.teardown()
+        assert vg_tags(pool)[0] != 0
+
+
+def test_the_hostagent_refuses_devices_in_use_or_not_blocks(tmp_path):
+    """Driver level, as the deploy's check and ensure_pool see them:
+    even devices the spec lets Tenks wipe. A path that leaves /dev is
+    resolved: a file is no block device, and stays as it was. (A
+    partitioned device: tests/unit/test_storage.py, this kernel reads no
+    partition table.)"""
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', str(tmp_path))
+    driver = libvirt_driver.LibvirtDriver(conf)
+    owner = 'tenks:stg:%s' % os.path.basename(tmp_path)
+    name = 'tenks-stg%s' % os.urandom(2).hex()
+    data = tmp_path / 'file.img'
+    data.write_bytes(b'record\n' * MIB)
+    mnt = tmp_path / 'mnt'
+    mnt.mkdir()
+    with loop_device(32 * MIB) as mounted:
+        assert run('mkfs.ext4', '-q', mounted).returncode == 0
+        assert run('mount', mounted, str(mnt)).returncode == 0
+        try:
+            devices = [mounted, '/dev/..%s' % data]
+            for attempt in (driver.check_pool_devices, functools.partial(
+                    driver.ensure_pool, path='/dev/' + name,
+                    pool_type='logical')):
+                with pytest.raises(exceptions.DeviceRefused) as refused:
+                    attempt(name, devices=devices, owner=owner,
+                            wipe=devices)
+                assert ('%s is mounted on %s; /dev/..%s (%s) is not a '
+                        'block device.' % (mounted, mnt, data, data)
+                        ) in str(refused.value)
+        finally:
+            assert run('umount', str(mnt)).returncode == 0
+    assert data.read_bytes() == b'record\n' * MIB
+    assert vg_tags(name)[0] != 0
+    conn = libvirt.open(cf.URI)
+    try:
+        assert name not in [p.name() for p in conn.listAllStoragePools()]
+    finally:
+        conn.close()
+
+
+def test_an_existing_volume_tenks_made_is_refused(env, foreign_volume):
+    """One that carries another deployment's owner mark: plan and deploy
+    refuse it, naming it, its pool and its owner, and make nothing."""
+    user_pool, user_vol, user_path = foreign_volume
+    mark = 'tenks:other:8e2b1f0e-5b1c-4c59-a1a4-0d6f3e1d2c3b/hv9'
+    os.setxattr(user_path, 'user.tenks.owner', mark.encode())
+    spec = env.spec(count=1)
+    spec['node_types']['small']['volumes'].append(
+        {'existing': {'pool': user_pool, 'volume': user_vol}})
+    errors = []
+    for attempt in (env.plan, env.deploy):
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors[0] == errors[1]
+    assert ('volume %s of storage pool %s (of node %s) belongs to %s' % (
+        user_vol, user_pool, env.node_name(0), mark)) in errors[0]
+    assert env.nodes() == [] and env.leftovers() == []
+
+
+@pytest.mark.parametrize('how', ['through libvirt', 'by hand'])
+def test_an_existing_volume_gone_is_reported_by_plan_and_a_re_run(
+        env, foreign_volume, how):
+    """Not a traceback: an error that names it, its pool and its node,
+    and says that Tenks does not make it."""
+    user_pool, user_vol, user_path = foreign_volume
+    spec = env.spec(count=1)
+    spec['node_types']['small']['volumes'].append(
+        {'existing': {'pool': user_pool, 'volume': user_vol}})
+    env.deploy(spec)
+    conn = libvirt.open(cf.URI)
+    try:
+        pool = conn.storagePoolLookupByName(user_pool)
+        if how == 'by hand':
+            # libvirt lists it until it scans the pool again.
+            os.remove(user_path)
+        else:
+            pool.storageVolLookupByName(user_vol).delete()
+        errors = []
+        for attempt in (env.plan, env.deploy):
+            with pytest.raises(exceptions.ExistingVolumesGone) as refused:
+                attempt(spec)
+            errors.append(str(refused.value))
+        assert errors[0] == errors[1] == (
+            'Existing volumes are gone: volume %s of storage pool %s (of '
+            'node %s on %s). Tenks attaches an existing volume as it is and '
+            'never makes one: put it back, or take it out of the spec' % (
+                user_vol, user_pool, env.node_name(0),
+                env.conf.hostagent.host))
+        # The node is as it was, and goes with its cluster.
+        assert [d['volume'] for d in domain_disks(env.node_name(0))][-1] == (
+            user_vol)
+        env.teardown()
+        pool.refresh()
+    finally:
+        conn.close()

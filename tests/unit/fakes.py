@@ -30,6 +30,8 @@ class Hypervisor:
         self.stopped_bmcs = set()
         # Interfaces the host's default routes leave by.
         self.uplinks = []
+        # Block devices a logical pool may not take: {path: why}.
+        self.unfit_devices = {}
         # The libvirt daemon its hostagent reaches: its own.
         self.libvirt_daemon = 'fake:///system on %x' % id(self)
 
@@ -67,7 +69,17 @@ class FakeVirt(base.VirtDriver):
         return {'libvirt_version': '9.0.0', 'cpus': 2, 'memory_mb': 4096,
                 'libvirt_daemon': self.hv.libvirt_daemon}
 
-    def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
+    def check_pool_devices(self, name, devices, owner, wipe=()):
+        problems = ['%s %s' % (device, self.hv.unfit_devices[device])
+                    for device in devices if device in self.hv.unfit_devices
+                    and device not in wipe]
+        if problems:
+            raise exceptions.DeviceRefused(pool=name,
+                                           problems='; '.join(problems))
+
+    def ensure_pool(self, name, path, owner, pool_type='dir', devices=(),
+                    wipe=()):
+        self.check_pool_devices(name, devices, owner, wipe)
         return self.hv.ensure('pool', name)
 
     def remove_pool(self, name, path, owner, pool_type='dir', devices=()):

@@ -227,29 +227,33 @@ def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
     [(_, _, _, options)] = bus.sent
     since = {'ensure_node': '1.4', 'remove_node': '1.4',
              'inspect_nodes': '1.4', 'export_node': '1.5',
-             'close_export': '1.5', 'power_node': '1.5'}
+             'close_export': '1.5', 'power_node': '1.5',
+             'check_pool_devices': '1.8'}
     assert options['version'] == since.get(method, '1.0')
     assert hostagent_rpcapi.SINCE == since
 
 
 @pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
 def test_hostagent_casts_carry_their_operation_and_deadline(method):
-    """In the request context, asking for 1.6: an older agent would run
-    a request after its conductor gave up on it."""
+    """In the request context, asking for 1.6 (or the method's newer
+    version): an older agent would run a request after its conductor
+    gave up on it."""
     bus = Bus()
     args = dict.fromkeys(hostagent_rpcapi.METHODS[method])
     hostagent_rpcapi.HostAgentAPI(bus).cast(
         'hv1', method, 'req', 'c1', operation='op-1', deadline=1234.5,
         **args)
     [(_, _, kwargs, options)] = bus.sent
-    assert options['version'] == '1.6'
+    assert options['version'] == max(
+        '1.6', hostagent_rpcapi.SINCE.get(method, '1.0'))
     assert options['context'] == {'operation': 'op-1', 'deadline': 1234.5}
     assert kwargs == dict(args, request_id='req', reply_to='c1')
 
 
 def test_optional_arguments_ask_for_the_version_that_brought_them():
-    """inspect_nodes' parts came with 1.7: an older agent refuses the
-    request instead of reading every part; 1.4's optional arguments
+    """inspect_nodes' parts came with 1.7 and ensure_pool's wipe with
+    1.8: an older agent refuses the request instead of reading every
+    part or ignoring the devices it may wipe; 1.4's optional arguments
     still ask for 1.4 (1.6 with a deadline)."""
     bus = Bus()
     api = hostagent_rpcapi.HostAgentAPI(bus)
@@ -261,5 +265,8 @@ def test_optional_arguments_ask_for_the_version_that_brought_them():
              bridge_type='openvswitch')
     api.cast('hv1', 'ensure_bridge', 'req', 'c1', deadline=1.0, name='b',
              owner='o', bridge_type='openvswitch')
+    api.cast('hv1', 'ensure_pool', 'req', 'c1', name='p', path='/dev/p',
+             owner='o', pool_type='logical', devices=['/dev/sdb'],
+             wipe=['/dev/sdb'])
     assert [options['version'] for _, _, _, options in bus.sent] == [
-        '1.7', '1.7', '1.4', '1.6']
+        '1.7', '1.7', '1.4', '1.6', '1.8']

@@ -2,11 +2,14 @@
 requests and the hostagent's whole-node requests (fake drivers), the
 libvirt domain's disks, and the LVM tag reading."""
 
+import os
+import stat
 import subprocess
 from xml.etree import ElementTree as ET
 
 import pytest
 
+from flows import host_setup
 from flows import nodes as node_flows
 from hostagent import nodes
 from hostagent import rpcapi
@@ -237,15 +240,82 @@ def test_an_existing_volume_is_attached_never_made_or_removed(
 def test_a_missing_existing_volume_is_drift_and_refused(
         agent, hypervisor):  # noqa: F811
     wanted = node(volumes=[EXISTING])
+    # Not its domain, whose disk has no format to compare while the
+    # volume is gone.
     assert agent.nodes.inspect([wanted], OWNER)['nodes'] == {
         wanted['uuid']: [['volume', 'keep.qcow2', 'missing'],
                          ['port', 'n0t0', 'missing'],
-                         ['domain', 'n0', 'missing'],
                          ['bmc', 'n0', 'missing']]}
     with pytest.raises(exceptions.DriverError) as refused:
         agent.nodes.ensure(wanted, OWNER, False)
     assert 'never made' in str(refused.value)
     assert hypervisor.things == {}
+
+
+@pytest.mark.parametrize('marks,found', [
+    ({'owner': 'tenks:other:d2/hv2'}, 'belongs to tenks:other:d2/hv2'),
+    ({'owner': OWNER + '/hv1'}, 'belongs to %s/hv1' % OWNER),
+    ({'pool_owner': 'tenks:other:d2'},
+     'is in a pool that belongs to tenks:other:d2'),
+])
+def test_an_existing_volume_tenks_made_is_refused(
+        agent, hypervisor, marks, found):  # noqa: F811
+    hypervisor.things[('existing', 'default', 'keep.qcow2')] = dict(
+        {'capacity': 4096, 'format': 'raw'}, **marks)
+    wanted = node(volumes=node()['volumes'] + [EXISTING])
+    for attempt in (lambda: agent.nodes.inspect([wanted], OWNER),
+                    lambda: agent.nodes.ensure(wanted, OWNER, False)):
+        with pytest.raises(exceptions.ResourceConflict) as refused:
+            attempt()
+        assert str(refused.value) == (
+            'Existing volumes that Tenks made are refused: volume '
+            'keep.qcow2 of storage pool default (of node n0) %s; an '
+            'existing volume is one that Tenks did not make, attached as '
+            'it is' % found)
+    assert set(hypervisor.things) == {('existing', 'default', 'keep.qcow2')}
+
+
+def test_plan_and_deploy_refuse_a_new_node_whose_existing_volume_is_gone(
+        conductor, hypervisor):
+    spec = typed({'capacity': '1GiB'}, {'existing': USER})
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.ExistingVolumesGone) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors == [
+        'Existing volumes are gone: volume keep.qcow2 of storage pool '
+        'default (of node tk0 on hv1). Tenks attaches an existing volume '
+        'as it is and never makes one: put it back, or take it out of the '
+        'spec'] * 2
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+
+
+def test_an_existing_volume_gone_after_deploy_is_refused_by_plan_and_re_run(
+        conductor, hypervisor):
+    hypervisor.things[('existing', 'default', 'keep.qcow2')] = {
+        'capacity': 4096, 'format': 'raw'}
+    spec = typed({'capacity': '1GiB'}, {'existing': USER})
+    conductor.deploy(spec)
+    assert conductor.plan(spec)['changes'] == []
+    del hypervisor.things[('existing', 'default', 'keep.qcow2')]
+    before = dict(hypervisor.things)
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.ExistingVolumesGone) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors[0] == errors[1]
+    assert errors[0].startswith(
+        'Existing volumes are gone: volume keep.qcow2 of storage pool '
+        'default (of node tk0 on hv1). Tenks attaches an existing volume '
+        'as it is and never makes one')
+    assert hypervisor.things == before
+    # Put back, the node is as it was: nothing to do.
+    hypervisor.things[('existing', 'default', 'keep.qcow2')] = {
+        'capacity': 4096, 'format': 'raw'}
+    assert conductor.plan(spec)['changes'] == []
 
 
 def test_a_backing_file_of_another_image_is_a_conflict():
@@ -399,6 +469,145 @@ def test_logical_volumes_are_ours_by_their_lvm_tag(monkeypatch, tmp_path):
     assert 'tags tenks:c:other' in str(refused.value)
     assert not theirs.deleted
     assert driver.remove_volume('p', 'v0', OWNER) and mine.deleted
+
+
+# Devices of a logical pool
+
+def logical(*devices):
+    return typed({'capacity': '8MiB'}, libvirt_pool_type='logical',
+                 libvirt_pool_devices=list(devices))
+
+
+def pool_args(spec):
+    [args] = [args for kind, _, args in reconcile.host_resources(
+        spec, 'd1', 'hv1', facts()) if kind == 'pool']
+    return args
+
+
+def test_pool_devices_are_plain_paths_under_dev_each_listed_once():
+    assert problems({'capacity': '8MiB'}, libvirt_pool_type='logical',
+                    libvirt_pool_devices=[
+                        '/dev/../tmp/file', '/dev/sdb',
+                        {'path': '/dev/sdb', 'wipe': True},
+                        {'path': '/dev/sdc', 'wipe': 'yes'},
+                        {'path': '/srv/disk'}, {'wipe': True}]) == [
+        "libvirt_pool_devices[3].wipe: expected true or false, got 'yes'",
+        "libvirt_pool_devices[4].path: '/srv/disk' is invalid: expected a "
+        'block device under /dev',
+        "libvirt_pool_devices[5]: missing required key 'path'",
+        "libvirt_pool_devices[0]: '/dev/../tmp/file' is not a plain path "
+        'under /dev (no "..", "." or "//")',
+        'libvirt_pool_devices[2]: /dev/sdb is listed more than once',
+    ]
+
+
+def test_a_device_the_spec_lets_tenks_wipe_is_destructive_not_recorded():
+    spec = logical('/dev/sdb', {'path': '/dev/sdc', 'wipe': True})
+    args = pool_args(spec)
+    assert args == {'name': 'tenks-unit', 'path': '/dev/tenks-unit',
+                    'pool_type': 'logical',
+                    'devices': ['/dev/sdb', '/dev/sdc'],
+                    'wipe': ['/dev/sdc'], 'owner': 'tenks:unit:d1'}
+    assert 'wipe' not in pool_args(logical('/dev/sdb', {'path': '/dev/sdc'}))
+    made = plan(spec, None, [], [])
+    [line] = [c for c in made['changes'] if c['resource'].startswith('pool')]
+    assert (line['action'], line['field'], line['new']) == (
+        'create', 'wipe', ['/dev/sdc'])
+    assert reconcile.destructive(made) == [line]
+    # The pool is recorded without it: only its making wipes.
+    [entry] = [e for e in made['host_ensure'] if e['kind'] == 'pool']
+    [task] = host_setup.host_setup_flow([entry])
+    assert task.ensure_args['wipe'] == ['/dev/sdc']
+    assert task.remove_args == reconcile.recorded_args(task.ensure_args)
+    assert 'wipe' not in task.remove_args
+    # So a re-run, with the opt-in or without it, changes nothing.
+    nodes_, resources = deployed(spec)
+    for row in resources:
+        row['remove_args'] = reconcile.recorded_args(row['remove_args'])
+    assert plan(spec, spec, nodes_, resources)['changes'] == []
+    assert plan(logical('/dev/sdb', '/dev/sdc'), spec, nodes_,
+                resources)['changes'] == []
+
+
+def test_plan_and_deploy_refuse_a_device_a_logical_pool_may_not_take(
+        conductor, hypervisor):
+    hypervisor.unfit_devices['/dev/loop7'] = 'holds ext4 (at offset 0x438)'
+    spec = logical('/dev/sdb', '/dev/loop7')
+    errors = []
+    for attempt in (conductor.plan, conductor.deploy):
+        with pytest.raises(exceptions.DeviceRefused) as refused:
+            attempt(spec)
+        errors.append(str(refused.value))
+    assert errors[0] == errors[1]
+    assert errors[0].startswith(
+        'Storage pool tenks-unit cannot take its devices: /dev/loop7 holds '
+        'ext4 (at offset 0x438). ')
+    assert errors[0].endswith('(on hv1)')
+    assert hypervisor.things == {}
+    assert conductor.db.get_cluster('unit') is None
+    # Opted in: the device is the pool's, and the plan asks first.
+    spec = logical('/dev/sdb', {'path': '/dev/loop7', 'wipe': True})
+    assert conductor.plan(spec)['destructive']
+    conductor.deploy(spec)
+    assert hypervisor.names('pool') == ['tenks-unit']
+
+
+class NoPools:
+    """A libvirt connection with no pool, that must make none."""
+
+    def isAlive(self):
+        return 1
+
+    def listAllStoragePools(self):
+        return []
+
+    def storagePoolDefineXML(self, xml, flags=0):
+        pytest.fail('libvirt was asked to define pool %s' % xml)
+
+
+def test_a_device_that_is_a_file_is_refused_by_the_hostagent(
+        monkeypatch, tmp_path):
+    """Named by a path that resolves out of /dev: the libvirt driver
+    refuses it before it writes anything."""
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    conf.set_override('state_dir', str(tmp_path))
+    driver = libvirt_driver.LibvirtDriver(conf)
+    monkeypatch.setattr(storage, 'vg_tags', lambda vg: None)
+    data = tmp_path / 'disk.img'
+    data.write_bytes(b'records' * 1000)
+    device = '/dev/..%s' % data
+    with pytest.raises(exceptions.DeviceRefused) as refused:
+        driver.check_pool_devices('p', [device], OWNER)
+    assert ('%s (%s) is not a block device' % (device, data)) in str(
+        refused.value)
+    driver._conn = NoPools()
+    with pytest.raises(exceptions.DeviceRefused):
+        driver.ensure_pool('p', '/dev/p', OWNER, 'logical', [device],
+                           wipe=[device])
+    assert data.read_bytes() == b'records' * 1000
+
+
+def test_a_partition_a_partitioned_or_a_held_device_is_refused(
+        monkeypatch, tmp_path):
+    """What the kernel says of a block device (its sysfs directory),
+    even when the spec lets Tenks wipe it."""
+    device = str(tmp_path / 'disk')
+    os.mknod(device, stat.S_IFBLK | 0o600, os.makedev(7, 250))
+    sysfs = tmp_path / 'sys'
+    monkeypatch.setattr(storage, 'SYS_BLOCK', str(sysfs))
+    monkeypatch.setattr(storage, '_mounts', lambda rdev: [])
+    monkeypatch.setattr(storage, '_signatures', lambda device: [])
+    (sysfs / '7:250' / 'holders').mkdir(parents=True)
+    (sysfs / '7:250' / 'holders' / 'dm-0').touch()
+    assert storage.device_problem(device, True, None) == 'is held by dm-0'
+    (sysfs / '7:250' / 'loop250p1').mkdir()
+    (sysfs / '7:250' / 'loop250p1' / 'partition').write_text('1')
+    assert storage.device_problem(device, True, None) == (
+        'has partitions (loop250p1)')
+    (sysfs / '7:250' / 'partition').write_text('2')
+    assert storage.device_problem(device, True, None) == (
+        'is a partition, not a whole disk')
 
 
 def test_a_logical_pool_asks_for_an_agent_that_knows_it():

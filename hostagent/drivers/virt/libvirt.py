@@ -117,6 +117,13 @@ def _check_mark(path, kind, name, owner):
                               else 'belongs to %s' % mark))
 
 
+def _tenks_mark(marks):
+    """The first Tenks owner mark of ``marks`` (LVM tags, or an
+    extended attribute's value or None), or None."""
+    return next((mark for mark in marks if mark and mark.startswith(
+        tenks_names.OWNER_PREFIX)), None)
+
+
 def _tagged(tags, owner):
     """Whether the LVM ``tags`` of a group or volume carry ``owner``."""
     return any(tenks_names.owns(owner, tag) for tag in tags)
@@ -452,22 +459,42 @@ class LibvirtDriver(base.VirtDriver):
             _check_mark(path, 'Directory of storage pool', name, owner)
         return ours
 
-    def ensure_pool(self, name, path, owner, pool_type='dir', devices=()):
-        """A pool, active and autostarted.
+    def _fit_devices(self, name, devices, owner, wipe=()):
+        """The resolved paths (os.path.realpath) of ``devices`` for the
+        volume group of pool ``name``, and of those of them in ``wipe``;
+        DeviceRefused naming each device it may not take and why
+        (storage.device_problem): only those in ``wipe`` may hold data,
+        and a physical volume of the group, if it is ``owner``'s, is
+        already the pool's."""
+        tags = storage.vg_tags(name)
+        group = name if tags is not None and _tagged(tags, owner) else None
+        wiped = {os.path.realpath(device) for device in wipe}
+        resolved, problems = [], []
+        for device in devices:
+            real = os.path.realpath(device)
+            problem = ('is listed twice' if real in resolved else
+                       storage.device_problem(real, real in wiped, group))
+            if problem:
+                problems.append('%s %s' % (
+                    device if real == device else '%s (%s)' % (device, real),
+                    problem))
+            resolved.append(real)
+        if problems:
+            raise exceptions.DeviceRefused(pool=name,
+                                           problems='; '.join(problems))
+        return resolved, [device for device in resolved if device in wiped]
 
-        libvirt pools have no metadata: the UUID of ours is derived from
-        the owner and the name. A dir pool's directory (mode 0711, which
-        lets the qemu user reach the volumes) carries the owner in its
-        extended attribute user.tenks.owner. A logical pool is an LVM
-        volume group ``name`` that libvirt builds on ``devices`` (it
-        refuses a device that holds data), tagged with the owner.
-        """
-        logical = pool_type == 'logical'
-        path = os.path.normpath(os.path.abspath(path))
+    def check_pool_devices(self, name, devices, owner, wipe=()):
+        """See base."""
+        with self._pool_lock:
+            self._fit_devices(name, devices, owner, wipe)
+
+    @staticmethod
+    def _pool_xml(name, path, owner, pool_type, devices):
         root = ET.Element('pool', type=pool_type)
         ET.SubElement(root, 'name').text = name
         ET.SubElement(root, 'uuid').text = _pool_uuid(name, owner)
-        if logical:
+        if pool_type == 'logical':
             source = ET.SubElement(root, 'source')
             for device in devices:
                 ET.SubElement(source, 'device', path=device)
@@ -475,12 +502,34 @@ class LibvirtDriver(base.VirtDriver):
             ET.SubElement(source, 'format', type='lvm2')
         target = ET.SubElement(root, 'target')
         ET.SubElement(target, 'path').text = path
-        if not logical:
+        if pool_type != 'logical':
             perms = ET.SubElement(target, 'permissions')
             ET.SubElement(perms, 'mode').text = '0711'
+        return ET.tostring(root, encoding='unicode')
+
+    def ensure_pool(self, name, path, owner, pool_type='dir', devices=(),
+                    wipe=()):
+        """A pool, active and autostarted.
+
+        libvirt pools have no metadata: the UUID of ours is derived from
+        the owner and the name. A dir pool's directory (mode 0711, which
+        lets the qemu user reach the volumes) carries the owner in its
+        extended attribute user.tenks.owner. A logical pool is an LVM
+        volume group ``name`` that libvirt builds on ``devices``, tagged
+        with the owner. They are checked first (see check_pool_devices):
+        those of ``wipe`` that hold data are wiped, none other is.
+        """
+        logical = pool_type == 'logical'
+        path = os.path.normpath(os.path.abspath(path))
         with self._pool_lock, \
                 self._libvirt('set up storage pool %s' % name) as conn:
             pool = self._pool_conflict(conn, name, path, owner, logical)
+            build = logical and storage.vg_tags(name) is None
+            if build:
+                # Checked again, as they are now: the deploy's check was
+                # made before its flow began.
+                devices, wiped = self._fit_devices(name, devices, owner,
+                                                   wipe)
             made_dir = defined = built = changed = False
             try:
                 if not logical and not os.path.isdir(path):
@@ -489,11 +538,15 @@ class LibvirtDriver(base.VirtDriver):
                     os.chmod(path, 0o711)
                     _set_mark(path, owner)
                 if pool is None:
-                    pool = conn.storagePoolDefineXML(
-                        ET.tostring(root, encoding='unicode'))
+                    pool = conn.storagePoolDefineXML(self._pool_xml(
+                        name, path, owner, pool_type, devices))
                     defined = True
                     pool.setAutostart(1)
-                if logical and storage.vg_tags(name) is None:
+                if build:
+                    for device in wiped:
+                        LOG.warning('Wiping %s for storage pool %s, as its '
+                                    'spec allows', device, name)
+                        storage.wipe_device(device)
                     pool.build(libvirt.VIR_STORAGE_POOL_BUILD_NO_OVERWRITE)
                     built = True
                     storage.tag_vg(name, owner)
@@ -834,17 +887,41 @@ class LibvirtDriver(base.VirtDriver):
         return infos
 
     def existing_volumes(self, pool, names):
-        """See base; no owner: these are not Tenks'."""
+        """See base. Tenks makes dir and logical pools: there the marks
+        are read as for its own volumes (extended attributes, LVM tags),
+        and a volume whose file or logical volume is gone is absent,
+        though libvirt lists it until it scans the pool again."""
         with self._libvirt('read volumes of storage pool %s' % pool) as conn:
             lvpool = _lookup(conn.storagePoolLookupByName, pool,
                              libvirt.VIR_ERR_NO_STORAGE_POOL)
             if lvpool is None or not lvpool.isActive():
                 return dict.fromkeys(names)
+            root = ET.fromstring(lvpool.XMLDesc())
+            kind = root.get('type')
+            marks, pool_marks = {}, []
+            if kind == 'logical':
+                vg = root.findtext('source/name')
+                marks = storage.lv_tags(vg)
+                pool_marks = storage.vg_tags(vg) or []
+            elif kind == 'dir':
+                pool_marks = [_mark(root.findtext('target/path'))]
             infos = {}
             for name in names:
                 vol = _lookup(lvpool.storageVolLookupByName, name,
                               libvirt.VIR_ERR_NO_STORAGE_VOL)
-                infos[name] = vol and self._volume_facts(vol)
+                if vol is not None and kind == 'dir' and os.path.lexists(
+                        vol.path()):
+                    marks[name] = [_mark(vol.path())]
+                if vol is None or (kind in ('dir', 'logical')
+                                   and name not in marks):
+                    infos[name] = None
+                    continue
+                info = infos[name] = self._volume_facts(vol)
+                for key, found in (('owner', marks.get(name, [])),
+                                   ('pool_owner', pool_marks)):
+                    mark = _tenks_mark(found)
+                    if mark:
+                        info[key] = mark
         return infos
 
     def resize_volume(self, pool, name, capacity, owner):

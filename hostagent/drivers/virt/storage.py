@@ -2,12 +2,14 @@
 
 libvirt makes and removes volumes; what it cannot do is here: read an
 image (``qemu-img info``), copy one into a volume (``qemu-img
-convert``), fetch one over http(s), and read or set the LVM tags that
+convert``), fetch one over http(s), read or set the LVM tags that
 mark a volume group or a logical volume with its owner (LVM has no
-extended attributes).
+extended attributes), and check the block devices a volume group
+would take.
 """
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -27,6 +29,11 @@ DOWNLOAD_TIMEOUT = 60
 _LVM_ENV = dict(os.environ, LVM_SUPPRESS_FD_WARNINGS='1')
 # The exit status of vgs/lvs for a group or volume that does not exist.
 _LVM_NOT_FOUND = 5
+# The start of a device that libvirt zeroes before pvcreate: it must
+# hold nothing, unless the spec lets Tenks wipe the device.
+DEVICE_HEAD = 1024 * 1024
+# The kernel's block devices, by <major>:<minor>.
+SYS_BLOCK = '/sys/dev/block'
 
 
 def _run(action, argv, env=None):
@@ -180,3 +187,103 @@ def remove_vg(vg, devices):
     if devices:
         _run('remove physical volumes %s' % ', '.join(devices),
              ['pvremove', '-f', *devices], env=_LVM_ENV)
+
+
+def _signatures(device):
+    """[(type, offset)] of the signatures wipefs finds on ``device``
+    (file systems, partition tables, RAID and LVM labels...)."""
+    out = _run('read the signatures of %s' % device,
+               ['wipefs', '--json', device])
+    return [(found['type'], found['offset'])
+            for found in (json.loads(out)['signatures'] if out.strip()
+                          else [])]
+
+
+def _pv_group(device):
+    """The volume group of physical volume ``device`` ('' for none)."""
+    return _run('read physical volume %s' % device, [
+        'pvs', '--noheadings', '-o', 'vg_name', device],
+        env=_LVM_ENV).strip()
+
+
+def _mounts(rdev):
+    """Where the device numbered ``rdev`` is mounted."""
+    wanted = '%d:%d' % (os.major(rdev), os.minor(rdev))
+    with open('/proc/self/mountinfo') as f:
+        return sorted({fields[4] for fields in map(str.split, f)
+                       if fields[2] == wanted})
+
+
+def _has_data(device):
+    """Whether the first DEVICE_HEAD bytes of ``device`` are not all
+    zero."""
+    with open(device, 'rb') as f:
+        return f.read(DEVICE_HEAD).strip(b'\0') != b''
+
+
+def _in_use(device):
+    """Whether the kernel has ``device`` in use (mounted, swap, a RAID
+    or device-mapper member...): it refuses it an exclusive open."""
+    try:
+        os.close(os.open(device, os.O_RDONLY | os.O_EXCL))
+    except OSError as e:
+        if e.errno == errno.EBUSY:
+            return True
+        raise
+    return False
+
+
+def device_problem(device, wipe, group):
+    """Why a new volume group may not take ``device``, in words, or
+    None when it may; ``device`` is a resolved path (os.path.realpath).
+
+    It must be a whole block device (no partition, none on it) that
+    nothing uses (not mounted, no holders, not in use by the kernel);
+    one that holds a signature or data in its first MiB only with
+    ``wipe``. A physical volume of volume group ``group`` (ours, being
+    built again) is fine as it is; one of another group never is.
+    """
+    try:
+        rdev = os.stat(device)
+        if not stat.S_ISBLK(rdev.st_mode):
+            return 'is not a block device'
+        sysfs = os.path.join(SYS_BLOCK, '%d:%d' % (
+            os.major(rdev.st_rdev), os.minor(rdev.st_rdev)))
+        if os.path.exists(os.path.join(sysfs, 'partition')):
+            return 'is a partition, not a whole disk'
+        parts = sorted(name for name in os.listdir(sysfs) if os.path.exists(
+            os.path.join(sysfs, name, 'partition')))
+        if parts:
+            return 'has partitions (%s)' % ', '.join(parts)
+        mounts = _mounts(rdev.st_rdev)
+        if mounts:
+            return 'is mounted on %s' % ', '.join(mounts)
+        signatures = _signatures(device)
+        if 'LVM2_member' in (kind for kind, _ in signatures):
+            vg = _pv_group(device)
+            if group is not None and vg == group:
+                return None
+            if vg:
+                return 'is a physical volume of volume group %s' % vg
+        holders = sorted(os.listdir(os.path.join(sysfs, 'holders')))
+        if holders:
+            return 'is held by %s' % ', '.join(holders)
+        if _in_use(device):
+            return 'is in use (the kernel refuses to open it exclusively)'
+        if wipe:
+            return None
+        if signatures:
+            return 'holds %s' % ', '.join(
+                '%s (at offset %s)' % found for found in signatures)
+        if _has_data(device):
+            return ('holds data in its first MiB (no signature that '
+                    'wipefs knows)')
+    except OSError as e:
+        return 'cannot be read: %s' % (e.strerror or e)
+    return None
+
+
+def wipe_device(device):
+    """Erase every signature on ``device`` (wipefs -a): the spec lets
+    Tenks take it although it holds data."""
+    _run('wipe %s' % device, ['wipefs', '--all', '--quiet', device])
