@@ -460,7 +460,8 @@ def test_typed_errors_cross_the_bus(conductor, hypervisor):
 def test_request_to_absent_agent_times_out_naming_the_host(conductor, conf):
     conductor.agents.timeout = 0.2
     with pytest.raises(exceptions.AgentTimeout) as raised:
-        conductor.agents.request('nohost', 'remove_bmc', 'r1', domain='x')
+        conductor.agents.request('nohost', 'remove_bmc', 'r1', domain='x',
+                                 owner='o')
     assert 'nohost' in str(raised.value)
 
 
@@ -513,7 +514,8 @@ def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
     timer.start()
     try:
         assert conductor.agents.request(
-            'late', 'remove_bmc', 'late-1', domain='x') == {'changed': False}
+            'late', 'remove_bmc', 'late-1', domain='x',
+            owner='o') == {'changed': False}
     finally:
         timer.join()
         late.stop()
