@@ -88,7 +88,8 @@ class Conductor:
             db=self.db, agents=self.agents, notifier=self.notifier,
             cloud=self.cloud))
         self.locks = locks.ClusterLocks(self.lock_dir)
-        self.registry = hypervisors.HypervisorRegistry(conf, bus, self.db)
+        self.registry = hypervisors.HypervisorRegistry(conf, bus, self.db,
+                                                       self.agents)
         self._allocation_mutex = threading.Lock()
         self.aggregates = aggregates.Aggregates(
             self.db, self._allocating,
