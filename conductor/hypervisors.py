@@ -88,8 +88,9 @@ class HypervisorRegistry:
 
     def wait_for_registrations(self, since, timeout, poll=0.2):
         """Wait until every hostagent that was up when any was last
-        heard of has registered after ``since`` (an aware UTC time), for
-        at most ``timeout`` seconds; one down by then stays down."""
+        heard of has registered after ``since`` (an aware UTC time) and
+        answered, for at most ``timeout`` seconds; one down by then stays
+        down."""
         rows = self.db.list_hypervisors()
         if not rows:
             return
@@ -100,8 +101,7 @@ class HypervisorRegistry:
         deadline = time.monotonic() + timeout
         while True:
             heard = {row.host for row in self.db.list_hypervisors()
-                     if _seen(row) > since and (row.answered_at is not None
-                                                or self.bus.embedded)}
+                     if _seen(row) > since and row.answered_at is not None}
             missing = expected - heard
             if not missing or time.monotonic() > deadline:
                 break

@@ -122,7 +122,8 @@ def owner(directory, domain):
 
 def read_all(directory):
     """{domain: definition} of every readable definition; unreadable
-    ones are logged and left out (an ensure_bmc writes them anew)."""
+    ones are logged and left out (and requests refuse them: see
+    owner)."""
     definitions = {}
     with contextlib.suppress(FileNotFoundError):
         for name in sorted(os.listdir(os.path.join(directory, BMCS))):
