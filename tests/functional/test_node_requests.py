@@ -408,7 +408,8 @@ def refused(found):
 def test_a_bmc_is_made_only_for_a_domain_of_its_owner(hv):
     """ensure_bmc (API 1.8) on a domain made by hand, then on another
     deployment's: refused, no BMC made, and the other's BMC untouched."""
-    node = hv.node()
+    # No NIC: the hypervisor's bridge is this deployment's.
+    node = hv.node(nics=0)
     name, port = node['name'], node['bmc']['port']
     hv.conn.defineXML(
         '<domain type="qemu"><name>%s</name><memory unit="MiB">64</memory>'
@@ -432,7 +433,7 @@ def test_a_bmc_is_made_only_for_a_domain_of_its_owner(hv):
 def test_a_bmc_of_another_deployment_is_never_removed(hv):
     """remove_bmc and remove_node of one deployment leave the BMC another
     made for its node of the same name: it still answers."""
-    node = hv.node()
+    node = hv.node(nics=0)
     port = node['bmc']['port']
     hv.nodes.ensure(node, fx.OTHER, False)
     other = hv.nodes.mark(fx.OTHER)
@@ -444,7 +445,6 @@ def test_a_bmc_of_another_deployment_is_never_removed(hv):
     assert ipmitool(port, 'power', 'status').returncode == 0
     assert hv.nodes.inspect([node], fx.OWNER)['nodes'][node['uuid']] == [
         ['volume', node['volumes'][0]['name'], 'foreign'],
-        ['port', node['nics'][0]['tap'], 'foreign'],
         ['domain', node['name'], 'foreign'],
         ['bmc', node['name'], 'foreign']]
     assert outcome(hv, 'remove_bmc', node['name'], fx.OTHER) == {
