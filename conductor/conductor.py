@@ -88,7 +88,8 @@ class Conductor:
             db=self.db, agents=self.agents, notifier=self.notifier,
             cloud=self.cloud))
         self.locks = locks.ClusterLocks(self.lock_dir)
-        self.registry = hypervisors.HypervisorRegistry(conf, bus, self.db)
+        self.registry = hypervisors.HypervisorRegistry(conf, bus, self.db,
+                                                       self.agents)
         self._allocation_mutex = threading.Lock()
         self.aggregates = aggregates.Aggregates(
             self.db, self._allocating,
@@ -462,9 +463,10 @@ class Conductor:
     def resume_interrupted(self):
         """Resume what this conductor was running when it last stopped,
         once the hostagents it knew have registered again (start asked
-        them to), for at most agent_down_time: until then a host it has
-        not heard from yet looks down, and a resumed deploy would find no
-        hypervisor to inspect."""
+        them to) and answered its check, for at most agent_down_time:
+        until then a host it has not heard from yet looks down (or
+        unverified), and a resumed deploy would find no hypervisor to
+        inspect."""
         if not self.db.list_operations(state=db_api.OPERATION_RUNNING,
                                        conductor=self.host):
             return

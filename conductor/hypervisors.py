@@ -1,14 +1,32 @@
 """The registry of hypervisors: the hostagents that registered, whether
-they are up, and which may take new nodes."""
+they are up, and which may take new nodes.
+
+A registration is a cast anybody who may publish on the bus can send,
+naming any host. A hypervisor that registers new, or after it was down,
+is therefore ``unverified`` until its hostagent answers a request the
+conductor casts to it (``server=<host>``: only a hostagent listening as
+that host receives it); until then it is not inspected and takes no
+node. The check is an ``inspect`` (any hostagent answers it), cast again
+with each registration until an answer comes.
+"""
 
 import datetime
+import functools
+import threading
 import time
+import uuid
 
 from oslo_log import log as logging
 
 from tenks import exceptions
 
 LOG = logging.getLogger(__name__)
+
+DOWN = 'down'
+UNVERIFIED = 'unverified'
+# The inspect that checks a registration: it asks about no spec.
+CHECK = {'physnet_mappings': {}, 'ipmi_address': None, 'ipmi_ports': [],
+         'interfaces': [], 'owner': None}
 
 
 def _seen(row):
@@ -18,18 +36,61 @@ def _seen(row):
 
 class HypervisorRegistry:
 
-    def __init__(self, conf, bus, db):
+    def __init__(self, conf, bus, db, agents):
+        """``agents``: the conductor's conductor.agents.AgentClient."""
         self.conf = conf
         self.bus = bus
         self.db = db
+        self.agents = agents
+        self._lock = threading.Lock()
+        # host -> the request id of the check of its registration sent
+        # last: one waiter per host, however often it registers.
+        self._checks = {}
 
     def register_agent(self, host, facts):
-        self.db.register_hypervisor(host, facts)
+        """Record a registration (or heartbeat) of ``host``, and check a
+        hostagent answers as ``host`` unless one has since it came up
+        (embedded, nothing else is on the bus: no check)."""
+        row = self.db.get_hypervisor(host)
+        came_up = row is None or self._down(row)
+        self.db.register_hypervisor(host, facts, came_up)
+        if not self.bus.embedded and (came_up or row.answered_at is None):
+            self._check(host)
+
+    def _check(self, host):
+        """Cast the check to ``host``; its answer, when it comes, marks
+        the host answered."""
+        request_id = 'check/%s/%s' % (host, uuid.uuid4())
+        with self._lock:
+            previous = self._checks.get(host)
+            if previous is not None:
+                self.agents.waiters.discard(previous)
+            future = self.agents.waiters.register(request_id)
+            self._checks[host] = request_id
+        future.add_done_callback(functools.partial(self._answered, host))
+        try:
+            self.agents.api.cast(
+                host, 'inspect', request_id, self.agents.conductor_host,
+                deadline=time.time() + self.agents.timeout, **CHECK)
+        except Exception as e:
+            self.agents.waiters.discard(request_id)
+            LOG.warning('Could not check the registration of %s: %s', host,
+                        e)
+
+    def _answered(self, host, future):
+        # An error is an answer too: a hostagent received the check.
+        self.db.hypervisor_answered(host)
+        LOG.info('Hostagent %s answered: it may take nodes', host)
+
+    def _down(self, row):
+        age = datetime.datetime.now(datetime.timezone.utc) - _seen(row)
+        return age.total_seconds() > self.conf.conductor.agent_down_time
 
     def wait_for_registrations(self, since, timeout, poll=0.2):
         """Wait until every hostagent that was up when any was last
-        heard of has registered after ``since`` (an aware UTC time), for
-        at most ``timeout`` seconds; one down by then stays down."""
+        heard of has registered after ``since`` (an aware UTC time) and
+        answered, for at most ``timeout`` seconds; one down by then stays
+        down."""
         rows = self.db.list_hypervisors()
         if not rows:
             return
@@ -40,7 +101,7 @@ class HypervisorRegistry:
         deadline = time.monotonic() + timeout
         while True:
             heard = {row.host for row in self.db.list_hypervisors()
-                     if _seen(row) > since}
+                     if _seen(row) > since and row.answered_at is not None}
             missing = expected - heard
             if not missing or time.monotonic() > deadline:
                 break
@@ -51,9 +112,10 @@ class HypervisorRegistry:
                         ', '.join(sorted(missing)))
 
     def hypervisor_state(self, row):
-        age = (datetime.datetime.now(datetime.timezone.utc) - _seen(row))
-        if age.total_seconds() > self.conf.conductor.agent_down_time:
-            return 'down'
+        if self._down(row):
+            return DOWN
+        if row.answered_at is None and not self.bus.embedded:
+            return UNVERIFIED
         if row.maintenance:
             return 'maintenance'
         return 'up' if row.enabled else 'disabled'
@@ -78,18 +140,25 @@ class HypervisorRegistry:
         and the nodes of a disabled one are still checked)."""
         if self.bus.embedded:
             return [self.conf.hostagent.host]
-        hosts = [h['host'] for h in self.list_hypervisors()
-                 if h['state'] != 'down']
+        listed = self.list_hypervisors()
+        hosts = [h['host'] for h in listed
+                 if h['state'] not in (DOWN, UNVERIFIED)]
         if not hosts:
+            unverified = [h['host'] for h in listed
+                          if h['state'] == UNVERIFIED]
             raise exceptions.NoValidHost(
-                what='any node', reason='no hostagent is up')
+                what='any node', reason='no hostagent is up' + (
+                    '; %s registered but never answered a request the '
+                    'conductor sent: a hypervisor takes nodes once its '
+                    'hostagent answers as it (is it running, on this '
+                    'bus?)' % ', '.join(unverified) if unverified else ''))
         return hosts
 
     def delete_hypervisor(self, host):
         """Forget hypervisor ``host``: it must be down and host nothing."""
         hypervisor = self.get_hypervisor(host)
         reasons = []
-        if hypervisor['state'] != 'down':
+        if hypervisor['state'] != DOWN:
             reasons.append('its hostagent is %s (last heard of at %s)' % (
                 hypervisor['state'], hypervisor['last_seen']))
         clusters = sorted({n.cluster for n in

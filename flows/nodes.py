@@ -39,7 +39,8 @@ def node_resources(view):
                for nic in view['nics']]
     things.append(('domain', view['name'], {'name': view['name'],
                                             'owner': owner}))
-    things.append(('bmc', view['name'], {'domain': view['name']}))
+    things.append(('bmc', view['name'], {'domain': view['name'],
+                                         'owner': owner}))
     return things
 
 

@@ -486,15 +486,17 @@ class HostAgentManager:
                   self.virt.remove_domain, name, self._mark(owner))
 
     def ensure_bmc(self, context, request_id, reply_to, domain, address,
-                   port, username, password):
-        self._run(context, request_id, reply_to, [('bmc', domain)],
-                  self.bmc.ensure_bmc, domain, address, port, username,
-                  password)
+                   port, username, password, owner=None):
+        # The domain's lock too: it must stay ours until the BMC is made.
+        self._run(context, request_id, reply_to,
+                  [('domain', domain), ('bmc', domain)],
+                  self.nodes.ensure_bmc, domain, address, port, username,
+                  password, owner)
 
-    def remove_bmc(self, context, request_id, reply_to, domain):
+    def remove_bmc(self, context, request_id, reply_to, domain, owner=None):
         # Whichever its type: a Redfish one is recorded as a bmc too.
         self._run(context, request_id, reply_to, [('bmc', domain)],
-                  self.nodes.remove_bmc, domain)
+                  self.nodes.remove_bmc, domain, owner)
 
     def ensure_node(self, context, request_id, reply_to, node, owner, force):
         self._run(context, request_id, reply_to, nodes.things(node) or [],

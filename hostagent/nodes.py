@@ -346,10 +346,10 @@ class Nodes:
         self.host = host
 
     def mark(self, owner):
-        """What this hostagent marks its volumes, domains and interfaces
-        with for deployment ``owner``, and takes as its own (see
-        tenks.names.owns). BMCs and Redfish emulators live in its state
-        directory: they carry the deployment's mark alone."""
+        """What this hostagent marks its volumes, domains, interfaces and
+        IPMI BMCs with for deployment ``owner``, and takes as its own
+        (see tenks.names.owns). Redfish emulators, one per deployment in
+        its state directory, carry the deployment's mark alone."""
         return tenks_names.agent_owner(owner, self.host)
 
     def network(self, bridge_type):
@@ -477,7 +477,7 @@ class Nodes:
                 n['name']: {k: v for k, v in n['bmc'].items()
                             if k in ('address', 'port', 'username',
                                      'password')}
-                for n in nodes if bmc_type(n) == 'ipmi'})
+                for n in nodes if bmc_type(n) == 'ipmi'}, mark)
             bmcs.update(self.redfish.system_changes(owner, {
                 n['name']: n['bmc'] for n in nodes
                 if bmc_type(n) == 'redfish'}))
@@ -569,6 +569,7 @@ class Nodes:
             if stopped:
                 self.virt.start_domain(name, mark)
                 stopped = False
+            # The domain is ours: ensure_domain checked it.
             outcome.ensured('bmc', name, *self._ensure_bmc(node, owner))
             remove = node.get('remove') or {}
             types = remove.get('port_types', {})
@@ -591,19 +592,19 @@ class Nodes:
     def _ensure_bmc(self, node, owner):
         """Make the node's BMC as asked and remove one of the other type
         it had; (result, undo)."""
-        name, bmc = node['name'], node['bmc']
+        name, bmc, mark = node['name'], node['bmc'], self.mark(owner)
         if bmc_type(node) == 'redfish':
             result = self.redfish.ensure_system(
                 owner, name, bmc['system_id'], bmc['address'], bmc['port'],
                 bmc['username'], bmc['password'])
             undo = functools.partial(self.redfish.remove_system, name,
                                      owner)
-            replaced = self.bmc.remove_bmc(name)
+            replaced = self.bmc.remove_bmc(name, mark)
         else:
             result = self.bmc.ensure_bmc(
                 name, bmc['address'], bmc['port'], bmc['username'],
-                bmc['password'])
-            undo = functools.partial(self.bmc.remove_bmc, name)
+                bmc['password'], mark)
+            undo = functools.partial(self.bmc.remove_bmc, name, mark)
             replaced = self.redfish.remove_system(name, owner)
         # A node has one BMC: the one it changed type from went.
         return dict(result, changed=result['changed'] or replaced), undo
@@ -639,11 +640,27 @@ class Nodes:
             return {'changed': self.virt.start_domain(name, mark)}
         return {'changed': self.virt.stop_domain(name, mark)}
 
-    def remove_bmc(self, name, owner=None):
-        """Remove the node's BMC, whichever its type; whether there was
-        one."""
-        removed = self.bmc.remove_bmc(name)
+    def ensure_bmc(self, name, address, port, username, password, owner):
+        """An IPMI BMC for domain ``name``, which must be ``owner``'s."""
+        mark = self._bmc_mark(name, owner)
+        self.virt.check_domain(name, mark)
+        return self.bmc.ensure_bmc(name, address, port, username, password,
+                                   mark)
+
+    def remove_bmc(self, name, owner):
+        """Remove ``owner``'s BMC of the node, whichever its type; whether
+        there was one. One made for another owner: ResourceConflict."""
+        removed = self.bmc.remove_bmc(name, self._bmc_mark(name, owner))
         return self.redfish.remove_system(name, owner) or removed
+
+    def _bmc_mark(self, name, owner):
+        """This hostagent's mark for ``owner``; a BMC request from a
+        conductor older than API 1.9 names no owner, and is refused."""
+        if owner is None:
+            raise exceptions.InvalidNodeRequest(
+                node=name, problems='owner: a BMC request names the '
+                'deployment that owns the BMC (hostagent API 1.9)')
+        return self.mark(owner)
 
     def remove(self, node, owner):
         """Remove the node's BMC, domain, ports and volumes (ours only).

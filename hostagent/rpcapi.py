@@ -118,11 +118,20 @@ API version history:
   nothing, or hold data but are in ``wipe``. ensure_pool makes the same
   check before it builds a volume group, and takes ``wipe`` (the
   devices it may wipe).
+* 1.9 - BMCs are owned. ensure_bmc and remove_bmc take ``owner`` and
+  refuse a request without it (an older conductor's) with
+  InvalidNodeRequest. An IPMI BMC records the hostagent's mark for its
+  owner: ensure_bmc serves only a domain with that mark
+  (ResourceConflict for a domain of somebody else or without a mark,
+  DriverError for one not defined), and neither it nor a node request
+  changes or removes a BMC made for another owner (ResourceConflict;
+  inspect_nodes reports it ``foreign``). A Redfish system is removed
+  from its owner's emulator only.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.8'
+RPC_API_VERSION = '1.9'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -141,8 +150,9 @@ METHODS = {
     'remove_port': ('name', 'owner'),
     'ensure_domain': ('domain', 'owner'),
     'remove_domain': ('name', 'owner'),
-    'ensure_bmc': ('domain', 'address', 'port', 'username', 'password'),
-    'remove_bmc': ('domain',),
+    'ensure_bmc': ('domain', 'address', 'port', 'username', 'password',
+                   'owner'),
+    'remove_bmc': ('domain', 'owner'),
     'ensure_node': ('node', 'owner', 'force'),
     'remove_node': ('node', 'owner'),
     'inspect_nodes': ('nodes', 'owner'),
@@ -164,12 +174,13 @@ OPTIONAL = dict({method: ('bridge_type',) for method in (
     inspect_nodes=('parts',))
 # The version that brought an optional argument, when not 1.4.
 OPTIONAL_SINCE = {'parts': '1.7', 'wipe': '1.8'}
-# The version that brought each method; the others are 1.0's. A cast
-# asks for it, so an older agent refuses the request instead of failing
-# somewhere inside it.
+# The version that brought each method (or, for the BMC requests, their
+# owner); the others are 1.0's. A cast asks for it, so an older agent
+# refuses the request instead of failing somewhere inside it.
 SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'inspect_nodes': '1.4', 'export_node': '1.5', 'close_export': '1.5',
-         'power_node': '1.5', 'check_pool_devices': '1.8'}
+         'power_node': '1.5', 'check_pool_devices': '1.8',
+         'ensure_bmc': '1.9', 'remove_bmc': '1.9'}
 # What a cast with a deadline asks for (every method has it).
 DEADLINES = '1.6'
 

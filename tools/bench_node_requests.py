@@ -96,7 +96,8 @@ class Bench:
         self.network.ensure_port(nic['bridge'], nic['tap'], OWNER)
         self.virt.ensure_domain(hostagent_nodes.domain(node), OWNER)
         self.bmc.ensure_bmc(node['name'], bmc['address'], bmc['port'],
-                            bmc['username'], bmc['password'])
+                            bmc['username'], bmc['password'],
+                            self.nodes.mark(OWNER))
 
     def ensure(self, node):
         assert self.nodes.ensure(node, OWNER, False)['power_state']

@@ -108,6 +108,7 @@ class NullVirt(base.VirtDriver):
     volume_info = volume_infos = existing_volumes = volume_path = _nothing
     ensure_domain = remove_domain = domain_state = _nothing
     domain_changes = domains_changes = start_domain = stop_domain = _nothing
+    check_domain = _nothing
 
 
 class NullNetwork(base.NetworkDriver):

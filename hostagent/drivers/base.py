@@ -176,6 +176,12 @@ class VirtDriver(abc.ABC):
         once; a change of UUID is a change, not an error."""
 
     @abc.abstractmethod
+    def check_domain(self, name, owner):
+        """Raise ResourceConflict unless the domain ``name`` is
+        ``owner``'s (a BMC drives only such a domain), DriverError when
+        it is not defined."""
+
+    @abc.abstractmethod
     def start_domain(self, name, owner):
         """Start the domain; True if it was not running."""
 
@@ -244,35 +250,44 @@ class NetworkDriver(abc.ABC):
 
 
 class BmcDriver(abc.ABC):
-    """Emulated BMCs in front of domains."""
+    """Emulated BMCs in front of domains.
+
+    Each BMC records the ``owner`` it was made for (the hostagent's mark
+    for a deployment); a BMC of the domain recorded for anybody else is
+    never changed or removed: ResourceConflict. The caller checks that
+    the domain itself is the owner's (VirtDriver.check_domain).
+    """
 
     def __init__(self, conf):
         self.conf = conf
 
     @abc.abstractmethod
-    def ensure_bmc(self, domain, address, port, username, password):
-        """A running BMC for ``domain`` listening on ``address:port``.
+    def ensure_bmc(self, domain, address, port, username, password,
+                   owner):
+        """A running BMC for ``domain`` listening on ``address:port``,
+        recorded as ``owner``'s.
 
         Returns only once the BMC answers on its port. Raises
         PortInUse when something else holds the port.
         """
 
     @abc.abstractmethod
-    def remove_bmc(self, domain):
-        """Stop and delete the BMC; stop the daemon once it serves none."""
+    def remove_bmc(self, domain, owner):
+        """Stop and delete ``owner``'s BMC of ``domain``; stop the daemon
+        once it serves none."""
 
     @abc.abstractmethod
     def list_bmcs(self):
         """Return [{'domain', 'address', 'port', 'status'}]."""
 
     @abc.abstractmethod
-    def bmc_changes(self, bmcs):
+    def bmc_changes(self, bmcs, owner):
         """What ensure_bmc would change of each BMC, read at once.
 
         ``bmcs``: {domain: {'address', 'port', 'username', 'password'}}.
         Returns {domain: None when absent (or not served: the daemon is
-        down), or phrases ([] when as asked; 'stopped' when it does not
-        run)}. Starts nothing.
+        down), FOREIGN when made for another owner, or phrases ([] when
+        as asked; 'stopped' when it does not run)}. Starts nothing.
         """
 
 
@@ -296,10 +311,10 @@ class RedfishDriver(abc.ABC):
         """
 
     @abc.abstractmethod
-    def remove_system(self, domain, owner=None):
-        """Stop serving ``domain`` (in ``owner``'s emulator, or in any of
-        ours); stop the emulator and remove its files once it serves
-        none. True if it served the domain."""
+    def remove_system(self, domain, owner):
+        """Stop serving ``domain`` in ``owner``'s emulator (never in
+        another's); stop the emulator and remove its files once it
+        serves none. True if it served the domain."""
 
     @abc.abstractmethod
     def system_changes(self, owner, systems):

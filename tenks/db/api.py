@@ -500,11 +500,14 @@ class StateDB:
 
     # Hypervisors
 
-    def register_hypervisor(self, host, facts):
+    def register_hypervisor(self, host, facts, came_up=False):
         """Record the facts of ``host``; a new one is enabled unless its
-        facts say ``enable_on_register: false``."""
+        facts say ``enable_on_register: false``. ``came_up``: it was new
+        or down, and has answered nothing since."""
         values = {'facts': facts,
                   'last_seen': datetime.datetime.now(datetime.timezone.utc)}
+        if came_up:
+            values['answered_at'] = None
         update = sa.update(HYPERVISORS).where(
             HYPERVISORS.c.host == host).values(**values)
         try:
@@ -519,6 +522,12 @@ class StateDB:
         except sa.exc.IntegrityError:
             # Another process registered it between the two statements.
             self._write(update)
+
+    def hypervisor_answered(self, host):
+        """Record that the hostagent of ``host`` answered just now."""
+        self._write(sa.update(HYPERVISORS).where(
+            HYPERVISORS.c.host == host).values(
+                answered_at=datetime.datetime.now(datetime.timezone.utc)))
 
     def list_hypervisors(self):
         return self._read(models.Hypervisor, sa.select(HYPERVISORS)

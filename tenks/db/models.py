@@ -202,7 +202,10 @@ class Hypervisor(Record):
         # In maintenance ("tenks hypervisor maintenance start"): disabled,
         # and its nodes moved to other hosts of its aggregates.
         _column('maintenance', sa.Boolean(), default=False,
-                server_default=sa.false()))
+                server_default=sa.false()),
+        # When its hostagent answered a request the conductor sent it
+        # since it last came up (None: not yet); only then is it used.
+        _column('answered_at', sa.DateTime(), nullable=True))
 
 
 class Aggregate(Record):

@@ -88,18 +88,26 @@ heartbeat_interval = 1
         state = str(self.tmp / host)
         config = self.tmp / ('%s.conf' % host)
         config.write_text('[DEFAULT]\ntransport_url = %s\nstate_dir = %s\n'
-                          % (self.url, state) + section)
+                          % (self.service_url(host), state) + section)
         self.services[name] = Service(name, str(config),
                                       str(self.tmp / ('%s.log' % host)))
         return self.services[name]
+
+    def service_url(self, host):
+        """The transport URL of the service named ``host``."""
+        return self.url
+
+    def grant(self):
+        """Let the services and the test use the vhost: as guest."""
+        rabbitmqctl('set_permissions', '-p', self.vhost, 'guest', '.*', '.*',
+                    '.*')
 
     def agent(self, host):
         return self.services['hostagent-' + 'ab'[self.hosts.index(host)]]
 
     def __enter__(self):
         rabbitmqctl('add_vhost', self.vhost)
-        rabbitmqctl('set_permissions', '-p', self.vhost, 'guest', '.*', '.*',
-                    '.*')
+        self.grant()
         conf = tenks_conf.new_conf()
         conf([], default_config_files=[])
         self.bus = rpc.Bus(conf, url=self.url)

@@ -7,6 +7,7 @@ import os
 import secrets
 import signal
 import sqlite3
+import threading
 import time
 
 import libvirt
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from pyroute2 import IPRoute
 
+from conductor import rpcapi
 from tenks import exceptions
 from tenks import notifier
 from tests.functional import cluster_fixtures as cf
@@ -140,6 +142,52 @@ def test_another_service_uses_the_rpc_api(deployment, env):
     operation = deployment.wait(api.teardown_cluster(env.cluster))
     assert operation['state'] == 'succeeded', operation['error']
     assert env.leftovers() == []
+
+
+def test_a_forged_registration_gets_no_node(deployment, env):
+    """Issue 19: register_agent cast by something that is not a hostagent,
+    heartbeating as one under a host name nobody serves: the host is
+    listed unverified, and a deploy neither waits for it nor gives it
+    a node."""
+    api = deployment.api
+    ghost = 'ghost-%s' % deployment.token
+    forger = rpcapi.ConductorAPI(deployment.bus)
+    stop = threading.Event()
+
+    def heartbeat():
+        while not stop.is_set():
+            forger.register_agent(ghost, {'host': ghost, 'cpus': 256,
+                                          'memory_mb': 1 << 20})
+            stop.wait(1)
+
+    thread = threading.Thread(target=heartbeat, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while ghost not in states(api):
+            assert time.monotonic() < deadline, 'the cast never arrived'
+            time.sleep(0.2)
+        operation = deployment.wait(api.deploy_cluster(env.spec(count=2)))
+        assert operation['state'] == 'succeeded', operation['error']
+        assert {n['hypervisor'] for n in api.list_nodes(env.cluster)} <= set(
+            deployment.hosts)
+        assert states(api)[ghost] == 'unverified'
+        operation = deployment.wait(api.teardown_cluster(env.cluster))
+        assert operation['state'] == 'succeeded', operation['error']
+    finally:
+        stop.set()
+        thread.join()
+        # Silent, it goes down (agent_down_time 5 s) and can be forgotten.
+        deadline = time.monotonic() + 30
+        while states(api).get(ghost) != 'down':
+            assert time.monotonic() < deadline, states(api)
+            time.sleep(0.5)
+        api.delete_hypervisor(ghost)
+    assert env.leftovers() == []
+
+
+def states(api):
+    return {h['host']: h['state'] for h in api.list_hypervisors()}
 
 
 def test_killed_hostagent_fails_the_deploy_naming_it(tmp_path):

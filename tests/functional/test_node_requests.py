@@ -13,6 +13,7 @@ import secrets
 import socket
 import subprocess
 import threading
+import types
 import uuid
 from xml.etree import ElementTree as ET
 
@@ -22,6 +23,7 @@ import pytest
 
 from hostagent import manager as hostagent_manager
 from hostagent import rpcapi as hostagent_rpcapi
+from hostagent.drivers.bmc import ipmi_store
 from hostagent.drivers.virt import libvirt as libvirt_driver
 from tenks import exceptions
 from tenks import rpc
@@ -87,7 +89,8 @@ class Hypervisor:
     def close(self):
         bmc = self.agent.bmc
         for entry in bmc.list_bmcs():
-            bmc.remove_bmc(entry['domain'])
+            bmc.remove_bmc(entry['domain'], ipmi_store.owner(
+                bmc._dir, entry['domain']))
         self.conn.close()
         self.bus.cleanup()
 
@@ -381,6 +384,73 @@ def test_a_node_marked_by_an_older_hostagent_is_still_its_own(hv):
         parts(node))
     assert hv.domain(node['name']) is None
     assert hv.volume_files() == []
+
+
+def outcome(hv, method, *args):
+    """Run the hostagent request ``method`` as a cast would; the outcome
+    it reports ({'result': ...} or {'error': {'type', 'message'}})."""
+    reported = []
+    hv.agent.conductor = types.SimpleNamespace(
+        report_result=lambda conductor, request_id, host, **outcome:
+        reported.append(outcome))
+    getattr(hv.agent, method)({}, 'req-' + secrets.token_hex(4), 'c1',
+                              *args)
+    [found] = reported
+    return found
+
+
+def refused(found):
+    """The message of a ResourceConflict ``found`` reports."""
+    assert found['error']['type'] == 'ResourceConflict', found
+    return found['error']['message']
+
+
+def test_a_bmc_is_made_only_for_a_domain_of_its_owner(hv):
+    """ensure_bmc (API 1.9) on a domain made by hand, then on another
+    deployment's: refused, no BMC made, and the other's BMC untouched."""
+    # No NIC: the hypervisor's bridge is this deployment's.
+    node = hv.node(nics=0)
+    name, port = node['name'], node['bmc']['port']
+    hv.conn.defineXML(
+        '<domain type="qemu"><name>%s</name><memory unit="MiB">64</memory>'
+        '<vcpu>1</vcpu><os><type>hvm</type></os></domain>' % name)
+    assert 'it has no Tenks owner mark' in refused(outcome(
+        hv, 'ensure_bmc', name, ADDRESS, port, 'admin', 'password',
+        fx.OWNER))
+    assert udp_free(port)
+    assert hv.agent.bmc.list_bmcs() == []
+    hv.conn.lookupByName(name).undefine()
+
+    hv.nodes.ensure(node, fx.OTHER, False)
+    other = hv.nodes.mark(fx.OTHER)
+    assert other in refused(outcome(
+        hv, 'ensure_bmc', name, ADDRESS, next(PORTS), 'admin', 'mine',
+        fx.OWNER))
+    assert ipmitool(port, 'power', 'status').returncode == 0
+    assert hv.nodes.remove(node, fx.OTHER)['changed']
+
+
+def test_a_bmc_of_another_deployment_is_never_removed(hv):
+    """remove_bmc and remove_node of one deployment leave the BMC another
+    made for its node of the same name: it still answers."""
+    node = hv.node(nics=0)
+    port = node['bmc']['port']
+    hv.nodes.ensure(node, fx.OTHER, False)
+    other = hv.nodes.mark(fx.OTHER)
+    assert other in refused(outcome(hv, 'remove_bmc', node['name'],
+                                    fx.OWNER))
+    message = refused(outcome(hv, 'remove_node', node, fx.OWNER))
+    assert 'BMC of domain %s' % node['name'] in message
+    assert 'removed nothing' in message
+    assert ipmitool(port, 'power', 'status').returncode == 0
+    assert hv.nodes.inspect([node], fx.OWNER)['nodes'][node['uuid']] == [
+        ['volume', node['volumes'][0]['name'], 'foreign'],
+        ['domain', node['name'], 'foreign'],
+        ['bmc', node['name'], 'foreign']]
+    assert outcome(hv, 'remove_bmc', node['name'], fx.OTHER) == {
+        'result': {'changed': True}}
+    assert udp_free(port)
+    assert hv.nodes.remove(node, fx.OTHER)['changed']
 
 
 class Reports:

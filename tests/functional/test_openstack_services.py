@@ -92,14 +92,14 @@ def bmc(tmp_path, cleanups):
             domain.undefine()
 
     def remove_bmc():
-        driver.remove_bmc(name)
+        driver.remove_bmc(name, df.OWNER)
         if driver._proc is not None:
             driver._proc.wait()  # reap the IPMI host this process started
 
     lv.defineXML(DOMAIN_XML % name)
     cleanups.append(remove_domain)
     cleanups.append(remove_bmc)
-    driver.ensure_bmc(name, ADDRESS, port, USER, password)
+    driver.ensure_bmc(name, ADDRESS, port, USER, password, df.OWNER)
     return lv.lookupByName(name), port, password
 
 

@@ -42,6 +42,9 @@ NAMES = itertools.count()
 ADDRESS = '127.0.0.1'
 USER = 'admin'
 PASSWORD = 'secret'
+# What the BMCs are made for: a hostagent's marks for two deployments.
+OWNER = fx.OWNER + '/hv1'
+OTHER = fx.OTHER + '/hv1'
 DOMAIN_XML = """<domain type='qemu'><name>%s</name>
 <memory unit='MiB'>128</memory><vcpu>1</vcpu>
 <os><type arch='x86_64'>hvm</type></os></domain>"""
@@ -302,7 +305,7 @@ def test_ipmi_power_controls_domain(driver, domains, conn):
     name, = domains()
     port = next(PORTS)
     assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                             PASSWORD) == fx.CREATED
+                             PASSWORD, OWNER) == fx.CREATED
 
     status = ipmi(port, 'power', 'status')
     assert status.returncode == 0, status.stderr
@@ -322,7 +325,7 @@ def test_boot_device_follows_ipmi(driver, domains, conn):
     for a persistent or UEFI boot."""
     name, = domains()
     port = next(PORTS)
-    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
 
     def boot_dev():
         xml = ET.fromstring(conn.lookupByName(name).XMLDesc())
@@ -346,23 +349,23 @@ def test_ensure_is_idempotent_and_applies_changes(make_driver, domains):
     name, = domains()
     port = next(PORTS)
     assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                             PASSWORD) == fx.CREATED
+                             PASSWORD, OWNER) == fx.CREATED
     assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                             PASSWORD) == fx.UNCHANGED
+                             PASSWORD, OWNER) == fx.UNCHANGED
     # A new hostagent process uses the host the last one started.
     assert make_driver().ensure_bmc(name, ADDRESS, port, USER,
-                                    PASSWORD) == fx.UNCHANGED
+                                    PASSWORD, OWNER) == fx.UNCHANGED
     assert driver.list_bmcs() == [{'domain': name, 'address': ADDRESS,
                                    'port': port, 'status': 'running'}]
 
     assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                             'other') == fx.FIXED
+                             'other', OWNER) == fx.FIXED
     assert ipmi(port, 'power', 'status', password='other').returncode == 0
     assert ipmi(port, 'power', 'status').returncode != 0
 
     new_port = next(PORTS)
     assert driver.ensure_bmc(name, ADDRESS, new_port, USER,
-                             PASSWORD) == fx.FIXED
+                             PASSWORD, OWNER) == fx.FIXED
     assert udp_free(port)
     assert ipmi(new_port, 'power', 'status').returncode == 0
 
@@ -371,17 +374,17 @@ def test_a_failed_move_leaves_the_bmc_answering(driver, domains):
     """A move to a port somebody holds fails and changes nothing."""
     name, = domains()
     port, busy = next(PORTS), next(PORTS)
-    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
         squatter.bind((ADDRESS, busy))
         with pytest.raises(exceptions.PortInUse):
-            driver.ensure_bmc(name, ADDRESS, busy, USER, 'new')
+            driver.ensure_bmc(name, ADDRESS, busy, USER, 'new', OWNER)
     assert driver.list_bmcs() == [{'domain': name, 'address': ADDRESS,
                                    'port': port, 'status': 'running'}]
     assert ipmi(port, 'power', 'status').returncode == 0
     assert driver.bmc_changes({name: {
         'address': ADDRESS, 'port': port, 'username': USER,
-        'password': PASSWORD}}) == {name: []}
+        'password': PASSWORD}}, OWNER) == {name: []}
 
 
 def test_host_outlives_the_hostagent_process(driver, domains):
@@ -392,20 +395,20 @@ def test_host_outlives_the_hostagent_process(driver, domains):
               'test_virtualbmc_driver as t; '
               'd = t.virtualbmc.VirtualBmcDriver(t.make_conf(sys.argv[1])); '
               'assert d.ensure_bmc(sys.argv[2], t.ADDRESS, int(sys.argv[3]), '
-              't.USER, t.PASSWORD)["created"]')
+              't.USER, t.PASSWORD, t.OWNER)["created"]')
     subprocess.run([sys.executable, '-c', script, driver.conf.state_dir,
                     name, str(port)], check=True, timeout=60, cwd=ROOT)
     assert ipmi(port, 'power', 'status').returncode == 0
     assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                             PASSWORD) == fx.UNCHANGED
-    assert driver.remove_bmc(name)
+                             PASSWORD, OWNER) == fx.UNCHANGED
+    assert driver.remove_bmc(name, OWNER)
     assert service_pids(driver.conf.state_dir) == set()
 
 
 def test_wrong_password_is_refused(driver, domains):
     name, = domains()
     port = next(PORTS)
-    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     assert ipmi(port, 'power', 'status', password='wrong').returncode != 0
 
 
@@ -415,7 +418,7 @@ def test_port_in_use(driver, domains):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
         squatter.bind((ADDRESS, port))
         with pytest.raises(exceptions.PortInUse) as error:
-            driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+            driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     assert error.value.kwargs == {'port': port, 'address': ADDRESS}
     assert driver.list_bmcs() == []
     assert service_pids(driver.conf.state_dir) == set()
@@ -425,7 +428,7 @@ def test_undefined_domain_is_driver_error(driver):
     password = 'pw-' + secrets.token_hex(6)
     with pytest.raises(exceptions.DriverError, match='hv-vbmc-undefined'):
         driver.ensure_bmc('hv-vbmc-undefined', ADDRESS, next(PORTS), USER,
-                          password)
+                          password, OWNER)
     assert driver.list_bmcs() == []
     with open(os.path.join(driver.conf.state_dir, 'ipmi', 'host.log')) as f:
         assert password not in f.read()
@@ -437,19 +440,19 @@ def test_one_process_serves_every_bmc_and_goes_with_the_last(driver,
     names = domains(3)
     ports = [next(PORTS) for _ in names]
     for name, port in zip(names, ports, strict=True):
-        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     pid = host_pid(state_dir)
     assert service_pids(state_dir) == {pid}
     for port in ports:
         assert ipmi(port, 'power', 'status').returncode == 0
 
-    assert driver.remove_bmc(names[0])
+    assert driver.remove_bmc(names[0], OWNER)
     assert udp_free(ports[0])
     assert [b['domain'] for b in driver.list_bmcs()] == names[1:]
     assert service_pids(state_dir) == {pid}
 
     for name, port in zip(names[1:], ports[1:], strict=True):
-        assert driver.remove_bmc(name)
+        assert driver.remove_bmc(name, OWNER)
         assert udp_free(port)
     assert not alive(pid)
     for left in ('host.pid', 'control.sock'):
@@ -457,14 +460,60 @@ def test_one_process_serves_every_bmc_and_goes_with_the_last(driver,
     assert driver.list_bmcs() == []
 
     # Nothing to remove: the host is not started to find that out.
-    assert not driver.remove_bmc(names[1])
+    assert not driver.remove_bmc(names[1], OWNER)
     assert service_pids(state_dir) == set()
 
 
 def test_remove_while_host_is_down(driver, domains):
     name, = domains()
-    assert not driver.remove_bmc(name)
+    assert not driver.remove_bmc(name, OWNER)
     assert driver.list_bmcs() == []
+    assert service_pids(driver.conf.state_dir) == set()
+
+
+def test_a_bmc_of_another_owner_is_never_changed_nor_removed(driver,
+                                                             domains):
+    """Each definition records whom its BMC was made for; a request of
+    another owner is refused and leaves the BMC answering as it was."""
+    name, = domains()
+    port = next(PORTS)
+    driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
+    definition = os.path.join(driver.conf.state_dir, 'ipmi', 'bmcs',
+                              name + '.json')
+    with open(definition) as f:
+        assert json.load(f)['owner'] == OWNER
+    with pytest.raises(exceptions.ResourceConflict, match=OWNER):
+        driver.ensure_bmc(name, ADDRESS, next(PORTS), USER, 'new', OTHER)
+    with pytest.raises(exceptions.ResourceConflict, match=OWNER):
+        driver.remove_bmc(name, OTHER)
+    wanted = {name: {'address': ADDRESS, 'port': port, 'username': USER,
+                     'password': PASSWORD}}
+    assert driver.bmc_changes(wanted, OTHER) == {name: 'foreign'}
+    assert driver.bmc_changes(wanted, OWNER) == {name: []}
+    assert ipmi(port, 'power', 'status').returncode == 0
+    assert driver.remove_bmc(name, OWNER)
+    assert udp_free(port)
+
+
+def test_a_definition_that_records_no_owner_is_nobodys(driver, domains):
+    """As one stored before definitions recorded their owner: not
+    adopted, changed or removed; the operator removes it."""
+    name, = domains()
+    bmcs = os.path.join(driver.conf.state_dir, 'ipmi', 'bmcs')
+    os.makedirs(bmcs, mode=0o700)
+    path = os.path.join(bmcs, name + '.json')
+    with open(path, 'w') as f:
+        json.dump({'domain': name, 'address': ADDRESS, 'port': next(PORTS),
+                   'username': USER, 'password': PASSWORD,
+                   'libvirt_uri': URI}, f)
+    for attempt in (
+            lambda: driver.ensure_bmc(name, ADDRESS, next(PORTS), USER,
+                                      PASSWORD, OWNER),
+            lambda: driver.remove_bmc(name, OWNER)):
+        with pytest.raises(exceptions.ResourceConflict,
+                           match='its definition records no owner'):
+            attempt()
+    assert os.path.exists(path)
     assert service_pids(driver.conf.state_dir) == set()
 
 
@@ -474,7 +523,7 @@ def test_killed_host_frees_every_port_and_comes_back_with_all(driver,
     names = domains(2)
     ports = [next(PORTS) for _ in names]
     for name, port in zip(names, ports, strict=True):
-        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     os.kill(host_pid(state_dir), signal.SIGKILL)
     driver._proc.wait()
     # No process of the BMCs outlives it.
@@ -483,11 +532,11 @@ def test_killed_host_frees_every_port_and_comes_back_with_all(driver,
 
     # The host started again serves every stored BMC: a repair.
     assert driver.ensure_bmc(names[0], ADDRESS, ports[0], USER,
-                             PASSWORD) == fx.FIXED
+                             PASSWORD, OWNER) == fx.FIXED
     for port in ports:
         assert ipmi(port, 'power', 'status').returncode == 0
     for name in names:
-        assert driver.remove_bmc(name)
+        assert driver.remove_bmc(name, OWNER)
     assert service_pids(state_dir) == set()
     assert all(map(udp_free, ports))
 
@@ -497,7 +546,7 @@ def test_password_is_kept_private(driver, domains):
     name, = domains()
     port = next(PORTS)
     password = 'pw-' + secrets.token_hex(6)
-    driver.ensure_bmc(name, ADDRESS, port, USER, password)
+    driver.ensure_bmc(name, ADDRESS, port, USER, password, OWNER)
     assert ipmi(port, 'power', 'status', password=password).returncode == 0
 
     ipmi_dir = os.path.join(state_dir, 'ipmi')
@@ -528,7 +577,7 @@ def test_parallel_ensure(driver, domains):
     with concurrent.futures.ThreadPoolExecutor(len(args)) as pool:
         changed = list(pool.map(
             lambda a: driver.ensure_bmc(a[0], ADDRESS, a[1], USER,
-                                        PASSWORD)['created'], args))
+                                        PASSWORD, OWNER)['created'], args))
     assert changed[1:4] == [True] * 3
     assert sorted([changed[0], changed[4]]) == [False, True]
     for port in ports:
@@ -541,7 +590,7 @@ def test_timings(driver, domains, capsys):
     """Measure ensure_bmc for 8 BMCs; bounds are loose, figures printed."""
     keeper, *names = domains(9)
     ports = [next(PORTS) for _ in names]
-    args = [(name, ADDRESS, port, USER, PASSWORD)
+    args = [(name, ADDRESS, port, USER, PASSWORD, OWNER)
             for name, port in zip(names, ports, strict=True)]
 
     def timed(func, *a):
@@ -551,15 +600,15 @@ def test_timings(driver, domains, capsys):
 
     # The keeper's BMC keeps the host up between the rounds.
     _, cold = timed(driver.ensure_bmc, keeper, ADDRESS, next(PORTS), USER,
-                    PASSWORD)
+                    PASSWORD, OWNER)
     serial = [timed(driver.ensure_bmc, *a)[1] for a in args]
     _, again = timed(lambda: [driver.ensure_bmc(*a) for a in args])
-    _, removal = timed(lambda: [driver.remove_bmc(n) for n in names])
+    _, removal = timed(lambda: [driver.remove_bmc(n, OWNER) for n in names])
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         changed, threaded = timed(lambda: list(pool.map(
             lambda a: driver.ensure_bmc(*a)['created'], args)))
     assert changed == [True] * 8
-    _, last = timed(lambda: [driver.remove_bmc(n)
+    _, last = timed(lambda: [driver.remove_bmc(n, OWNER)
                              for n in [keeper, *names]])
     with capsys.disabled():
         print('\nvirtualbmc driver: first ensure_bmc (starts the IPMI '
@@ -581,7 +630,7 @@ def test_state_dirs_get_a_host_each(make_driver, domains):
     ports = [7800, 7801]
     for driver, name, port in zip(drivers, names, ports, strict=True):
         assert driver.ensure_bmc(name, ADDRESS, port, USER,
-                                 PASSWORD) == fx.CREATED
+                                 PASSWORD, OWNER) == fx.CREATED
     pids = [host_pid(state_dir) for state_dir in state_dirs]
     assert pids[0] != pids[1]
     for driver, name, port in zip(drivers, names, ports, strict=True):
@@ -592,15 +641,15 @@ def test_state_dirs_get_a_host_each(make_driver, domains):
     # The next hostagent process of a state directory finds its host.
     again = make_driver(state_dir=state_dirs[0])
     assert again.ensure_bmc(names[0], ADDRESS, ports[0], USER,
-                            PASSWORD) == fx.UNCHANGED
+                            PASSWORD, OWNER) == fx.UNCHANGED
     assert host_pid(state_dirs[0]) == pids[0]
 
-    assert drivers[0].remove_bmc(names[0])
+    assert drivers[0].remove_bmc(names[0], OWNER)
     assert service_pids(state_dirs[0]) == set()
     assert alive(pids[1])
     status = ipmi(ports[1], 'power', 'status')
     assert status.returncode == 0, status.stderr
-    assert drivers[1].remove_bmc(names[1])
+    assert drivers[1].remove_bmc(names[1], OWNER)
     assert service_pids(state_dirs[1]) == set()
 
 
@@ -610,7 +659,7 @@ def test_only_the_bmc_ports_are_open(driver, domains):
     names = domains(2)
     ports = [next(PORTS) for _ in names]
     for name, port in zip(names, ports, strict=True):
-        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     assert held_sockets(service_pids(state_dir)) == {
         'tcp': set(), 'udp': set(ports),
         'unix': {os.path.join(state_dir, 'ipmi', 'control.sock')}}
@@ -626,14 +675,14 @@ def test_local_user_can_neither_control_bmcs_nor_read_secrets(
     driver = make_driver(state_dir=open_state_dir)
     ours, victim = domains(2)
     password = 'pw-' + secrets.token_hex(6)
-    driver.ensure_bmc(ours, ADDRESS, next(PORTS), USER, password)
+    driver.ensure_bmc(ours, ADDRESS, next(PORTS), USER, password, OWNER)
     held = held_sockets(service_pids(open_state_dir))
     endpoints = ([['tcp', port] for port in sorted(held['tcp'])]
                  + [['unix', path] for path in sorted(held['unix'])])
     assert endpoints  # the driver can control its BMCs
     theirs = {'domain': victim, 'address': ADDRESS, 'port': next(PORTS),
               'username': 'mallory', 'password': 'mallory',
-              'libvirt_uri': URI}
+              'libvirt_uri': URI, 'owner': OWNER}
 
     found = as_user(local_user, ATTACK,
                     json.dumps([open_state_dir, endpoints, theirs]))
@@ -654,13 +703,13 @@ def test_control_refuses_another_user_even_through_an_open_socket(
     still answers only its own user (SO_PEERCRED)."""
     driver = make_driver(state_dir=open_state_dir)
     ours, victim = domains(2)
-    driver.ensure_bmc(ours, ADDRESS, next(PORTS), USER, PASSWORD)
+    driver.ensure_bmc(ours, ADDRESS, next(PORTS), USER, PASSWORD, OWNER)
     ipmi_dir = os.path.join(open_state_dir, 'ipmi')
     os.chmod(ipmi_dir, 0o711)
     os.chmod(os.path.join(ipmi_dir, 'control.sock'), 0o666)
     theirs = {'domain': victim, 'address': ADDRESS, 'port': next(PORTS),
               'username': 'mallory', 'password': 'mallory',
-              'libvirt_uri': URI}
+              'libvirt_uri': URI, 'owner': OWNER}
     found = as_user(local_user, ATTACK, json.dumps(
         ['/nonexistent', [['unix', os.path.join(ipmi_dir, 'control.sock')]],
          theirs]))
@@ -692,7 +741,7 @@ def test_malformed_requests_get_errors_and_every_bmc_keeps_answering(
     names = domains(2)
     ports = [next(PORTS) for _ in names]
     for name, port in zip(names, ports, strict=True):
-        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD)
+        driver.ensure_bmc(name, ADDRESS, port, USER, PASSWORD, OWNER)
     pid = host_pid(state_dir)
     before = driver.list_bmcs()
 

@@ -32,6 +32,8 @@ class Hypervisor:
         self.uplinks = []
         # Block devices a logical pool may not take: {path: why}.
         self.unfit_devices = {}
+        # {domain: the owner its BMC was made for}
+        self.bmc_owners = {}
         # The libvirt daemon its hostagent reaches: its own.
         self.libvirt_daemon = 'fake:///system on %x' % id(self)
 
@@ -137,6 +139,13 @@ class FakeVirt(base.VirtDriver):
                                                            d['name'])
                 else self.domain_changes(d, owner) for d in domains}
 
+    def check_domain(self, name, owner):
+        if self.hv.foreign('domain', name):
+            raise self.hv.fail[('domain', name)]
+        if ('domain', name) not in self.hv.things:
+            raise exceptions.DriverError(driver='fake', action='read domain '
+                                         '%s' % name, reason='undefined')
+
     def start_domain(self, name, owner):
         error = self.hv.fail.get(('start', name))
         if error is not None:
@@ -193,19 +202,33 @@ class FakeBmc(base.BmcDriver):
         super().__init__(conf)
         self.hv = hv
 
-    def ensure_bmc(self, domain, address, port, username, password):
-        return self.hv.ensure('bmc', domain, (address, port))
+    def _check_owner(self, domain, owner):
+        found = self.hv.bmc_owners.get(domain, owner)
+        if found != owner:
+            raise conflict('BMC of domain', domain)
 
-    def remove_bmc(self, domain):
+    def ensure_bmc(self, domain, address, port, username, password,
+                   owner):
+        self._check_owner(domain, owner)
+        result = self.hv.ensure('bmc', domain, (address, port))
+        self.hv.bmc_owners[domain] = owner
+        return result
+
+    def remove_bmc(self, domain, owner):
+        self._check_owner(domain, owner)
+        self.hv.bmc_owners.pop(domain, None)
         return self.hv.remove('bmc', domain)
 
-    def bmc_changes(self, bmcs):
+    def bmc_changes(self, bmcs, owner):
         self.hv.calls['bmc_changes'] += 1
         changes = {}
         for name, bmc in bmcs.items():
             made = self.hv.things.get(('bmc', name))
             if made is None:
                 changes[name] = None
+                continue
+            if self.hv.bmc_owners.get(name, owner) != owner:
+                changes[name] = base.FOREIGN
                 continue
             changes[name] = ([] if made == (bmc['address'], bmc['port'])
                              else ['port'])
@@ -233,10 +256,11 @@ class FakeRedfish(base.RedfishDriver):
         return self.hv.ensure('system', domain,
                               (owner, address, port, system_id))
 
-    def remove_system(self, domain, owner=None):
-        # Called for every node's removal: counted only when it serves
-        # the domain.
-        return (('system', domain) in self.hv.things
+    def remove_system(self, domain, owner):
+        # Called for every node's removal: counted only when its owner's
+        # emulator serves the domain.
+        made = self.hv.things.get(('system', domain))
+        return (made is not None and made[0] == owner
                 and self.hv.remove('system', domain))
 
     def system_changes(self, owner, systems):

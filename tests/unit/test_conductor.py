@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import sqlalchemy as sa
@@ -460,7 +461,8 @@ def test_typed_errors_cross_the_bus(conductor, hypervisor):
 def test_request_to_absent_agent_times_out_naming_the_host(conductor, conf):
     conductor.agents.timeout = 0.2
     with pytest.raises(exceptions.AgentTimeout) as raised:
-        conductor.agents.request('nohost', 'remove_bmc', 'r1', domain='x')
+        conductor.agents.request('nohost', 'remove_bmc', 'r1', domain='x',
+                                 owner='o')
     assert 'nohost' in str(raised.value)
 
 
@@ -513,7 +515,8 @@ def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
     timer.start()
     try:
         assert conductor.agents.request(
-            'late', 'remove_bmc', 'late-1', domain='x') == {'changed': False}
+            'late', 'remove_bmc', 'late-1', domain='x',
+            owner='o') == {'changed': False}
     finally:
         timer.join()
         late.stop()
@@ -744,8 +747,8 @@ def test_waiting_on_an_operation_that_has_ended_gives_its_outcome(
 def test_a_restarted_conductor_waits_for_the_hostagents_it_knew(
         conductor, monkeypatch):
     """Before resuming, a conductor that starts waits until the agents
-    that were up re-register (it asked them to), not for one long down,
-    and for at most the time given."""
+    that were up re-register (it asked them to) and answer, not for one
+    long down, and for at most the time given."""
     from conductor import hypervisors
     db = conductor.db
     for host in ('hva', 'hvb', 'gone'):
@@ -757,10 +760,18 @@ def test_a_restarted_conductor_waits_for_the_hostagents_it_knew(
             models.Hypervisor.table.c.host == 'gone').values(
                 last_seen=long_ago))
     started = datetime.datetime.now(datetime.timezone.utc)
-    registry = hypervisors.HypervisorRegistry(conductor.conf, None, db)
-    # hv1 is the embedded conductor's own hostagent.
-    timer = threading.Timer(0.5, lambda: [
-        db.register_hypervisor(host, {}) for host in ('hva', 'hvb', 'hv1')])
+    registry = hypervisors.HypervisorRegistry(
+        conductor.conf, types.SimpleNamespace(embedded=False), db, None)
+    for host in ('hva', 'hvb', 'hv1'):
+        db.register_hypervisor(host, {})  # not answered yet
+
+    def registered_and_answered():
+        # hv1 is the embedded conductor's own hostagent.
+        for host in ('hva', 'hvb', 'hv1'):
+            db.register_hypervisor(host, {})
+            db.hypervisor_answered(host)
+
+    timer = threading.Timer(0.5, registered_and_answered)
     timer.start()
     begun = time.monotonic()
     registry.wait_for_registrations(started, timeout=10, poll=0.05)

@@ -35,7 +35,7 @@ def udp_free(port):
 def definition(port, **fields):
     return dict({'domain': 'test', 'address': '127.0.0.1', 'port': port,
                  'username': 'admin', 'password': 'secret',
-                 'libvirt_uri': URI}, **fields)
+                 'libvirt_uri': URI, 'owner': 'tenks:c:d/hv1'}, **fields)
 
 
 def line(request):

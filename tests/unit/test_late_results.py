@@ -284,5 +284,6 @@ def test_answer_that_comes_as_the_request_gives_up_is_its_result(
     monkeypatch.setattr(late_results, 'remember', answered_meanwhile)
     assert conductor.agents.request(
         'nohost', 'remove_bmc', 'r1', late=base.late_remove(
-            'unit', [('bmc', 'x')]), domain='x') == {'changed': True}
+            'unit', [('bmc', 'x')]), domain='x', owner='o') == {
+        'changed': True}
     assert conductor.db.list_unanswered() == []

@@ -218,8 +218,8 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
 @pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
 def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
     """An agent of 1.3 refuses ensure_node rather than building a node
-    without the fields it does not know; 1.0 methods stay servable by 1.0
-    agents."""
+    without the fields it does not know, one of 1.7 a BMC request whose
+    owner it would not check; 1.0 methods stay servable by 1.0 agents."""
     bus = Bus()
     args = dict.fromkeys(hostagent_rpcapi.METHODS[method])
     hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', method, 'req', 'c1',
@@ -228,16 +228,17 @@ def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
     since = {'ensure_node': '1.4', 'remove_node': '1.4',
              'inspect_nodes': '1.4', 'export_node': '1.5',
              'close_export': '1.5', 'power_node': '1.5',
-             'check_pool_devices': '1.8'}
+             'check_pool_devices': '1.8',
+             'ensure_bmc': '1.9', 'remove_bmc': '1.9'}
     assert options['version'] == since.get(method, '1.0')
     assert hostagent_rpcapi.SINCE == since
 
 
 @pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
 def test_hostagent_casts_carry_their_operation_and_deadline(method):
-    """In the request context, asking for 1.6 (or the method's newer
-    version): an older agent would run a request after its conductor
-    gave up on it."""
+    """In the request context, asking for 1.6 (or the method's own
+    newer version): an older agent would run a request after its
+    conductor gave up on it."""
     bus = Bus()
     args = dict.fromkeys(hostagent_rpcapi.METHODS[method])
     hostagent_rpcapi.HostAgentAPI(bus).cast(
@@ -245,7 +246,8 @@ def test_hostagent_casts_carry_their_operation_and_deadline(method):
         **args)
     [(_, _, kwargs, options)] = bus.sent
     assert options['version'] == max(
-        '1.6', hostagent_rpcapi.SINCE.get(method, '1.0'))
+        ['1.6', hostagent_rpcapi.SINCE.get(method, '1.0')],
+        key=lambda v: tuple(map(int, v.split('.'))))
     assert options['context'] == {'operation': 'op-1', 'deadline': 1234.5}
     assert kwargs == dict(args, request_id='req', reply_to='c1')
 

@@ -18,9 +18,12 @@ directory (see ipmi_store), and answers processes of its own user only
                                          [keys that differ, "stopped"]}}
 
 BMC: {"domain", "address", "port", "username", "password",
-"libvirt_uri"}. The answer is ``{"result": ..., "bmcs": N}`` or ``{"error":
-MESSAGE, "kind": "invalid" | "denied" | "port_in_use" | "failed", "bmcs":
-N}``, N the number of BMCs it then holds. No request stops it.
+"libvirt_uri", "owner"}; the owner is the mark of whom it was made for,
+which the driver checks before it changes or removes a BMC (a compare
+lists "owner" when another's). The answer is ``{"result": ..., "bmcs":
+N}`` or ``{"error": MESSAGE, "kind": "invalid" | "denied" |
+"port_in_use" | "failed", "bmcs": N}``, N the number of BMCs it then
+holds. No request stops it.
 
 A BMC's status is "running", or "error" when a stored one's port could
 not be bound as the host started. Run as ``python -m

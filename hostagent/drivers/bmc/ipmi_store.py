@@ -2,9 +2,10 @@
 
 ``<state_dir>/ipmi`` (mode 0700) holds:
 
-``bmcs/<domain>.json``  one BMC's definition (its password included),
-                        mode 0600, so that a host that starts again
-                        serves every BMC it served
+``bmcs/<domain>.json``  one BMC's definition (its password included,
+                        and the owner mark it was made for), mode 0600,
+                        so that a host that starts again serves every
+                        BMC it served
 ``control.sock``        the host's control socket, mode 0600
 ``host.pid``, ``host.log``, ``lock`` (the driver's)
 
@@ -28,7 +29,7 @@ BMCS = 'bmcs'
 SUFFIX = '.json'
 # What a definition holds; all but the port are strings.
 FIELDS = ('domain', 'address', 'port', 'username', 'password',
-          'libvirt_uri')
+          'libvirt_uri', 'owner')
 MAX_NAME = 200  # characters of a domain name, well within a file name's
 MAX_TEXT = 1024  # characters of the other strings
 
@@ -63,7 +64,7 @@ def definition_problem(definition):
     port = definition['port']
     if type(port) is not int or not 0 < port < 65536:
         return 'port must be an integer from 1 to 65535'
-    for key in ('address', 'username', 'password', 'libvirt_uri'):
+    for key in ('address', 'username', 'password', 'libvirt_uri', 'owner'):
         value = definition[key]
         if not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT:
             return '%s must be a string of 1 to %d characters' % (
@@ -102,9 +103,27 @@ def delete(directory, domain):
     return True
 
 
+def owner(directory, domain):
+    """The owner mark recorded with the definition of ``domain``: None
+    when there is none, '' when one is there that records no owner (or
+    cannot be read): nobody's."""
+    if name_problem(domain):
+        return None
+    try:
+        with open(_path(directory, domain), encoding='utf-8') as f:
+            definition = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return ''
+    found = definition.get('owner') if isinstance(definition, dict) else None
+    return found if isinstance(found, str) else ''
+
+
 def read_all(directory):
     """{domain: definition} of every readable definition; unreadable
-    ones are logged and left out (an ensure_bmc writes them anew)."""
+    ones are logged and left out (and requests refuse them: see
+    owner)."""
     definitions = {}
     with contextlib.suppress(FileNotFoundError):
         for name in sorted(os.listdir(os.path.join(directory, BMCS))):

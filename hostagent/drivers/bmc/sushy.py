@@ -117,28 +117,25 @@ class SushyDriver(base.RedfishDriver):
                      domain, system_id)
         return base.ensured(created, changed or restart)
 
-    def remove_system(self, domain, owner=None):
+    def remove_system(self, domain, owner):
+        path = self._path(owner)
         # Asked of every IPMI node too: no lock where there is nothing.
-        if not os.path.isdir(self._path(owner) if owner is not None
-                             else self._dir):
+        if not os.path.isdir(path):
             return False
         with self._locked():
-            paths = ([self._path(owner)] if owner is not None
-                     else self._emulators())
-            for path in paths:
-                systems = _read_json(os.path.join(path, 'systems')) or {}
-                if domain not in systems:
-                    continue
-                del systems[domain]
-                if systems:
-                    _write(os.path.join(path, 'systems'),
-                           json.dumps(systems, indent=1, sort_keys=True))
-                else:
-                    self._remove(path)
-                LOG.info('Redfish emulator %s no longer serves %s',
-                         os.path.basename(path), domain)
-                return True
-        return False
+            self._check_owner(path, owner)
+            systems = _read_json(os.path.join(path, 'systems')) or {}
+            if domain not in systems:
+                return False
+            del systems[domain]
+            if systems:
+                _write(os.path.join(path, 'systems'),
+                       json.dumps(systems, indent=1, sort_keys=True))
+            else:
+                self._remove(path)
+        LOG.info('Redfish emulator %s no longer serves %s',
+                 os.path.basename(path), domain)
+        return True
 
     def system_changes(self, owner, systems):
         path = self._path(owner)

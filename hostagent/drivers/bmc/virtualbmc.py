@@ -49,17 +49,22 @@ class VirtualBmcDriver(base.BmcDriver):
         self._lock = threading.Lock()
         self._proc = None
 
-    def ensure_bmc(self, domain, address, port, username, password):
-        """A running BMC for ``domain`` listening on ``address:port``.
+    def ensure_bmc(self, domain, address, port, username, password,
+                   owner):
+        """A running BMC for ``domain`` listening on ``address:port``,
+        recorded as ``owner``'s.
 
         Returns once the BMC's UDP port is bound. Raises PortInUse when
-        something else holds the port; a failure leaves the BMC as it
-        was.
+        something else holds the port, ResourceConflict when the
+        domain's BMC is recorded for another owner; a failure leaves the
+        BMC as it was.
         """
         bmc = {'domain': domain, 'address': address, 'port': port,
                'username': username, 'password': password,
-               'libvirt_uri': self.conf.hostagent.libvirt_uri}
+               'libvirt_uri': self.conf.hostagent.libvirt_uri,
+               'owner': owner}
         with self._locked():
+            self._check_owner(domain, owner)
             # A host started again serves the BMCs it stored: a repair,
             # even when this one was as asked.
             started = self._ensure_host()
@@ -69,14 +74,17 @@ class VirtualBmcDriver(base.BmcDriver):
             LOG.info('BMC for %s on %s:%d', domain, address, port)
         return base.ensured(result['created'], result['changed'] or started)
 
-    def remove_bmc(self, domain):
-        """Stop and delete the BMC; stop the host once it serves none.
+    def remove_bmc(self, domain, owner):
+        """Stop and delete ``owner``'s BMC of ``domain``; stop the host
+        once it serves none.
 
-        Returns once the BMC's port is free.
+        Returns once the BMC's port is free. ResourceConflict when the
+        BMC is recorded for another owner.
         """
         if not os.path.isdir(self._dir) or ipmi_store.name_problem(domain):
             return False
         with self._locked():
+            self._check_owner(domain, owner)
             if self._host_pid() is None:
                 # Nothing serves it: forget it, without starting the host.
                 removed = ipmi_store.delete(self._dir, domain)
@@ -101,7 +109,7 @@ class VirtualBmcDriver(base.BmcDriver):
                     for domain, bmc in sorted(
                         ipmi_store.read_all(self._dir).items())]
 
-    def bmc_changes(self, bmcs):
+    def bmc_changes(self, bmcs, owner):
         """See base; one request to the host, and none when it is down.
 
         Passwords are compared by the host, never returned. It only
@@ -109,7 +117,8 @@ class VirtualBmcDriver(base.BmcDriver):
         starting or stopping meanwhile serves none of them.
         """
         named = {domain: dict(bmc, domain=domain,
-                              libvirt_uri=self.conf.hostagent.libvirt_uri)
+                              libvirt_uri=self.conf.hostagent.libvirt_uri,
+                              owner=owner)
                  for domain, bmc in bmcs.items()
                  if not ipmi_store.name_problem(domain)}
         changes = dict.fromkeys(bmcs)
@@ -123,8 +132,22 @@ class VirtualBmcDriver(base.BmcDriver):
             return changes
         except (OSError, ValueError) as e:
             raise self._no_answer(action, e) from None
-        changes.update(self._result(answer, action)['changes'])
+        changes.update({
+            domain: base.FOREIGN if found and 'owner' in found else found
+            for domain, found in self._result(answer,
+                                              action)['changes'].items()})
         return changes
+
+    def _check_owner(self, domain, owner):
+        """ResourceConflict when the BMC of ``domain`` is recorded for
+        somebody else than ``owner`` (lock held: only requests under it
+        change the definitions)."""
+        found = ipmi_store.owner(self._dir, domain)
+        if found is not None and found != owner:
+            raise exceptions.ResourceConflict(
+                kind='BMC of domain', name=domain, owner=owner,
+                reason='it was made for %s' % found if found
+                else 'its definition records no owner')
 
     @contextlib.contextmanager
     def _locked(self):

@@ -1160,6 +1160,13 @@ class LibvirtDriver(base.VirtDriver):
                     self._nvram_changes(wanted, owner))
         return changes
 
+    def check_domain(self, name, owner):
+        with self._libvirt('read domain %s' % name) as conn:
+            if self._owned_domain(conn, name, owner) is None:
+                raise exceptions.DriverError(
+                    driver='libvirt', action='read domain %s' % name,
+                    reason='it is not defined')
+
     def start_domain(self, name, owner):
         with self._libvirt('start domain %s' % name) as conn:
             dom = self._owned_domain(conn, name, owner)
