@@ -15,6 +15,7 @@ from oslo_context import context as oslo_context
 
 from tenks import exceptions
 from tenks import policy
+from tenks import rpc
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
 
@@ -48,6 +49,9 @@ class Outside:
 
     def __init__(self, url, exmods=('tenks.exceptions',)):
         conf = cfg.ConfigOpts()
+        # oslo.messaging registers some of its groups on cfg.CONF only,
+        # which a service uses: here a ConfigOpts of the test's own.
+        rpc.register_opts(conf)
         conf([], default_config_files=[])
         self.transport = messaging.get_rpc_transport(
             conf, url=url, allowed_remote_exmods=list(exmods))
