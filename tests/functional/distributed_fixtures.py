@@ -107,9 +107,14 @@ heartbeat_interval = 1
         conf([], default_config_files=[])
         self.bus = rpc.Bus(conf, url=self.url)
         self.api = rpcapi.ConductorAPI(self.bus, timeout=60)
-        for service in self.services.values():
-            service.start()
-        self.wait_for_agents(self.hosts)
+        try:
+            for service in self.services.values():
+                service.start()
+            self.wait_for_agents(self.hosts)
+        except BaseException:
+            # No with-block will stop what started.
+            self.__exit__()
+            raise
         return self
 
     def wait_for_agents(self, hosts, timeout=60, since=None):
