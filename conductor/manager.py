@@ -1,4 +1,10 @@
-"""Server side of the conductor RPC API (see rpcapi for the contract)."""
+"""Server side of the conductor RPC API (see rpcapi for the contract).
+
+Every handler has an oslo.policy rule (tenks.policy), checked on the
+caller's request context before it runs: see ``rule``.
+"""
+
+import functools
 
 import oslo_messaging as messaging
 
@@ -11,11 +17,15 @@ RPC_API_VERSION = rpcapi.RPC_API_VERSION
 # What starting an operation can raise; everything after (inspection,
 # scheduling, the flow) is the operation's error.
 SUBMIT_ERRORS = (exceptions.ClusterBusy, exceptions.ConductorBusy)
-AGGREGATE_ERRORS = (exceptions.PolicyNotAuthorized,
-                    exceptions.AggregateNotFound,
+AGGREGATE_ERRORS = (exceptions.AggregateNotFound,
                     exceptions.AggregateInvalid,
                     exceptions.AggregateConflict,
                     exceptions.HypervisorNotFound)
+# What every caller sees of a hypervisor; the rest (facts and what comes
+# from them, why it was disabled, its aggregates and zone) is for those
+# policy.HYPERVISOR_ADMIN_FIELDS allows.
+HYPERVISOR_FIELDS = ('host', 'enabled', 'maintenance', 'last_seen',
+                     'answered_at', 'state', 'nodes')
 
 
 def validate(spec, source):
@@ -23,6 +33,31 @@ def validate(spec, source):
     # embedded teardown needs none.
     from tenks import spec as tenks_spec
     return tenks_spec.validate(spec, source=source)
+
+
+def rule(action, *errors):
+    """A handler that runs only if the caller's context passes the
+    policy rule ``action``, else raises PolicyNotAuthorized naming it.
+    ``errors``: the other errors it raises to its caller. A caller that
+    may not see deployment UUIDs gets none, in the answer or an error.
+    """
+    def decorate(handler):
+        @functools.wraps(handler)
+        def checked(self, context, **kwargs):
+            context = policy.request_context(context)
+            self.policy.authorize(action, context)
+            if self.policy.allows(policy.DEPLOYMENTS, context):
+                return handler(self, context, **kwargs)
+            try:
+                return policy.hide_deployments(
+                    handler(self, context, **kwargs))
+            except exceptions.TenksError as e:
+                raise policy.hide_deployments_in_error(e) from None
+        expecting = messaging.expected_exceptions(
+            exceptions.PolicyNotAuthorized, *errors)(checked)
+        expecting.rule = action
+        return expecting
+    return decorate
 
 
 class ConductorManager:
@@ -33,6 +68,9 @@ class ConductorManager:
         self.conductor = conductor
         self.policy = policy.Enforcer(conductor.conf)
 
+    # From hostagents
+
+    @rule('tenks:agent:report_result')
     def report_result(self, context, request_id, host, result=None,
                       error=None):
         if not self.conductor.waiters.complete(request_id, host,
@@ -40,96 +78,110 @@ class ConductorManager:
             self.conductor.late_results.apply(request_id, host,
                                               result=result, error=error)
 
+    @rule('tenks:agent:register')
     def register_agent(self, context, host, facts):
         self.conductor.register_agent(host, facts)
 
-    @messaging.expected_exceptions(exceptions.SpecError,
-                                   exceptions.SpecChanged, *SUBMIT_ERRORS)
+    # Clusters and their operations
+
+    @rule('tenks:cluster:deploy', exceptions.SpecError,
+          exceptions.SpecChanged, *SUBMIT_ERRORS)
     def deploy_cluster(self, context, spec, force=False):
         spec = validate(spec, 'deploy_cluster request')
         return self.conductor.submit_deploy(spec, force)
 
-    @messaging.expected_exceptions(exceptions.TenksError)
+    @rule('tenks:cluster:plan', exceptions.TenksError)
     def plan_cluster(self, context, spec, force=False):
         spec = validate(spec, 'plan_cluster request')
         return self.conductor.plan(spec, force)
 
-    @messaging.expected_exceptions(exceptions.ClusterNotFound,
-                                   *SUBMIT_ERRORS)
+    @rule('tenks:cluster:teardown', exceptions.ClusterNotFound,
+          *SUBMIT_ERRORS)
     def teardown_cluster(self, context, name, force=False):
         return self.conductor.submit_teardown(name, force)
 
-    @messaging.expected_exceptions(exceptions.OperationNotFound)
+    @rule('tenks:operation:show', exceptions.OperationNotFound)
     def get_operation(self, context, operation_id):
         return self.conductor.get_operation(operation_id)
 
+    @rule('tenks:operation:list')
     def list_operations(self, context, cluster=None):
         return self.conductor.list_operations(cluster)
 
-    @messaging.expected_exceptions(exceptions.ClusterNotFound)
+    @rule('tenks:cluster:show', exceptions.ClusterNotFound)
     def get_cluster(self, context, name):
-        return self.conductor.get_cluster(name)
+        return self._cluster_view(context, self.conductor.get_cluster(name))
 
+    @rule('tenks:cluster:list')
     def list_clusters(self, context):
-        return self.conductor.list_clusters()
+        return [self._cluster_view(context, cluster)
+                for cluster in self.conductor.list_clusters()]
 
+    @rule('tenks:node:list')
     def list_nodes(self, context, cluster=None):
         return self.conductor.list_nodes(cluster)
 
-    def list_hypervisors(self, context):
-        return self.conductor.list_hypervisors()
-
-    @messaging.expected_exceptions(exceptions.HypervisorNotFound)
-    def get_hypervisor(self, context, host):
-        return self.conductor.get_hypervisor(host)
-
-    @messaging.expected_exceptions(exceptions.HypervisorNotFound,
-                                   exceptions.HypervisorInUse)
-    def delete_hypervisor(self, context, host):
-        return self.conductor.delete_hypervisor(host)
-
+    @rule('tenks:event:list')
     def list_events(self, context, cluster=None, limit=100):
         return self.conductor.list_events(cluster, limit)
 
-    # Admin only (tenks.policy): the caller's request context is checked.
+    def _cluster_view(self, context, cluster):
+        if self.policy.allows(policy.DEPLOYMENTS, context):
+            return cluster
+        return {k: v for k, v in cluster.items() if k != 'uuid'}
 
-    @messaging.expected_exceptions(exceptions.PolicyNotAuthorized,
-                                   exceptions.HypervisorNotFound,
-                                   exceptions.HypervisorInvalid)
+    # Hypervisors
+
+    @rule('tenks:hypervisor:list')
+    def list_hypervisors(self, context):
+        return [self._hypervisor_view(context, hypervisor)
+                for hypervisor in self.conductor.list_hypervisors()]
+
+    @rule('tenks:hypervisor:show', exceptions.HypervisorNotFound)
+    def get_hypervisor(self, context, host):
+        return self._hypervisor_view(context,
+                                     self.conductor.get_hypervisor(host))
+
+    @rule('tenks:hypervisor:delete', exceptions.HypervisorNotFound,
+          exceptions.HypervisorInUse)
+    def delete_hypervisor(self, context, host):
+        return self.conductor.delete_hypervisor(host)
+
+    @rule('tenks:hypervisor:update', exceptions.HypervisorNotFound,
+          exceptions.HypervisorInvalid)
     def update_hypervisor(self, context, host, enabled, reason=None):
-        self.policy.authorize('tenks:hypervisor:update', context)
-        return self.conductor.update_hypervisor(host, enabled, reason)
+        return self._hypervisor_view(context, self.conductor.update_hypervisor(
+            host, enabled, reason))
 
-    @messaging.expected_exceptions(exceptions.PolicyNotAuthorized,
-                                   exceptions.HypervisorNotFound)
+    @rule('tenks:hypervisor:maintenance', exceptions.HypervisorNotFound)
     def start_host_maintenance(self, context, host, reason=None):
-        self.policy.authorize('tenks:hypervisor:maintenance', context)
         return self.conductor.start_host_maintenance(host, reason)
 
-    @messaging.expected_exceptions(exceptions.PolicyNotAuthorized,
-                                   exceptions.HypervisorNotFound)
+    @rule('tenks:hypervisor:maintenance', exceptions.HypervisorNotFound)
     def stop_host_maintenance(self, context, host, rebalance=False):
-        self.policy.authorize('tenks:hypervisor:maintenance', context)
         return self.conductor.stop_host_maintenance(host, bool(rebalance))
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    def _hypervisor_view(self, context, hypervisor):
+        if self.policy.allows(policy.HYPERVISOR_ADMIN_FIELDS, context):
+            return hypervisor
+        return {k: hypervisor[k] for k in HYPERVISOR_FIELDS}
+
+    # Aggregates
+
+    @rule('tenks:aggregate:list', *AGGREGATE_ERRORS)
     def list_aggregates(self, context):
-        self.policy.authorize('tenks:aggregate:list', context)
         return self.conductor.list_aggregates()
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:show', *AGGREGATE_ERRORS)
     def get_aggregate(self, context, aggregate):
-        self.policy.authorize('tenks:aggregate:show', context)
         return self.conductor.get_aggregate(aggregate)
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:create', *AGGREGATE_ERRORS)
     def create_aggregate(self, context, name, availability_zone=None):
-        self.policy.authorize('tenks:aggregate:create', context)
         return self.conductor.create_aggregate(name, availability_zone)
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:update', *AGGREGATE_ERRORS)
     def update_aggregate(self, context, aggregate, values):
-        self.policy.authorize('tenks:aggregate:update', context)
         if not isinstance(values, dict):
             raise exceptions.AggregateInvalid(
                 aggregate=aggregate, reason='values must be a mapping')
@@ -140,22 +192,18 @@ class ConductorManager:
                     sorted(unknown)))
         return self.conductor.update_aggregate(aggregate, values)
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:set_metadata', *AGGREGATE_ERRORS)
     def set_aggregate_metadata(self, context, aggregate, metadata):
-        self.policy.authorize('tenks:aggregate:set_metadata', context)
         return self.conductor.set_aggregate_metadata(aggregate, metadata)
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:delete', *AGGREGATE_ERRORS)
     def delete_aggregate(self, context, aggregate):
-        self.policy.authorize('tenks:aggregate:delete', context)
         return self.conductor.delete_aggregate(aggregate)
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:add_host', *AGGREGATE_ERRORS)
     def add_aggregate_host(self, context, aggregate, host):
-        self.policy.authorize('tenks:aggregate:add_host', context)
         return self.conductor.add_aggregate_host(aggregate, host)
 
-    @messaging.expected_exceptions(*AGGREGATE_ERRORS)
+    @rule('tenks:aggregate:remove_host', *AGGREGATE_ERRORS)
     def remove_aggregate_host(self, context, aggregate, host):
-        self.policy.authorize('tenks:aggregate:remove_host', context)
         return self.conductor.remove_aggregate_host(aggregate, host)

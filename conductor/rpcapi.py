@@ -24,7 +24,9 @@ from tenks.exceptions, and they are all a caller can get:
   (a rule of aggregates refuses the change), HypervisorNotFound,
   HypervisorInvalid;
 * start_host_maintenance, stop_host_maintenance (1.4, admin):
-  PolicyNotAuthorized, HypervisorNotFound.
+  PolicyNotAuthorized, HypervisorNotFound;
+* every call (1.5): PolicyNotAuthorized, naming the rule the caller's
+  context does not pass.
 
 API version history:
 
@@ -63,15 +65,32 @@ API version history:
   teardown_cluster takes ``force``: remove nodes Ironic has deployed (a
   Nova server on them) too; without it such a teardown ends failed with
   NodesInUse, naming the servers, before anything is removed.
+* 1.5 - Every call is checked against a rule of tenks.policy on the
+  caller's context, and every client method takes that context first:
+  readers (role reader, member or admin) read, members deploy, plan and
+  tear down, admins manage hypervisors (delete_hypervisor included) and
+  aggregates; report_result and register_agent need the service role
+  (hostagents send policy.service_context()). A call without a context
+  (an older client's) is anonymous: refused with PolicyNotAuthorized
+  naming the rule (a refused cast changes nothing). Callers
+  that are not admins get list_hypervisors and get_hypervisor without
+  the admin-only fields (facts, disabled_reason, inventories, usages,
+  traits, allocations, aggregates, availability_zone), clusters without
+  their ``uuid``, and *** for the deployment UUID of every owner mark in
+  an answer or error (an operation's error or warnings, say).
 """
 
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.4'
+RPC_API_VERSION = '1.5'
 
 
 class ConductorAPI:
+    """Each method takes the caller's oslo.context RequestContext (or
+    its dict) first: the conductor checks it against the method's rule
+    of tenks.policy. Hostagents send policy.service_context(); a service
+    forwards its user's context."""
 
     def __init__(self, bus, timeout=None, retry=None):
         """``timeout``: of each call (default: rpc_response_timeout);
@@ -83,140 +102,140 @@ class ConductorAPI:
         if retry is not None:
             self.client = self.client.prepare(retry=retry)
 
-    def _call(self, method, version='1.0', **kwargs):
-        return self.client.prepare(version=version).call({}, method,
-                                                         **kwargs)
+    def _call(self, context, method, version='1.0', **kwargs):
+        return self.client.prepare(version=version).call(
+            policy.to_dict(context), method, **kwargs)
 
     # From hostagents
 
-    def report_result(self, conductor, request_id, host, result=None,
-                      error=None):
+    def report_result(self, context, conductor, request_id, host,
+                      result=None, error=None):
         """Hand the outcome of ``request_id`` to the conductor waiting."""
         cctxt = self.client.prepare(server=conductor, version='1.0')
-        cctxt.cast({}, 'report_result', request_id=request_id, host=host,
-                   result=result, error=error)
+        cctxt.cast(policy.to_dict(context), 'report_result',
+                   request_id=request_id, host=host, result=result,
+                   error=error)
 
-    def register_agent(self, host, facts):
+    def register_agent(self, context, host, facts):
         """Register or heartbeat hostagent ``host`` with its facts."""
         self.client.prepare(version='1.0').cast(
-            {}, 'register_agent', host=host, facts=facts)
+            policy.to_dict(context), 'register_agent', host=host,
+            facts=facts)
 
     # For operators and other services
 
-    def deploy_cluster(self, spec, force=False):
+    def deploy_cluster(self, context, spec, force=False):
         """Start deploying ``spec`` (a dict); return its operation id."""
         if force:
-            return self._call('deploy_cluster', version='1.2', spec=spec,
-                              force=True)
-        return self._call('deploy_cluster', spec=spec)
+            return self._call(context, 'deploy_cluster', version='1.2',
+                              spec=spec, force=True)
+        return self._call(context, 'deploy_cluster', spec=spec)
 
-    def plan_cluster(self, spec, force=False):
+    def plan_cluster(self, context, spec, force=False):
         """What deploying ``spec`` would change: {'cluster', 'changes':
         [{'node', 'hypervisor', 'resource', 'action', 'field', 'old',
         'new'}], 'destructive': bool, 'notes': [str]} (notes: what it
         keeps as it is and a user may not expect, such as a physnet
         that no hypervisor maps)."""
-        return self._call('plan_cluster', version='1.2', spec=spec,
+        return self._call(context, 'plan_cluster', version='1.2', spec=spec,
                           force=force)
 
-    def teardown_cluster(self, name, force=False):
+    def teardown_cluster(self, context, name, force=False):
         """Start tearing cluster ``name`` down; return its operation id.
         ``force``: remove nodes Ironic has deployed too."""
         if force:
-            return self._call('teardown_cluster', version='1.4', name=name,
-                              force=True)
-        return self._call('teardown_cluster', name=name)
+            return self._call(context, 'teardown_cluster', version='1.4',
+                              name=name, force=True)
+        return self._call(context, 'teardown_cluster', name=name)
 
-    def get_operation(self, operation_id):
+    def get_operation(self, context, operation_id):
         """State ('running', 'succeeded', 'failed', 'interrupted'),
         progress per stage ({stage: [done, total]}) and error."""
-        return self._call('get_operation', operation_id=operation_id)
+        return self._call(context, 'get_operation',
+                          operation_id=operation_id)
 
-    def list_operations(self, cluster=None):
-        return self._call('list_operations', cluster=cluster)
+    def list_operations(self, context, cluster=None):
+        return self._call(context, 'list_operations', cluster=cluster)
 
-    def get_cluster(self, name):
+    def get_cluster(self, context, name):
         """The cluster, its spec (password masked) and its nodes."""
-        return self._call('get_cluster', name=name)
+        return self._call(context, 'get_cluster', name=name)
 
-    def list_clusters(self):
-        return self._call('list_clusters')
+    def list_clusters(self, context):
+        return self._call(context, 'list_clusters')
 
-    def list_nodes(self, cluster=None):
-        return self._call('list_nodes', cluster=cluster)
+    def list_nodes(self, context, cluster=None):
+        return self._call(context, 'list_nodes', cluster=cluster)
 
-    def list_hypervisors(self):
-        return self._call('list_hypervisors')
+    def list_hypervisors(self, context):
+        return self._call(context, 'list_hypervisors')
 
-    def get_hypervisor(self, host):
-        return self._call('get_hypervisor', host=host)
+    def get_hypervisor(self, context, host):
+        return self._call(context, 'get_hypervisor', host=host)
 
-    def delete_hypervisor(self, host):
+    def delete_hypervisor(self, context, host):
         """Forget hypervisor ``host``, which must be down and host no
         node nor any other resource."""
-        return self._call('delete_hypervisor', version='1.1', host=host)
+        return self._call(context, 'delete_hypervisor', version='1.1',
+                          host=host)
 
-    def list_events(self, cluster=None, limit=100):
-        return self._call('list_events', cluster=cluster, limit=limit)
+    def list_events(self, context, cluster=None, limit=100):
+        return self._call(context, 'list_events', cluster=cluster,
+                          limit=limit)
 
-    # Admin calls (1.3): ``context`` is the caller's oslo.context
-    # RequestContext (or its dict), checked against tenks.policy.
-
-    def _admin_call(self, context, method, version='1.3', **kwargs):
-        return self.client.prepare(version=version).call(
-            policy.to_dict(context), method, **kwargs)
+    # Admin calls
 
     def start_host_maintenance(self, context, host, reason=None):
         """Disable ``host`` and move its nodes away; see 1.4."""
-        return self._admin_call(context, 'start_host_maintenance', '1.4',
-                                host=host, reason=reason)
+        return self._call(context, 'start_host_maintenance', '1.4',
+                          host=host, reason=reason)
 
     def stop_host_maintenance(self, context, host, rebalance=False):
         """Enable ``host``; with ``rebalance`` move nodes back to it."""
-        return self._admin_call(context, 'stop_host_maintenance', '1.4',
-                                host=host, rebalance=rebalance)
+        return self._call(context, 'stop_host_maintenance', '1.4',
+                          host=host, rebalance=rebalance)
 
     def update_hypervisor(self, context, host, enabled, reason=None):
         """Enable or disable ``host``; a disabled one takes no new node."""
-        return self._admin_call(context, 'update_hypervisor', host=host,
-                                enabled=enabled, reason=reason)
+        return self._call(context, 'update_hypervisor', '1.3', host=host,
+                          enabled=enabled, reason=reason)
 
     def list_aggregates(self, context):
-        return self._admin_call(context, 'list_aggregates')
+        return self._call(context, 'list_aggregates', '1.3')
 
     def get_aggregate(self, context, aggregate):
         """The aggregate with this id, UUID or name: {id, uuid, name,
         availability_zone, hosts, metadata, created_at, updated_at}."""
-        return self._admin_call(context, 'get_aggregate',
-                                aggregate=aggregate)
+        return self._call(context, 'get_aggregate', '1.3',
+                          aggregate=aggregate)
 
     def create_aggregate(self, context, name, availability_zone=None):
-        return self._admin_call(context, 'create_aggregate', name=name,
-                                availability_zone=availability_zone)
+        return self._call(context, 'create_aggregate', '1.3', name=name,
+                          availability_zone=availability_zone)
 
     def update_aggregate(self, context, aggregate, values):
         """``values``: {'name': ..., 'availability_zone': ... or None}."""
-        return self._admin_call(context, 'update_aggregate',
-                                aggregate=aggregate, values=values)
+        return self._call(context, 'update_aggregate', '1.3',
+                          aggregate=aggregate, values=values)
 
     def set_aggregate_metadata(self, context, aggregate, metadata):
         """Set the keys of ``metadata``; a None value unsets its key."""
-        return self._admin_call(context, 'set_aggregate_metadata',
-                                aggregate=aggregate, metadata=metadata)
+        return self._call(context, 'set_aggregate_metadata', '1.3',
+                          aggregate=aggregate, metadata=metadata)
 
     def delete_aggregate(self, context, aggregate):
         """{'warnings': [...]} (see add_aggregate_host)."""
-        return self._admin_call(context, 'delete_aggregate',
-                                aggregate=aggregate)
+        return self._call(context, 'delete_aggregate', '1.3',
+                          aggregate=aggregate)
 
     def add_aggregate_host(self, context, aggregate, host):
         """The aggregate (see get_aggregate), with ``warnings``: what
         Placement refused while the providers of the host's enrolled
         nodes joined the Placement aggregate of the same UUID."""
-        return self._admin_call(context, 'add_aggregate_host',
-                                aggregate=aggregate, host=host)
+        return self._call(context, 'add_aggregate_host', '1.3',
+                          aggregate=aggregate, host=host)
 
     def remove_aggregate_host(self, context, aggregate, host):
         """The aggregate, with ``warnings`` (see add_aggregate_host)."""
-        return self._admin_call(context, 'remove_aggregate_host',
-                                aggregate=aggregate, host=host)
+        return self._call(context, 'remove_aggregate_host', '1.3',
+                          aggregate=aggregate, host=host)

@@ -53,6 +53,7 @@ from hostagent import transfer
 from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import names
+from tenks import policy
 from tenks import resources
 
 LOG = logging.getLogger(__name__)
@@ -173,6 +174,9 @@ class HostAgentManager:
         self.conf = conf
         self.host = conf.hostagent.host
         self.conductor = conductor_rpcapi.ConductorAPI(bus)
+        # What this agent sends the conductor with: its policy rules
+        # take results and registrations from the service role only.
+        self.context = policy.service_context()
         self.virt = load_driver('tenks.virt_drivers',
                                 conf.hostagent.virt_driver, conf)
         # bridge_type -> the driver of that name; requests name theirs.
@@ -243,8 +247,8 @@ class HostAgentManager:
                 running = self._running[request_id] = Running(
                     reply_to, context.get('deadline'))
         if outcome is not None:
-            self.conductor.report_result(reply_to, request_id, self.host,
-                                         **outcome)
+            self.conductor.report_result(self.context, reply_to,
+                                         request_id, self.host, **outcome)
             return
         try:
             with self._serialised(things):
@@ -263,8 +267,9 @@ class HostAgentManager:
         for conductor in running.reply_tos:
             # One conductor out of reach must not keep the others waiting.
             try:
-                self.conductor.report_result(conductor, request_id,
-                                             self.host, **outcome)
+                self.conductor.report_result(self.context, conductor,
+                                             request_id, self.host,
+                                             **outcome)
             except Exception as e:
                 LOG.warning('Could not report request %s to %s: %s',
                             request_id, conductor, e)
@@ -384,7 +389,8 @@ class HostAgentManager:
 
     def register_now(self, context):
         """Register with the conductors at once (a conductor started)."""
-        self.conductor.register_agent(self.host, self.facts())
+        self.conductor.register_agent(self.context, self.host,
+                                      self.facts())
 
     def inspect(self, context, request_id, reply_to, physnet_mappings,
                 ipmi_address, ipmi_ports, interfaces, owner,

@@ -43,7 +43,8 @@ class HostAgent:
     def _register_forever(self):
         while not self._stopping.is_set():
             try:
-                self.conductors.register_agent(self.conf.hostagent.host,
+                self.conductors.register_agent(self.manager.context,
+                                               self.conf.hostagent.host,
                                                self.manager.facts())
             except Exception as e:
                 LOG.warning('Could not register with the conductors: %s', e)

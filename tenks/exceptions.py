@@ -94,7 +94,8 @@ class AggregateConflict(TenksError):
 
 
 class PolicyNotAuthorized(TenksError):
-    msg_fmt = 'Policy does not allow %(action)s to be performed'
+    msg_fmt = ('Policy does not allow %(action)s to be performed by a '
+               'caller with roles %(roles)s')
 
 
 class ConductorLost(TenksError):

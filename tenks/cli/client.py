@@ -10,6 +10,7 @@ else. Each path imports its heavy modules (oslo.messaging, TaskFlow,
 SQLAlchemy) only when it is taken, so that the CLI starts fast.
 """
 
+import functools
 import os
 import time
 
@@ -60,12 +61,16 @@ def connect(conf, read_only=False, exits=False):
 
 
 class RemoteClient:
+    """The conductor's RPC API, called as admin: the CLI holds the bus's
+    credentials, and whoever can reach the bus with them is trusted."""
 
     remote = True
 
     def __init__(self, conf, url):
         from conductor import rpcapi
+        from tenks import policy
         from tenks import rpc
+        self.context = policy.admin_context()
         self.bus = rpc.Bus(conf, url=url)
         self.api = rpcapi.ConductorAPI(self.bus)
         # Questions that fail fast when nobody answers (or the broker
@@ -81,13 +86,13 @@ class RemoteClient:
         self.bus.cleanup()
 
     def deploy(self, spec, force=False):
-        return self.api.deploy_cluster(spec, force)
+        return self.api.deploy_cluster(self.context, spec, force)
 
     def plan(self, spec, force=False):
-        return self.api.plan_cluster(spec, force)
+        return self.api.plan_cluster(self.context, spec, force)
 
     def teardown(self, name, force=False):
-        return self.api.teardown_cluster(name, force)
+        return self.api.teardown_cluster(self.context, name, force)
 
     def wait(self, operation_id, patience=RECONNECT_TIMEOUT, notice=None):
         """The operation once it has ended, followed through a reply
@@ -102,7 +107,8 @@ class RemoteClient:
         while True:
             asked = time.monotonic()
             try:
-                operation = self.poll.get_operation(operation_id)
+                operation = self.poll.get_operation(self.context,
+                                                    operation_id)
             except (messaging.MessagingTimeout,
                     messaging.MessageDeliveryFailure) as e:
                 reason = '%s: %s' % (type(e).__name__, e)
@@ -129,14 +135,8 @@ class RemoteClient:
             time.sleep(POLL_INTERVAL)
 
     def __getattr__(self, name):
-        # get_operation, list_nodes, list_hypervisors, ...: the RPC API.
-        return getattr(self.api, name)
-
-    def admin(self, method, *args):
-        """An admin call of the RPC API (aggregates, update_hypervisor):
-        the CLI, which holds the bus's credentials, acts as admin."""
-        from tenks import policy
-        return getattr(self.api, method)(policy.admin_context(), *args)
+        # get_operation, list_nodes, update_hypervisor, ...: the RPC API.
+        return functools.partial(getattr(self.api, name), self.context)
 
     def follow_events(self, callback):
         """Call ``callback(event)`` for each event until interrupted."""
@@ -211,12 +211,9 @@ class EmbeddedClient:
         return self.conductor.get_operation(operation_id)
 
     def __getattr__(self, name):
-        # get_operation, list_nodes, list_hypervisors, ...: the conductor.
+        # get_operation, list_nodes, update_hypervisor, ...: the
+        # conductor itself (the embedded CLI acts as admin).
         return getattr(self.conductor, name)
-
-    def admin(self, method, *args):
-        """An admin call: the embedded CLI acts as admin."""
-        return getattr(self.conductor, method)(*args)
 
     def follow_events(self, callback):
         _no_follow()

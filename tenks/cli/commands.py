@@ -511,8 +511,7 @@ class HypervisorSet(Command):
             raise exceptions.ConfigError(
                 reason='--reason goes with --disable')
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
-            tenks.admin('update_hypervisor', args.host, args.enabled,
-                        args.reason)
+            tenks.update_hypervisor(args.host, args.enabled, args.reason)
 
 
 class _Maintenance(OperationCommand):
@@ -531,7 +530,8 @@ class _Maintenance(OperationCommand):
     def take_action(self, args):
         started = time.monotonic()
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
-            answer = tenks.admin(self.call, args.host, *self.arguments(args))
+            answer = getattr(tenks, self.call)(args.host,
+                                               *self.arguments(args))
             operations = answer['operations']
             if not args.wait:
                 for operation_id in operations:
@@ -634,9 +634,9 @@ def properties(pairs):
 class AggregateShowCommand(ShowOne):
     """Aggregates are admin calls: this CLI acts as admin."""
 
-    def admin(self, method, *args):
+    def call(self, method, *args):
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
-            return tenks.admin(method, *args)
+            return getattr(tenks, method)(*args)
 
 
 class AggregateList(Lister):
@@ -651,7 +651,7 @@ class AggregateList(Lister):
     def take_action(self, args):
         fields = AGGREGATE_LONG_COLUMNS if args.long else AGGREGATE_COLUMNS
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
-            aggregates = tenks.admin('list_aggregates')
+            aggregates = tenks.list_aggregates()
         return fields, [aggregate_row(a, fields) for a in aggregates]
 
 
@@ -670,10 +670,10 @@ class AggregateCreate(AggregateShowCommand):
     def take_action(self, args):
         metadata = properties(args.property)
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
-            aggregate = tenks.admin('create_aggregate', args.name, args.zone)
+            aggregate = tenks.create_aggregate(args.name, args.zone)
             if metadata:
-                aggregate = tenks.admin('set_aggregate_metadata',
-                                        aggregate['id'], metadata)
+                aggregate = tenks.set_aggregate_metadata(aggregate['id'],
+                                                         metadata)
         return AGGREGATE_SHOW_COLUMNS, aggregate_row(aggregate)
 
 
@@ -687,7 +687,7 @@ class AggregateShow(AggregateShowCommand):
 
     def take_action(self, args):
         return AGGREGATE_SHOW_COLUMNS, aggregate_row(
-            self.admin('get_aggregate', args.aggregate))
+            self.call('get_aggregate', args.aggregate))
 
 
 class AggregateSet(Command):
@@ -710,10 +710,10 @@ class AggregateSet(Command):
         metadata = properties(args.property)
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             if values:
-                tenks.admin('update_aggregate', args.aggregate, values)
+                tenks.update_aggregate(args.aggregate, values)
             if metadata:
-                tenks.admin('set_aggregate_metadata',
-                            values.get('name', args.aggregate), metadata)
+                tenks.set_aggregate_metadata(
+                    values.get('name', args.aggregate), metadata)
 
 
 class AggregateUnset(Command):
@@ -731,11 +731,11 @@ class AggregateUnset(Command):
     def take_action(self, args):
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             if args.zone:
-                tenks.admin('update_aggregate', args.aggregate,
-                            {'availability_zone': None})
+                tenks.update_aggregate(args.aggregate,
+                                       {'availability_zone': None})
             if args.property:
-                tenks.admin('set_aggregate_metadata', args.aggregate,
-                            dict.fromkeys(args.property))
+                tenks.set_aggregate_metadata(args.aggregate,
+                                             dict.fromkeys(args.property))
 
 
 class AggregateDelete(Command):
@@ -749,7 +749,7 @@ class AggregateDelete(Command):
     def take_action(self, args):
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             for aggregate in args.aggregate:
-                warn(self.app, tenks.admin('delete_aggregate', aggregate))
+                warn(self.app, tenks.delete_aggregate(aggregate))
 
 
 class AggregateAddHost(AggregateShowCommand):
@@ -762,7 +762,7 @@ class AggregateAddHost(AggregateShowCommand):
         return parser
 
     def take_action(self, args):
-        return AGGREGATE_SHOW_COLUMNS, aggregate_row(warn(self.app, self.admin(
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(warn(self.app, self.call(
             'add_aggregate_host', args.aggregate, args.host)))
 
 
@@ -770,7 +770,7 @@ class AggregateRemoveHost(AggregateAddHost):
     """Remove a hypervisor, which must be disabled, from an aggregate."""
 
     def take_action(self, args):
-        return AGGREGATE_SHOW_COLUMNS, aggregate_row(warn(self.app, self.admin(
+        return AGGREGATE_SHOW_COLUMNS, aggregate_row(warn(self.app, self.call(
             'remove_aggregate_host', args.aggregate, args.host)))
 
 

@@ -14,10 +14,13 @@ import time
 
 from conductor import rpcapi
 from tenks import conf as tenks_conf
+from tenks import policy
 from tenks import rpc
 from tests.functional import cluster_fixtures as cf
 
 BIN = cf.BIN
+
+ADMIN = policy.admin_context()
 
 
 def rabbitmqctl(*args):
@@ -112,9 +115,14 @@ heartbeat_interval = 1
         conf([], default_config_files=[])
         self.bus = rpc.Bus(conf, url=self.url)
         self.api = rpcapi.ConductorAPI(self.bus, timeout=60)
-        for service in self.services.values():
-            service.start()
-        self.wait_for_agents(self.hosts)
+        try:
+            for service in self.services.values():
+                service.start()
+            self.wait_for_agents(self.hosts)
+        except BaseException:
+            # No with-block will stop what started.
+            self.__exit__()
+            raise
         return self
 
     def wait_for_agents(self, hosts, timeout=60, since=None):
@@ -128,7 +136,7 @@ heartbeat_interval = 1
         deadline = time.monotonic() + timeout
         while True:
             try:
-                up = {h['host'] for h in poll.list_hypervisors()
+                up = {h['host'] for h in poll.list_hypervisors(ADMIN)
                       if h['state'] in self.ready_states
                       and (since is None or heard_after(h, since))}
             except Exception:
@@ -150,7 +158,7 @@ heartbeat_interval = 1
     def wait(self, operation_id, timeout=180):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            operation = self.api.get_operation(operation_id)
+            operation = self.api.get_operation(ADMIN, operation_id)
             if operation['state'] != 'running':
                 return operation
             time.sleep(0.2)

@@ -43,7 +43,7 @@ def names():
 
 
 def hypervisor(deployment, host):
-    return {h['host']: h for h in deployment.api.list_hypervisors()}[host]
+    return {h['host']: h for h in deployment.api.list_hypervisors(ADMIN)}[host]
 
 
 def cleanup(deployment, *aggregates):
@@ -168,18 +168,18 @@ def test_a_deploy_goes_into_the_zone_asked_for(deployment, names, tmp_path):
                      'node_name_prefix': env.node_prefix,
                      'availability_zone': zone}
             # No host in that zone: the error counts the hosts removed.
-            operation = deployment.wait(api.deploy_cluster(env.spec(
+            operation = deployment.wait(api.deploy_cluster(ADMIN, env.spec(
                 specs=[dict(entry, availability_zone=zone + '-none')])))
             assert operation['state'] == 'failed'
             assert ('No valid host for node type small (specs[0]): 2 '
                     'hypervisors; availability zone %s-none removed 2'
                     % zone) in operation['error']
-            operation = deployment.wait(api.deploy_cluster(env.spec(
+            operation = deployment.wait(api.deploy_cluster(ADMIN, env.spec(
                 specs=[entry])))
             assert operation['state'] == 'succeeded', operation['error']
-            nodes = api.list_nodes(env.cluster)
+            nodes = api.list_nodes(ADMIN, env.cluster)
             assert [n['hypervisor'] for n in nodes] == [hvb] * 3
-            shown = api.get_hypervisor(hvb)
+            shown = api.get_hypervisor(ADMIN, hvb)
             assert shown['usages']['MEMORY_MB'] == 3 * 128
             assert {a['name'] for a in shown['allocations'].values()} == {
                 n['name'] for n in nodes}
@@ -197,7 +197,8 @@ def test_a_deploy_goes_into_the_zone_asked_for(deployment, names, tmp_path):
                                match='hold nodes'):
                 api.update_aggregate(ADMIN, name,
                                      {'availability_zone': zone + '-c'})
-            operation = deployment.wait(api.teardown_cluster(env.cluster))
+            operation = deployment.wait(
+                api.teardown_cluster(ADMIN, env.cluster))
             assert operation['state'] == 'succeeded', operation['error']
         finally:
             cleanup(deployment, name, name + '-b')

@@ -18,10 +18,13 @@ from pyroute2 import IPRoute
 from conductor import rpcapi
 from tenks import exceptions
 from tenks import notifier
+from tenks import policy
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
 
 pytestmark = pytest.mark.functional
+
+ADMIN = policy.admin_context()
 
 
 @pytest.fixture(scope='module')
@@ -117,29 +120,29 @@ def test_cli_deploys_over_both_hypervisors(deployment, env, tmp_path):
 def test_another_service_uses_the_rpc_api(deployment, env):
     api = deployment.api
     spec = env.spec(count=2)
-    operation = deployment.wait(api.deploy_cluster(spec))
+    operation = deployment.wait(api.deploy_cluster(ADMIN, spec))
     assert operation['state'] == 'succeeded', operation['error']
     # One task per node.
     assert operation['progress']['node'] == [2, 2]
 
-    cluster = api.get_cluster(env.cluster)
+    cluster = api.get_cluster(ADMIN, env.cluster)
     assert cluster['state'] == 'deployed'
     assert cluster['spec']['ipmi_password'] == '***'
     assert len(cluster['nodes']) == 2
 
     bad = dict(spec, specs=[{'type': 'nope', 'count': -1}])
     with pytest.raises(exceptions.SpecError) as raised:
-        api.deploy_cluster(bad)
+        api.deploy_cluster(ADMIN, bad)
     assert 'specs[0].count' in str(raised.value)
     assert "unknown node type 'nope'" in str(raised.value)
     with pytest.raises(exceptions.ClusterNotFound):
-        api.teardown_cluster('no-such-cluster')
+        api.teardown_cluster(ADMIN, 'no-such-cluster')
     # A changed spec is applied: one more node.
-    operation = deployment.wait(api.deploy_cluster(env.spec(count=3)))
+    operation = deployment.wait(api.deploy_cluster(ADMIN, env.spec(count=3)))
     assert operation['state'] == 'succeeded', operation['error']
-    assert len(api.get_cluster(env.cluster)['nodes']) == 3
+    assert len(api.get_cluster(ADMIN, env.cluster)['nodes']) == 3
 
-    operation = deployment.wait(api.teardown_cluster(env.cluster))
+    operation = deployment.wait(api.teardown_cluster(ADMIN, env.cluster))
     assert operation['state'] == 'succeeded', operation['error']
     assert env.leftovers() == []
 
@@ -204,7 +207,7 @@ def test_killed_hostagent_fails_the_deploy_naming_it(tmp_path):
 
 def _kill_agent_mid_deploy(d, env):
     victim, survivor = d.hosts[1], d.hosts[0]
-    operation_id = d.api.deploy_cluster(env.spec(count=2))
+    operation_id = d.api.deploy_cluster(ADMIN, env.spec(count=2))
     d.agent(victim).stop(signal.SIGKILL)
     operation = d.wait(operation_id)
     assert operation['state'] == 'failed'
@@ -216,7 +219,7 @@ def _kill_agent_mid_deploy(d, env):
         assert not [p.name() for p in conn.listAllStoragePools()
                     if p.name() == 'tenks-a%s' % env.cluster]
         domains = {n['name']: n['hypervisor']
-                   for n in d.api.list_nodes(env.cluster)}
+                   for n in d.api.list_nodes(ADMIN, env.cluster)}
         assert survivor not in domains.values()
     finally:
         conn.close()
@@ -224,8 +227,8 @@ def _kill_agent_mid_deploy(d, env):
     restarted = datetime.datetime.now(datetime.timezone.utc)
     d.agent(victim).start()
     d.wait_for_agents([victim], since=restarted)
-    if any(c['name'] == env.cluster for c in d.api.list_clusters()):
-        operation = d.wait(d.api.teardown_cluster(env.cluster))
+    if any(c['name'] == env.cluster for c in d.api.list_clusters(ADMIN)):
+        operation = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
 
 
@@ -289,16 +292,17 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
                 env.cluster, len(result['plan'])) in out
             assert result['plan']
             # One start, one end: the resume did not announce it again.
-            events = [e['event_type'] for e in d.api.list_events(env.cluster)
+            events = [e['event_type']
+                      for e in d.api.list_events(ADMIN, env.cluster)
                       if e['payload'].get('operation') == operation_id]
             assert events == ['tenks.cluster.deploy.start',
                               'tenks.cluster.deploy.end']
-            nodes = d.api.list_nodes(env.cluster)
+            nodes = d.api.list_nodes(ADMIN, env.cluster)
             assert [n['state'] for n in nodes] == ['deployed'] * 4
             for node in nodes:
                 assert cf.ipmitool(node['bmc_port'], 'power',
                                    'status').returncode == 0
-            operation = d.wait(d.api.teardown_cluster(env.cluster))
+            operation = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
             assert operation['state'] == 'succeeded', operation['error']
 
 
@@ -330,7 +334,8 @@ def test_cli_follows_its_operation_through_a_broker_outage(
     assert cli.returncode == 0, err.read_text()
     assert 'Cluster %s deployed: 2 node(s)' % env.cluster in out
     assert 'The conductor answers again' in err.read_text()
-    operation = deployment.wait(deployment.api.teardown_cluster(env.cluster))
+    operation = deployment.wait(deployment.api.teardown_cluster(
+        ADMIN, env.cluster))
     assert operation['state'] == 'succeeded', operation['error']
 
 
@@ -345,31 +350,32 @@ def test_down_hostagent_fails_the_operation_not_the_call(tmp_path):
             victim, survivor = d.hosts[1], d.hosts[0]
             d.agent(victim).stop(signal.SIGKILL)
             started = time.monotonic()
-            operation_id = d.api.deploy_cluster(env.spec(count=2))
+            operation_id = d.api.deploy_cluster(ADMIN, env.spec(count=2))
             assert time.monotonic() - started < 2
-            assert d.api.get_operation(operation_id)['state'] == 'running'
+            assert d.api.get_operation(ADMIN, operation_id)['state'] == (
+                'running')
             # Still counted up: refused, saying why.
             with pytest.raises(exceptions.HypervisorInUse,
                                match='its hostagent is up'):
-                d.api.delete_hypervisor(victim)
+                d.api.delete_hypervisor(ADMIN, victim)
 
             operation = d.wait(operation_id)
             assert operation['state'] == 'failed'
             assert ('Hostagent on %s did not answer inspect' % victim
                     in operation['error'])
             with pytest.raises(exceptions.ClusterNotFound):
-                d.api.get_cluster(env.cluster)
+                d.api.get_cluster(ADMIN, env.cluster)
 
             deadline = time.monotonic() + 30
-            while d.api.get_hypervisor(victim)['state'] != 'down':
+            while d.api.get_hypervisor(ADMIN, victim)['state'] != 'down':
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
             done = d.cli('hypervisor', 'delete', victim)
             assert done.returncode == 0, done.stderr
-            assert [h['host'] for h in d.api.list_hypervisors()] == [
+            assert [h['host'] for h in d.api.list_hypervisors(ADMIN)] == [
                 survivor]
             with pytest.raises(exceptions.HypervisorNotFound):
-                d.api.delete_hypervisor(victim)
+                d.api.delete_hypervisor(ADMIN, victim)
 
 
 def test_nodes_go_where_their_networks_are_mapped(tmp_path):
@@ -402,9 +408,9 @@ def test_nodes_go_where_their_networks_are_mapped(tmp_path):
                             'node_name_prefix': env.node_prefix},
                            {'type': 'one', 'count': 2,
                             'node_name_prefix': env.node_prefix + 'o'}])
-                operation = d.wait(d.api.deploy_cluster(spec))
+                operation = d.wait(d.api.deploy_cluster(ADMIN, spec))
                 assert operation['state'] == 'succeeded', operation['error']
-                nodes = d.api.list_nodes(env.cluster)
+                nodes = d.api.list_nodes(ADMIN, env.cluster)
                 both = [n for n in nodes if len(n['nics']) == 2]
                 assert [n['hypervisor'] for n in both] == [hva] * 3
                 # The spreading weigher puts the others on hvb.
@@ -413,7 +419,7 @@ def test_nodes_go_where_their_networks_are_mapped(tmp_path):
                             if nic['physnet'] == 'physnet2'}
                 assert os.path.basename(os.readlink(
                     '/sys/class/net/%s/master' % uplink)) == bridge
-                operation = d.wait(d.api.teardown_cluster(env.cluster))
+                operation = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
                 assert operation['state'] == 'succeeded', operation['error']
         # The mapped interface is not Tenks': released, not removed.
         assert os.path.isdir('/sys/class/net/%s' % uplink)

@@ -13,12 +13,14 @@ import time
 import libvirt
 import pytest
 
+from tenks import policy
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
 
 pytestmark = pytest.mark.functional
 
 AGENT_TIMEOUT = 4
+ADMIN = policy.admin_context()
 
 
 @contextlib.contextmanager
@@ -67,15 +69,15 @@ def test_failed_teardown_leaves_what_a_stopped_agent_finds_expired(
         env = cf.ClusterEnv(tmp_path, port_base=7580,
                             state_dirs=d.state_dirs.values())
         with cleaned(env):
-            operation = d.wait(d.api.deploy_cluster(env.spec(count=2)))
+            operation = d.wait(d.api.deploy_cluster(ADMIN, env.spec(count=2)))
             assert operation['state'] == 'succeeded', operation['error']
-            nodes = d.api.list_nodes(env.cluster)
+            nodes = d.api.list_nodes(ADMIN, env.cluster)
             victim = nodes[0]['hypervisor']
             kept = {n['name'] for n in nodes if n['hypervisor'] == victim}
             agent = d.agent(victim)
             agent.process.send_signal(signal.SIGSTOP)
             try:
-                teardown_id = d.api.teardown_cluster(env.cluster)
+                teardown_id = d.api.teardown_cluster(ADMIN, env.cluster)
                 operation = d.wait(teardown_id)
                 assert operation['state'] == 'failed'
                 assert ('Hostagent on %s did not answer remove_node'
@@ -87,11 +89,11 @@ def test_failed_teardown_leaves_what_a_stopped_agent_finds_expired(
                        or not kept <= domains(),
                        what='the queued remove_node being handled')
             assert kept <= domains()
-            assert {n['name'] for n in d.api.list_nodes(env.cluster)} == (
-                kept)
-            assert d.api.get_cluster(env.cluster)['state'] == 'failed'
+            assert {n['name'] for n in d.api.list_nodes(
+                ADMIN, env.cluster)} == kept
+            assert d.api.get_cluster(ADMIN, env.cluster)['state'] == 'failed'
 
-            operation = d.wait(d.api.teardown_cluster(env.cluster))
+            operation = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
             assert operation['state'] == 'succeeded', operation['error']
             assert not kept & domains()
 
@@ -161,23 +163,23 @@ def test_answer_after_the_waiter_gave_up_is_recorded(tmp_path):
                 'physical_networks': ['physnet1']}}
             image.release.set()
             operation = d.wait(d.api.deploy_cluster(
-                env.spec(count=2, node_types=node_types)))
+                ADMIN, env.spec(count=2, node_types=node_types)))
             assert operation['state'] == 'succeeded', operation['error']
-            before = {n['name'] for n in d.api.list_nodes(env.cluster)}
+            before = {n['name'] for n in d.api.list_nodes(ADMIN, env.cluster)}
             # Every host has its pool and bridge: the new node's deploy
             # makes none, so its revert removes none under it.
             assert {n['hypervisor'] for n in d.api.list_nodes(
-                env.cluster)} == set(d.hosts)
+                ADMIN, env.cluster)} == set(d.hosts)
 
             image.release.clear()
             image.requested.clear()
             deploy_id = d.api.deploy_cluster(
-                env.spec(count=3, node_types=node_types))
+                ADMIN, env.spec(count=3, node_types=node_types))
             assert image.requested.wait(60)
             operation = d.wait(deploy_id)
             assert operation['state'] == 'failed'
             assert 'did not answer ensure_node' in operation['error']
-            [new] = [n for n in d.api.list_nodes(env.cluster)
+            [new] = [n for n in d.api.list_nodes(ADMIN, env.cluster)
                      if n['name'] not in before]
             assert new['state'] == 'failed'
             agent = d.agent(new['hypervisor'])
@@ -204,5 +206,5 @@ def test_answer_after_the_waiter_gave_up_is_recorded(tmp_path):
                        'being dropped')
             assert new['name'] in domains()
 
-            operation = d.wait(d.api.teardown_cluster(env.cluster))
+            operation = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
             assert operation['state'] == 'succeeded', operation['error']

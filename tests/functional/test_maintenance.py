@@ -53,7 +53,7 @@ def two_hosts(tmp_path, openstack_services):
 
 
 def node_map(api, cluster):
-    return {n['name']: n for n in api.list_nodes(cluster)}
+    return {n['name']: n for n in api.list_nodes(ADMIN, cluster)}
 
 
 def domain(uri, name):
@@ -105,7 +105,7 @@ def wait_state(deployment, host, state, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = {h['host']: h for h in
-                 deployment.api.list_hypervisors()}[host]
+                 deployment.api.list_hypervisors(ADMIN)}[host]
         if found['state'] == state:
             return found
         time.sleep(0.2)
@@ -128,7 +128,7 @@ def test_maintenance_moves_nodes_and_rebalance_moves_them_back(
         spec = env.spec(count=2, specs=[{
             'type': 'small', 'count': 2, 'node_name_prefix': env.node_prefix,
             'ironic_config': {'resource_class': 'tenks-move'}}])
-        operation = d.wait(api.deploy_cluster(spec))
+        operation = d.wait(api.deploy_cluster(ADMIN, spec))
         assert operation['state'] == 'succeeded', operation['error']
         api.update_hypervisor(ADMIN, hvb, True)
         before = node_map(api, env.cluster)
@@ -187,7 +187,7 @@ def test_maintenance_moves_nodes_and_rebalance_moves_them_back(
             assert port.local_link_connection['switch_info'] == nic['bridge']
             assert port.local_link_connection['port_id'] == nic['tap']
             assert nic['bridge'].startswith('b')
-        moves = [o for o in api.list_operations(env.cluster)
+        moves = [o for o in api.list_operations(ADMIN, env.cluster)
                  if o['kind'] == 'move']
         assert moves[-1]['progress'][tk0] == [5, 5]
 
@@ -226,7 +226,7 @@ def test_maintenance_moves_nodes_and_rebalance_moves_them_back(
                                  'json').stdout)
         assert shown['state'] == 'up'
 
-        operation = d.wait(api.teardown_cluster(env.cluster))
+        operation = d.wait(api.teardown_cluster(ADMIN, env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
     finally:
         for host in (hva, hvb):
@@ -259,10 +259,10 @@ def test_a_move_between_hostagents_of_one_libvirt_is_refused_first(
     left = []
     try:
         api.update_hypervisor(ADMIN, hvb, False, 'later')
-        operation = d.wait(api.deploy_cluster(env.spec(count=1)))
+        operation = d.wait(api.deploy_cluster(ADMIN, env.spec(count=1)))
         assert operation['state'] == 'succeeded', operation['error']
         api.update_hypervisor(ADMIN, hvb, True)
-        [before] = api.list_nodes(env.cluster)
+        [before] = api.list_nodes(ADMIN, env.cluster)
         name = before['name']
         assert cf.ipmitool(before['bmc_port'], 'power', 'on').returncode == 0
         running = domain(cf.URI, name)
@@ -272,20 +272,21 @@ def test_a_move_between_hostagents_of_one_libvirt_is_refused_first(
         # Nothing was done: the node runs where it ran, recorded there,
         # and its BMC drives it.
         assert domain(cf.URI, name) == running
-        assert api.list_nodes(env.cluster) == [before]
+        assert api.list_nodes(ADMIN, env.cluster) == [before]
         status = cf.ipmitool(before['bmc_port'], 'power', 'status')
         assert 'Chassis Power is on' in status.stdout, status.stderr
         # The error names the libvirt daemon both hostagents reach.
         assert done.returncode != 0
-        daemon = api.get_hypervisor(hva)['facts']['libvirt_daemon']
-        assert daemon == api.get_hypervisor(hvb)['facts']['libvirt_daemon']
+        daemon = api.get_hypervisor(ADMIN, hva)['facts']['libvirt_daemon']
+        assert daemon == api.get_hypervisor(ADMIN, hvb)['facts'][
+            'libvirt_daemon']
         assert daemon.startswith('qemu:///system on ')
         assert '%s: it shares the libvirt %s with %s' % (
             hvb, daemon, hva) in done.stderr, done.stderr
 
         done = d.cli('hypervisor', 'maintenance', 'stop', hva)
         assert done.returncode == 0, done.stderr
-        operation = d.wait(api.teardown_cluster(env.cluster))
+        operation = d.wait(api.teardown_cluster(ADMIN, env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
     finally:
         left = env.leftovers()

@@ -28,6 +28,7 @@ PORTS = {'test_providers_follow_their_hypervisors_aggregates': (9500, 9509),
          # After the first, on its ports.
          'test_a_running_conductor_puts_providers_back': (9500, 9504)}
 VERSION = '1.19'
+ADMIN = policy.admin_context()
 
 
 class Nova:
@@ -317,15 +318,15 @@ def test_a_running_conductor_puts_providers_back(env, cloud, tmp_path,
                     openstack_services['baremetal'],
                     openstack_services['placement']))
     env.state_dirs += list(d.state_dirs.values())
-    admin_context = policy.admin_context()
     with d:
         api = d.api
-        a = api.create_aggregate(admin_context, env.cluster + '-a')
+        a = api.create_aggregate(ADMIN, env.cluster + '-a')
         for host in d.hosts:
-            api.add_aggregate_host(admin_context, a['name'], host)
-        operation = d.wait(api.deploy_cluster(spec(env, 1)), timeout=300)
+            api.add_aggregate_host(ADMIN, a['name'], host)
+        operation = d.wait(api.deploy_cluster(ADMIN, spec(env, 1)),
+                           timeout=300)
         assert operation['state'] == 'succeeded', operation['error']
-        [node] = api.list_nodes(env.cluster)
+        [node] = api.list_nodes(ADMIN, env.cluster)
         if not nova.exists(node['uuid']):
             nova.make(node['uuid'])
         nova.merge('/resource_providers/%s/aggregates' % node['uuid'],
@@ -336,7 +337,7 @@ def test_a_running_conductor_puts_providers_back(env, cloud, tmp_path,
                 'the provider is still in %s' % nova.aggregates(
                     node['uuid']))
             time.sleep(0.2)
-        operation = d.wait(api.teardown_cluster(env.cluster))
+        operation = d.wait(api.teardown_cluster(ADMIN, env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
         assert nova.aggregates(node['uuid']) in ({nova.foreign}, None)
         # No pass puts it back.

@@ -13,6 +13,7 @@ import yaml
 
 from conductor import rpcapi
 from tenks import conf as tenks_conf
+from tenks import policy
 from tenks import rpc
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.functional
 
 # This helper's IPMI ports: 8400-8499.
 PORT_BASE = 8420
+
+ADMIN = policy.admin_context()
 
 
 @contextlib.contextmanager
@@ -73,7 +76,8 @@ heartbeat_interval = 1
             named = rpcapi.ConductorAPI(bus, timeout=2).client.prepare(
                 server=conductor_name)
             hosts = wait_for(lambda: {
-                h['host'] for h in named.call({}, 'list_hypervisors')
+                h['host'] for h in named.call(policy.to_dict(ADMIN),
+                                              'list_hypervisors')
                 if h['state'] == 'up'}, str(tmp_path))
             # ...and the hostagent registered under its own.
             assert hosts == {agent_name}
@@ -89,7 +93,7 @@ heartbeat_interval = 1
                 env=dict(os.environ, TENKS_TRANSPORT_URL=url))
             assert done.returncode == 0, done.stderr
             nodes = rpcapi.ConductorAPI(bus, timeout=30).list_nodes(
-                cluster=env.cluster)
+                ADMIN, cluster=env.cluster)
             assert [n['hypervisor'] for n in nodes] == [agent_name]
             gone = subprocess.run(
                 [cf.TENKS, 'teardown', env.cluster], capture_output=True,
@@ -134,7 +138,7 @@ host = c-%s
             conductor.start()
             api = rpcapi.ConductorAPI(bus, timeout=2)
             hosts = wait_for(lambda: {
-                h['host'] for h in api.list_hypervisors()
+                h['host'] for h in api.list_hypervisors(ADMIN)
                 if h['state'] == 'up'}, str(tmp_path), timeout=20)
             assert hosts == {'early-%s' % token}
         finally:

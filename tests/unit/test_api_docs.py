@@ -53,7 +53,7 @@ def test_client_timeout_bounds_a_call(timeout, configured):
         api = rpcapi.ConductorAPI(bus, timeout=timeout)
         started = time.monotonic()
         with pytest.raises(messaging.MessagingTimeout):
-            api.list_clusters()
+            api.list_clusters({})
         assert time.monotonic() - started < 5
     finally:
         bus.cleanup()

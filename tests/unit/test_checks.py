@@ -53,6 +53,7 @@ def test_the_rpc_api_refuses_them_too(conductor):
     from conductor import rpcapi
     with pytest.raises(exceptions.SpecError) as raised:
         rpcapi.ConductorAPI(conductor.bus).deploy_cluster(
+            {'roles': ['member']},
             prefixed([(2, 'x', 'a0v'), (1, 'x1a', 'v')]))
     assert raised.value.problems[0].startswith(
         'specs[1].vol_name_prefix: volume x1a0v0 of node x1a0')

@@ -11,6 +11,7 @@ import yaml
 
 from conductor import conductor as conductor_module
 from tenks import exceptions
+from tenks import policy
 from tenks.cli import client
 from tenks.cli import commands
 from tenks.cli import main
@@ -402,7 +403,8 @@ class Conductor:
         self.clock = clock
         self.answers = list(answers)
 
-    def get_operation(self, operation_id):
+    def get_operation(self, context, operation_id):
+        assert context.roles == ['admin']
         self.clock.now += 1
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -414,6 +416,7 @@ def remote(monkeypatch, answers):
     clock = Clock()
     monkeypatch.setattr(client, 'time', clock)
     tenks = client.RemoteClient.__new__(client.RemoteClient)
+    tenks.context = policy.admin_context()
     tenks.poll = Conductor(clock, answers)
     return tenks, clock
 

@@ -20,7 +20,8 @@ class Reports:
     def __init__(self):
         self.sent = []
 
-    def report_result(self, conductor, request_id, host, **outcome):
+    def report_result(self, context, conductor, request_id, host,
+                      **outcome):
         self.sent.append((request_id, outcome))
 
 

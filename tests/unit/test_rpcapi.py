@@ -2,6 +2,7 @@
 method reaches a manager method that takes exactly what it sends, at a
 version the server serves."""
 
+import functools
 import inspect
 
 import pytest
@@ -12,6 +13,7 @@ from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager as hostagent_manager
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
+from tenks import policy
 from tenks import rpc
 from tests.unit.conftest import make_spec
 
@@ -103,9 +105,11 @@ def test_results_from_hostagents_go_back_to_the_conductor_waiting():
     bus = Bus()
     kind, _, kwargs, options = sent_by(
         conductor_rpcapi.ConductorAPI, 'report_result', dict(
-            conductor='c1', request_id='r', host='hv1', result={}),
+            context=policy.service_context(), conductor='c1',
+            request_id='r', host='hv1', result={}),
         bus)
     assert (kind, options['server']) == ('cast', 'c1')
+    assert options['context']['roles'] == ['service']
     assert 'conductor' not in kwargs
 
 
@@ -172,10 +176,22 @@ def test_versions_agree_with_the_history():
         assert history[-1] == api.RPC_API_VERSION
 
 
+class ContextBound:
+    """A client whose methods take their context from here."""
+
+    def __init__(self, api, context):
+        self.api = api
+        self.context = context
+
+    def __getattr__(self, name):
+        return functools.partial(getattr(self.api, name), self.context)
+
+
 def test_every_client_call_reaches_its_handler(conductor, hypervisor):
     """Each call of the client, through the bus, reaches a handler of
     the same arguments; expected errors keep their types."""
-    api = conductor_rpcapi.ConductorAPI(conductor.bus)
+    api = ContextBound(conductor_rpcapi.ConductorAPI(conductor.bus),
+                       policy.admin_context())
     operation_id = api.deploy_cluster(make_spec(count=1))
     conductor.wait(operation_id)
     assert api.get_operation(operation_id)['state'] == 'succeeded'
