@@ -19,8 +19,11 @@ import kombu
 import pytest
 
 from tenks import notifier
+from tenks import policy
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
+
+ADMIN = policy.admin_context()
 
 pytestmark = pytest.mark.functional
 
@@ -162,9 +165,9 @@ def _deploy_and_refuse(d, env):
                                  pool='tenks-cli-%s' % d.token)
     listener.start()
     try:
-        operation = d.wait(d.api.deploy_cluster(env.spec(count=2)))
+        operation = d.wait(d.api.deploy_cluster(ADMIN, env.spec(count=2)))
         assert operation['state'] == 'succeeded', operation['error']
-        operation = d.wait(d.api.teardown_cluster(env.cluster))
+        operation = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
         deadline = time.monotonic() + 10
         while (len(events.types) < 8 and time.monotonic() < deadline):

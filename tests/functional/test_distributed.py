@@ -159,8 +159,10 @@ def test_a_forged_registration_gets_no_node(deployment, env):
 
     def heartbeat():
         while not stop.is_set():
-            forger.register_agent(ghost, {'host': ghost, 'cpus': 256,
-                                          'memory_mb': 1 << 20})
+            # Any peer of the bus can claim the service role.
+            forger.register_agent(
+                policy.service_context(), ghost,
+                {'host': ghost, 'cpus': 256, 'memory_mb': 1 << 20})
             stop.wait(1)
 
     thread = threading.Thread(target=heartbeat, daemon=True)
@@ -170,12 +172,13 @@ def test_a_forged_registration_gets_no_node(deployment, env):
         while ghost not in states(api):
             assert time.monotonic() < deadline, 'the cast never arrived'
             time.sleep(0.2)
-        operation = deployment.wait(api.deploy_cluster(env.spec(count=2)))
+        operation = deployment.wait(
+            api.deploy_cluster(ADMIN, env.spec(count=2)))
         assert operation['state'] == 'succeeded', operation['error']
-        assert {n['hypervisor'] for n in api.list_nodes(env.cluster)} <= set(
-            deployment.hosts)
+        assert {n['hypervisor'] for n in api.list_nodes(
+            ADMIN, env.cluster)} <= set(deployment.hosts)
         assert states(api)[ghost] == 'unverified'
-        operation = deployment.wait(api.teardown_cluster(env.cluster))
+        operation = deployment.wait(api.teardown_cluster(ADMIN, env.cluster))
         assert operation['state'] == 'succeeded', operation['error']
     finally:
         stop.set()
@@ -185,12 +188,12 @@ def test_a_forged_registration_gets_no_node(deployment, env):
         while states(api).get(ghost) != 'down':
             assert time.monotonic() < deadline, states(api)
             time.sleep(0.5)
-        api.delete_hypervisor(ghost)
+        api.delete_hypervisor(ADMIN, ghost)
     assert env.leftovers() == []
 
 
 def states(api):
-    return {h['host']: h['state'] for h in api.list_hypervisors()}
+    return {h['host']: h['state'] for h in api.list_hypervisors(ADMIN)}
 
 
 def test_killed_hostagent_fails_the_deploy_naming_it(tmp_path):

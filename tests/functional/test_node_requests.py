@@ -391,8 +391,8 @@ def outcome(hv, method, *args):
     it reports ({'result': ...} or {'error': {'type', 'message'}})."""
     reported = []
     hv.agent.conductor = types.SimpleNamespace(
-        report_result=lambda conductor, request_id, host, **outcome:
-        reported.append(outcome))
+        report_result=lambda context, conductor, request_id, host,
+        **outcome: reported.append(outcome))
     getattr(hv.agent, method)({}, 'req-' + secrets.token_hex(4), 'c1',
                               *args)
     [found] = reported

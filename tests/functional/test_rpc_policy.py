@@ -27,7 +27,8 @@ MEMBER = oslo_context.RequestContext(
 READER = oslo_context.RequestContext(
     user_id='u-reader', project_id='p1', roles=['reader']).to_dict()
 # What every caller sees of a hypervisor.
-PUBLIC = {'host', 'enabled', 'maintenance', 'last_seen', 'state', 'nodes'}
+PUBLIC = {'host', 'enabled', 'maintenance', 'last_seen', 'answered_at',
+          'state', 'nodes'}
 
 
 @pytest.fixture(scope='module')
