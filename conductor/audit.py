@@ -313,6 +313,8 @@ class Audit:
         directory that is no surveyed hostagent's, another's."""
         for daemon in daemons:
             where = (host, daemon['kind'], daemon['directory'])
+            if any(key[1:3] == where[1:] for key in self.entries):
+                continue  # a hostagent of the same machine reported it
             pids = ', '.join(map(str, daemon['pids']))
             if daemon['orphan']:
                 self._add(*where, LEFTOVER, detail='pid %s: %s' % (

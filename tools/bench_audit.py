@@ -1,0 +1,81 @@
+"""Time ``tenks audit`` of an embedded cluster (real libvirt, IPMI host
+and Linux bridges): the audit in a process that has the conductor
+loaded (what a test suite pays after each case), and the whole command,
+start-up included. Needs root and tools/setup.sh done.
+
+    .venv/bin/python tools/bench_audit.py [--size 10] [--runs 7]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
+
+
+def spec(size):
+    return {
+        'cluster': 'bench-audit',
+        'node_types': {'bench': {
+            'memory_mb': 128, 'vcpus': 1,
+            'volumes': [{'capacity': '64MiB'}],
+            'physical_networks': ['physnet1'],
+        }},
+        'specs': [{'type': 'bench', 'count': size,
+                   'node_name_prefix': 'ba'}],
+        'physical_networks': ['physnet1'],
+        'bridge_prefix': 'braudit',
+        'ipmi_port_range_start': 7400,
+        'ipmi_port_range_end': 7499,
+    }
+
+
+def figures(times):
+    return '%.3f s median (%.3f-%.3f)' % (statistics.median(times),
+                                          min(times), max(times))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--size', type=int, default=10)
+    parser.add_argument('--runs', type=int, default=7)
+    args = parser.parse_args()
+
+    from tenks import conf as tenks_conf
+    from tenks import runtime
+    from tenks import spec as tenks_spec
+    from tenks.cli import embedded
+    runtime.use_threads()
+    with tempfile.TemporaryDirectory(prefix='tenks-bench-') as tmp:
+        conf = tenks_conf.new_conf()
+        conf([], default_config_files=[])
+        conf.set_override('state_dir', os.path.join(tmp, 'state'))
+        with embedded.embedded(conf) as conductor:
+            conductor.deploy(tenks_spec.validate(spec(args.size)))
+            try:
+                inside = []
+                for _ in range(args.runs):
+                    started = time.monotonic()
+                    report = conductor.audit()
+                    inside.append(time.monotonic() - started)
+                    if report['drift']:
+                        sys.exit('the cluster drifted: %s' % report['drift'])
+                command = []
+                for _ in range(args.runs):
+                    started = time.monotonic()
+                    subprocess.run([TENKS, '--state-dir', conf.state_dir,
+                                    'audit', 'bench-audit'], check=True,
+                                   capture_output=True)
+                    command.append(time.monotonic() - started)
+            finally:
+                conductor.teardown('bench-audit')
+    print('audit of %d nodes, in-process: %s' % (args.size, figures(inside)))
+    print('tenks audit bench-audit (the command): %s' % figures(command))
+
+
+if __name__ == '__main__':
+    main()
