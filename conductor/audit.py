@@ -65,16 +65,25 @@ def audit(conductor, cluster=None, clean=False):
     """Audit every hypervisor and service (only what concerns
     ``cluster``, its records and the marks naming it, if given):
     {'drift': [entries], 'other': [entries], 'removed': [entries]}.
-    ``clean``: remove the leftovers found, then audit again; 'removed'
-    says what went."""
+    ``clean``: remove the leftovers found (and the hostagents' notes of
+    deployments that have ended), then audit again; 'removed' says what
+    went."""
     auditor = Audit(conductor, cluster)
     report = auditor.run()
     removed = []
-    if clean and any(e['status'] == LEFTOVER for e in report['drift']):
-        removed = auditor.clean(report)
+    if clean:
+        auditor.clean(report)
+        before = report['drift']
         report = Audit(conductor, cluster).run()
+        after = {_key(e) for e in report['drift']}
+        removed = [dict(e, status='removed') for e in before
+                   if e['status'] == LEFTOVER and _key(e) not in after]
     report['removed'] = removed
     return report
+
+
+def _key(found):
+    return found['hypervisor'], found['kind'], found['name']
 
 
 class Audit:
@@ -418,8 +427,7 @@ class Audit:
     def clean(self, report):
         """Have each hostagent remove what carries the marks of the dead
         deployments it saw, and stop the orphan processes, as ``report``
-        (of this audit's run) found them; the entries of what went."""
-        removed = []
+        (of this audit's run) found them."""
         for host in sorted(self.surveys):
             leftovers = [e for e in report['drift']
                          if e['status'] == LEFTOVER
@@ -428,8 +436,8 @@ class Audit:
                              for e in leftovers if e['kind'] not in DAEMONS})
             daemons = [[e['kind'], e['name']] for e in leftovers
                        if e['kind'] in DAEMONS]
-            if not (owners or daemons):
-                continue
+            # Even with nothing to remove: the hostagent forgets the notes
+            # of deployments ended since (see hostagent.audit).
             try:
                 done = self._request(host, 'clean', owners=owners,
                                      daemons=daemons)
@@ -439,10 +447,6 @@ class Audit:
             for kind, name, error in done['failed']:
                 LOG.warning('Could not remove %s %s on %s: %s', kind, name,
                             host, error)
-            gone = {tuple(item) for item in done['removed'] + done['stopped']}
-            removed += [dict(e, status='removed') for e in leftovers
-                        if (e['kind'], e['name']) in gone]
-        return removed
 
     def _seen_by(self, host, found):
         """Whether the entry ``found`` comes from ``host``'s audit."""

@@ -14,6 +14,7 @@ that serve a state directory that no longer has them.
 
 from oslo_log import log as logging
 
+from hostagent import deployments
 from tenks import exceptions
 from tenks import names
 
@@ -120,11 +121,20 @@ class Audit:
                     stopped.append([kind, directory])
             except exceptions.TenksError as e:
                 failed.append([kind, directory, str(e)])
-        left = {owner_of(t) for t in self.things()}
-        for owner in wanted - left:
-            self.registry.forget(owner)
+        self._forget(wanted)
         return {'changed': bool(removed or stopped), 'removed': removed,
                 'stopped': stopped, 'failed': failed}
+
+    def _forget(self, dead):
+        """Forget the notes of the deployments nothing is left of here
+        that are ``dead`` or that the notes prove dead (a teardown leaves
+        its deployment's notes)."""
+        left = {owner_of(t) for t in self.things()}
+        read = {}
+        for owner in self.registry.owners() - left:
+            if owner in dead or self.registry.verdict(
+                    owner, read)[0] == deployments.DEAD:
+                self.registry.forget(owner)
 
     def _network(self, bridge_type):
         """The driver of ``bridge_type``, or another one offered here:

@@ -94,6 +94,22 @@ class Registry:
                     owner, self.directory), reason=str(e)) from e
         self._noted.add(owner)
 
+    def owners(self):
+        """The deployments noted here (by any hostagent)."""
+        found = set()
+        try:
+            folders = os.listdir(self.directory)
+        except FileNotFoundError:
+            return found
+        for folder in folders:
+            with contextlib.suppress(OSError, ValueError, StopIteration):
+                path = os.path.join(self.directory, folder)
+                name = next(n for n in sorted(os.listdir(path))
+                            if n.endswith(SUFFIX))
+                with open(os.path.join(path, name)) as f:
+                    found.add(json.load(f)['owner'])
+        return found
+
     def state_dirs(self, owner):
         """The state directories noted for deployment ``owner``."""
         folder = self._folder(names.deployment_mark(owner))

@@ -242,6 +242,19 @@ def test_the_hostagent_notes_each_deployment_it_makes_things_for(
         'live', 'state directory %s records it' % conf.state_dir)
 
 
+def test_clean_forgets_the_notes_of_ended_deployments(
+        deployed, deployments_dir, conf):
+    registry = deployments.Registry(deployments_dir, conf.state_dir, HOST)
+    [owner] = registry.owners()
+    deployed.audit(clean=True)
+    assert registry.owners() == {owner}
+    deployed.teardown('unit')
+    assert registry.owners() == {owner}
+    assert deployed.audit(clean=True) == {'drift': [], 'other': [],
+                                          'removed': []}
+    assert registry.owners() == set()
+
+
 @pytest.mark.parametrize('how,verdict', [
     ('gone', 'dead'), ('forgotten', 'dead'), ('recorded', 'live'),
     ('own without database', 'here'), ('without database', 'unknown'),

@@ -121,31 +121,11 @@ def marked_links():
     except FileNotFoundError:
         return found
     for name in names:
-        path = os.path.join(SYSFS_NET, name)
         try:
-            with open(os.path.join(path, 'ifindex')) as f:
-                indexes[int(f.read())] = name
-            with open(os.path.join(path, 'ifalias')) as f:
-                mark = f.read().strip()
-        except (FileNotFoundError, ValueError):
-            continue  # gone since the listing
-        if not mark.startswith(tenks_names.OWNER_PREFIX):
-            continue
-        master = os.path.join(path, 'master')
-        link = {'name': name, 'mark': mark,
-                'master': (os.path.basename(os.readlink(master))
-                           if os.path.islink(master) else None)}
-        if os.path.isdir(os.path.join(path, 'bridge')):
-            with contextlib.suppress(FileNotFoundError):
-                link.update(kind='bridge', ports=sorted(
-                    os.listdir(os.path.join(path, 'brif'))))
-        elif os.path.exists(os.path.join(path, 'tun_flags')):
-            link['kind'] = 'port'
-        else:
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                with open(os.path.join(path, 'iflink')) as f:
-                    link.update(kind='veth', peer=int(f.read()))
-        if 'kind' in link:
+            link = _marked_link(name, indexes)
+        except (OSError, ValueError):
+            continue  # going or gone since the listing (sysfs: EINVAL)
+        if link is not None:
             found.append(link)
     for link in found:
         if link['kind'] == 'veth':
@@ -269,6 +249,31 @@ def _undone_on_error(ipr, name):
                 if link is not None:
                     ipr.link('del', index=link['index'])
         raise
+
+
+def _marked_link(name, indexes):
+    """What marked_links says of link ``name``, or None when it carries
+    no Tenks mark; notes its index in ``indexes``."""
+    path = os.path.join(SYSFS_NET, name)
+    with open(os.path.join(path, 'ifindex')) as f:
+        indexes[int(f.read())] = name
+    with open(os.path.join(path, 'ifalias')) as f:
+        mark = f.read().strip()
+    if not mark.startswith(tenks_names.OWNER_PREFIX):
+        return None
+    master = os.path.join(path, 'master')
+    link = {'name': name, 'mark': mark,
+            'master': (os.path.basename(os.readlink(master))
+                       if os.path.islink(master) else None)}
+    if os.path.isdir(os.path.join(path, 'bridge')):
+        link.update(kind='bridge', ports=sorted(
+            os.listdir(os.path.join(path, 'brif'))))
+    elif os.path.exists(os.path.join(path, 'tun_flags')):
+        link['kind'] = 'port'
+    else:
+        with open(os.path.join(path, 'iflink')) as f:
+            link.update(kind='veth', peer=int(f.read()))
+    return link
 
 
 def remove_veth(name, owner):
