@@ -22,6 +22,7 @@ from hostagent.drivers.bmc import sushy
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
 from tests.functional import test_enrolment
+from tests.functional import test_openvswitch
 
 pytestmark = pytest.mark.functional
 
@@ -245,3 +246,56 @@ def test_after_the_state_directory_is_deleted_clean_removes_every_leftover(
             env=dict(os.environ, TENKS_TRANSPORT_URL=''))
         assert [r for r in json.loads(again.stdout)
                 if r['cluster'] == env.cluster] == []
+
+
+@pytest.fixture
+def ovs_env(tmp_path):
+    with cf.checked(test_openvswitch.OvsEnv(tmp_path,
+                                            port_base=PORT_BASE + 20)) as env:
+        yield env
+
+
+def test_open_vswitch_leftovers_are_cleaned_and_their_sources_stay(
+        ovs_env, tmp_path):
+    """Bridges, taps, patch ports (one in the user's Open vSwitch bridge)
+    and a veth to the user's Linux bridge: audited clean while recorded,
+    removed once the state directory is gone; the user's bridges stay."""
+    env = ovs_env
+    ovs, linux = env.bridge_prefix + 'o', env.bridge_prefix + 'l'
+    test_openvswitch.vsctl('add-br', ovs, '--', 'set', 'bridge', ovs,
+                           'datapath_type=netdev')
+    with IPRoute() as ipr:
+        ipr.link('add', ifname=linux, kind='bridge')
+    try:
+        env.deploy(env.spec(
+            physical_networks=['physnet1', 'physnet2'],
+            physnet_mappings={'physnet1': ovs, 'physnet2': linux},
+            node_types={'small': {
+                'memory_mb': 128, 'vcpus': 1, 'volumes': [],
+                'physical_networks': ['physnet1', 'physnet2']}}))
+        assert env.audit(env.cluster)['drift'] == []
+        shutil.rmtree(env.state_dir)
+        report = cf.ClusterEnv(tmp_path / 'fresh', PORT_BASE + 20).audit(
+            clean=True)
+        mine = [e for e in report['removed'] if e['cluster'] == env.cluster]
+        assert sorted((e['kind'], e['name']) for e in mine if e['kind'] in (
+            'bridge', 'port', 'veth', 'ovs port')) == sorted(
+            [('bridge', env.bridge_prefix + '0'),
+             ('bridge', env.bridge_prefix + '1'),
+             ('port', 'p-%s-0' % env.node_name(0)),
+             ('port', 'p-%s-1' % env.node_name(0)),
+             ('ovs port', 'p-%s0-br' % env.bridge_prefix),
+             ('ovs port', 'p-%s0-phy' % env.bridge_prefix),
+             ('ovs port', 'p-%s1-br' % env.bridge_prefix),
+             ('veth', 'p-%s1-br' % env.bridge_prefix),
+             ('veth', 'p-%s1-phy' % env.bridge_prefix)])
+        assert [e for e in report['drift']
+                if e['cluster'] == env.cluster] == []
+        assert test_openvswitch.bridge_ports()[ovs] == []
+        assert os.listdir('/sys/class/net/%s/brif' % linux) == []
+        assert [thing for thing in env.leftovers()
+                if not thing.endswith((ovs, linux))] == []
+    finally:
+        test_openvswitch.vsctl('--if-exists', 'del-br', ovs)
+        with IPRoute() as ipr, contextlib.suppress(Exception):
+            ipr.link('del', ifname=linux)
