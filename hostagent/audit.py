@@ -97,11 +97,24 @@ class Audit:
         directory] from survey). ``serialised(keys)``: a context holding
         the hostagent's locks of those keys. A removal that fails (a
         thing that is not what its mark said any more, a driver error)
-        is reported, and the others go on. The notes of a deployment
-        nothing is left of here are forgotten. See hostagent.rpcapi."""
-        wanted = set(owners)
-        doomed = [t for t in self.things() if owner_of(t) in wanted]
+        is reported, and the others go on; so is a deployment that the
+        notes of hostagent.deployments do not prove dead (nor leave to
+        the conductor: 'here'), which is kept. The notes of a
+        deployment nothing is left of here are forgotten. See
+        hostagent.rpcapi."""
         removed, failed = [], []
+        # What the notes prove alive (or nothing proves dead) is kept,
+        # whatever the request says.
+        read = {}
+        wanted = set()
+        for owner in owners:
+            verdict, why = self.registry.verdict(owner, read)
+            if verdict in (deployments.DEAD, deployments.HERE):
+                wanted.add(owner)
+            else:
+                failed.append(['deployment', owner, 'not proven dead: %s'
+                               % why])
+        doomed = [t for t in self.things() if owner_of(t) in wanted]
         for thing in sorted(doomed, key=lambda t: ORDER.index(t['kind'])):
             what = [thing['kind'], thing['name']]
             try:

@@ -142,10 +142,10 @@ API version history:
   agent's own state directory, which has no state database, or
   ``dead``). ``clean(owners, daemons)`` removes, through the drivers'
   removal paths, what carries the marks of the deployments ``owners``
-  (whichever agent made it) and stops the orphans of ``daemons``
-  ([kind, directory]); it reports ``{'changed', 'removed': [[kind,
-  name]], 'stopped': [[kind, directory]], 'failed': [[kind, name,
-  error]]}``.
+  (whichever agent made it; not one its notes prove alive or leave
+  unknown) and stops the orphans of ``daemons`` ([kind, directory]); it
+  reports ``{'changed', 'removed': [[kind, name]], 'stopped': [[kind,
+  directory]], 'failed': [[kind, name, error]]}``.
 """
 
 from tenks import rpc

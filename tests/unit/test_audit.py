@@ -166,6 +166,24 @@ def test_leftovers_of_a_dead_deployment_and_only_those_are_cleaned(
                                       'removed': []}
 
 
+def test_a_hostagent_keeps_what_its_notes_do_not_prove_dead(
+        deployed, hypervisor, deployments_dir, tmp_path):
+    """Whatever its clean request says: another state directory's live
+    deployment, or one nothing is noted for."""
+    live = make_cluster(hypervisor, 'live', 'l')
+    unknown = make_cluster(hypervisor, 'unknown', 'u')
+    deployments.Registry(deployments_dir, state_database(
+        tmp_path / 'other', ('live', live.rpartition(':')[2])),
+        HOST).note(live)
+    done = deployed.agents.request(HOST, 'clean', 'clean-1',
+                                   owners=[live, unknown], daemons=[])
+    assert (done['removed'], done['changed']) == ([], False)
+    assert [why.split(':')[0] for _, _, why in done['failed']] == [
+        'not proven dead'] * 2
+    assert left(hypervisor, 'live', 'l') == made('live', 'l')
+    assert left(hypervisor, 'unknown', 'u') == made('unknown', 'u')
+
+
 def test_the_audit_of_a_cluster_looks_at_its_name_only(
         deployed, hypervisor, deployments_dir, tmp_path):
     gone = make_cluster(hypervisor, 'gone', 'g')
