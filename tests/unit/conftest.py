@@ -1,4 +1,5 @@
 import os
+import types
 import warnings
 
 import pytest
@@ -40,10 +41,9 @@ def deployments_dir(tmp_path, monkeypatch):
     """Where the hostagents of a test note their deployments (see
     hostagent.deployments): the test's own, never the machine's."""
     directory = str(tmp_path / 'deployments')
-    registry = deployments.Registry
-    monkeypatch.setattr(
-        deployments, 'Registry',
-        lambda _, state_dir, host: registry(directory, state_dir, host))
+    monkeypatch.setattr(manager, 'deployments', types.SimpleNamespace(
+        Registry=lambda _, state_dir, host: deployments.Registry(
+            directory, state_dir, host)))
     return directory
 
 
