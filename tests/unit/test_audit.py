@@ -3,7 +3,10 @@ leftovers of dead deployments (and only those) removed by --clean."""
 
 import contextlib
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import types
 import uuid
 
@@ -12,6 +15,7 @@ import pytest
 from conductor import audit
 from hostagent import audit as hostagent_audit
 from hostagent import deployments
+from hostagent.drivers.bmc import processes
 from tenks import names
 from tests.unit import conftest
 from tests.unit.conftest import make_spec
@@ -373,3 +377,41 @@ def test_a_flavor_is_compared_with_its_spec():
                                    extra={'trait:X': 'required'})
     assert audit.flavor_changes(conn, flavor, wanted) == [
         'vcpus', 'extra spec resources:CUSTOM_GOLD', 'extra spec trait:X']
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A process marked as serving ``tmp_path/'dir'``, with a child (it
+    inherits the mark)."""
+    directory = tmp_path / 'dir'
+    directory.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, '-c', 'import subprocess, sys; subprocess.run('
+         '[sys.executable, "-c", "import time; time.sleep(60)"])'],
+        env=dict(os.environ, TENKS_TEST_DAEMON=str(directory)))
+    try:
+        assert processes.poll(lambda: len(processes.marked_by(
+            'TENKS_TEST_DAEMON').get(str(directory), ())) == 2, 10)
+        yield directory, proc.pid
+    finally:
+        for pid in processes.marked_by('TENKS_TEST_DAEMON').get(
+                str(directory), ()):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_process_is_an_orphan_unless_its_directory_names_it(daemon):
+    directory, pid = daemon
+    [pids] = [found for path, found in processes.marked_by(
+        'TENKS_TEST_DAEMON').items() if path == str(directory)]
+    assert pid in pids
+    assert processes.orphans(str(directory), 'pid', pids) == (
+        pids, '%s names none' % (directory / 'pid'))
+    (directory / 'pid').write_text('1')
+    assert processes.orphans(str(directory), 'pid', pids) == (
+        pids, '%s names another process' % (directory / 'pid'))
+    # Its child serves it too.
+    (directory / 'pid').write_text(str(pid))
+    assert processes.orphans(str(directory), 'pid', pids) == (set(), None)
+    assert processes.orphans(str(directory / 'gone'), 'pid', pids) == (
+        pids, 'its directory %s is gone' % (directory / 'gone'))
