@@ -20,6 +20,7 @@ from oslo_log import log as logging
 
 from conductor import agents
 from conductor import aggregates
+from conductor import audit as audits
 from conductor import hypervisors
 from conductor import inspection
 from conductor import late
@@ -488,6 +489,14 @@ class Conductor:
                 self.wait(operation_id)
             except exceptions.TenksError:
                 pass  # recorded in the operation
+
+    # The audit
+
+    def audit(self, cluster=None, clean=False):
+        """The records against what the hypervisors and the cloud hold:
+        {'drift', 'other', 'removed'}, see conductor.audit; ``clean``
+        removes the leftovers of dead deployments first."""
+        return audits.audit(self, cluster, clean)
 
     # Records
 

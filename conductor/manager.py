@@ -130,6 +130,12 @@ class ConductorManager:
             return cluster
         return {k: v for k, v in cluster.items() if k != 'uuid'}
 
+    # The audit
+
+    @rule('tenks:audit')
+    def audit(self, context, cluster=None, clean=False):
+        return self.conductor.audit(cluster, bool(clean))
+
     # Hypervisors
 
     @rule('tenks:hypervisor:list')

@@ -27,6 +27,8 @@ from tenks.exceptions, and they are all a caller can get:
   PolicyNotAuthorized, HypervisorNotFound;
 * every call (1.5): PolicyNotAuthorized, naming the rule the caller's
   context does not pass.
+* audit (1.6, admin): PolicyNotAuthorized only; what it cannot read is
+  an ``unchecked`` entry of its answer.
 
 API version history:
 
@@ -78,12 +80,17 @@ API version history:
   traits, allocations, aggregates, availability_zone), clusters without
   their ``uuid``, and *** for the deployment UUID of every owner mark in
   an answer or error (an operation's error or warnings, say).
+* 1.6 - audit (admin): the records against what the hypervisors and the
+  cloud hold, everything that carries a Tenks mark included; with
+  ``clean``, what dead deployments left is removed first. Returns
+  {'drift', 'other', 'removed'}: lists of {'hypervisor', 'kind',
+  'name', 'status', 'cluster', 'mark', 'detail'} (see conductor.audit).
 """
 
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.5'
+RPC_API_VERSION = '1.6'
 
 
 class ConductorAPI:
@@ -184,6 +191,14 @@ class ConductorAPI:
                           limit=limit)
 
     # Admin calls
+
+    def audit(self, context, cluster=None, clean=False):
+        """The audit of every hypervisor and service (what concerns
+        ``cluster`` only, if given): {'drift': [...], 'other': [...],
+        'removed': [...]}; ``clean``: remove the leftovers of dead
+        deployments first. See conductor.audit."""
+        return self._call(context, 'audit', '1.6', cluster=cluster,
+                          clean=clean)
 
     def start_host_maintenance(self, context, host, reason=None):
         """Disable ``host`` and move its nodes away; see 1.4."""

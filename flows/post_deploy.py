@@ -24,7 +24,7 @@ PLACEMENT_POLL = 1.0
 PLACEMENT_VERSION = '1.18'  # 'required' traits in queries
 
 
-def _find_flavor(conn, name):
+def find_flavor(conn, name):
     """The flavor called ``name``, or None."""
     try:
         return conn.compute.find_flavor(name, ignore_missing=False)
@@ -38,7 +38,7 @@ def ensure_flavor(conn, flavor, adopt):
     A flavor this call creates is deleted again if its extra specs
     fail, before the error is raised.
     """
-    current = _find_flavor(conn, flavor['name'])
+    current = find_flavor(conn, flavor['name'])
     if current is not None and not adopt:
         raise exceptions.ResourceConflict(
             kind='Nova flavor', name=flavor['name'], owner='this cluster',
@@ -75,7 +75,7 @@ def ensure_flavor(conn, flavor, adopt):
 
 def remove_flavor(svc, name):
     conn = svc.cloud.connection
-    flavor = _find_flavor(conn, name)
+    flavor = find_flavor(conn, name)
     if flavor is None:
         return {'changed': False}
     conn.compute.delete_flavor(flavor)

@@ -20,9 +20,11 @@ and those of each of its parts, so it and a single-thing request on one
 of them wait for each other; requests of different nodes run side by
 side, each in its own thread of the RPC server's executor.
 
-``inspect_nodes`` (API 1.3) only reads, and takes none of those locks:
-a node that another request changes meanwhile is seen before or after
-(the drivers keep a single read of a volume or a BMC whole).
+``inspect_nodes`` (API 1.3) and ``audit`` (1.10) only read, and take
+none of those locks: a node that another request changes meanwhile is
+seen before or after (the drivers keep a single read of a volume or a
+BMC whole). ``clean`` (1.10) takes the lock of each thing as it removes
+it.
 
 A request carries its operation and a deadline in its context (API
 1.6): the time its conductor stops waiting for it. One whose deadline
@@ -47,6 +49,8 @@ from oslo_log import log as logging
 from stevedore import driver as stevedore_driver
 
 from conductor import rpcapi as conductor_rpcapi
+from hostagent import audit
+from hostagent import deployments
 from hostagent import nodes
 from hostagent import rpcapi
 from hostagent import transfer
@@ -189,6 +193,11 @@ class HostAgentManager:
                                    conf.hostagent.redfish_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
                                  self.redfish, self.host)
+        # Where this hostagent notes the deployments it makes things for.
+        self.registry = deployments.Registry(
+            conf.hostagent.deployments_dir, conf.state_dir, self.host)
+        self.auditor = audit.Audit(self.virt, self.networks, self.bmc,
+                                  self.redfish, self.registry)
         # Volumes served to the hypervisors nodes move to.
         self.exports = transfer.Exports(
             conf.hostagent.transfer_address or conf.hostagent.ipmi_address
@@ -387,6 +396,15 @@ class HostAgentManager:
         nodes.Nodes.mark."""
         return self.nodes.mark(owner)
 
+    def _making(self, owner, action):
+        """``action``, run once this hostagent has noted that it makes
+        things for deployment ``owner`` (hostagent.deployments)."""
+        def make(*args):
+            if isinstance(owner, str):
+                self.registry.note(owner)
+            return action(*args)
+        return make
+
     def register_now(self, context):
         """Register with the conductors at once (a conductor started)."""
         self.conductor.register_agent(self.context, self.host,
@@ -409,7 +427,8 @@ class HostAgentManager:
                     pool_type='dir', devices=(), wipe=()):
         self._run(context, request_id, reply_to,
                   [('pool', name)],
-                  self.virt.ensure_pool, name, path, self._mark(owner),
+                  self._making(owner, self.virt.ensure_pool), name, path,
+                  self._mark(owner),
                   pool_type, devices, wipe)
 
     def remove_pool(self, context, request_id, reply_to, name, path, owner,
@@ -423,8 +442,8 @@ class HostAgentManager:
                       capacity, fmt, owner):
         self._run(context, request_id, reply_to,
                   [('volume', pool, name)],
-                  self.virt.ensure_volume, pool, name, capacity, fmt,
-                  self._mark(owner))
+                  self._making(owner, self.virt.ensure_volume), pool, name,
+                  capacity, fmt, self._mark(owner))
 
     def remove_volume(self, context, request_id, reply_to, pool, name,
                       owner):
@@ -444,8 +463,9 @@ class HostAgentManager:
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to,
                   [('bridge', name)],
-                  self._network(bridge_type, 'ensure_bridge'), name,
-                  self._mark(owner))
+                  self._making(owner, self._network(bridge_type,
+                                                    'ensure_bridge')),
+                  name, self._mark(owner))
 
     def remove_bridge(self, context, request_id, reply_to, name, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
@@ -458,8 +478,9 @@ class HostAgentManager:
                       veth_names, owner,
                       bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('uplink', bridge)],
-                  self._network(bridge_type, 'ensure_uplink'), bridge,
-                  source, veth_names, self._mark(owner))
+                  self._making(owner, self._network(bridge_type,
+                                                    'ensure_uplink')),
+                  bridge, source, veth_names, self._mark(owner))
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
@@ -471,8 +492,9 @@ class HostAgentManager:
     def ensure_port(self, context, request_id, reply_to, bridge, name,
                     owner, bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('port', name)],
-                  self._network(bridge_type, 'ensure_port'), bridge, name,
-                  self._mark(owner))
+                  self._making(owner, self._network(bridge_type,
+                                                    'ensure_port')),
+                  bridge, name, self._mark(owner))
 
     def remove_port(self, context, request_id, reply_to, name, owner,
                     bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
@@ -484,7 +506,8 @@ class HostAgentManager:
     def ensure_domain(self, context, request_id, reply_to, domain, owner):
         self._run(context, request_id, reply_to,
                   [('domain', domain['name'])],
-                  self.virt.ensure_domain, domain, self._mark(owner))
+                  self._making(owner, self.virt.ensure_domain), domain,
+                  self._mark(owner))
 
     def remove_domain(self, context, request_id, reply_to, name, owner):
         self._run(context, request_id, reply_to,
@@ -496,8 +519,8 @@ class HostAgentManager:
         # The domain's lock too: it must stay ours until the BMC is made.
         self._run(context, request_id, reply_to,
                   [('domain', domain), ('bmc', domain)],
-                  self.nodes.ensure_bmc, domain, address, port, username,
-                  password, owner)
+                  self._making(owner, self.nodes.ensure_bmc), domain,
+                  address, port, username, password, owner)
 
     def remove_bmc(self, context, request_id, reply_to, domain, owner=None):
         # Whichever its type: a Redfish one is recorded as a bmc too.
@@ -506,7 +529,7 @@ class HostAgentManager:
 
     def ensure_node(self, context, request_id, reply_to, node, owner, force):
         self._run(context, request_id, reply_to, nodes.things(node) or [],
-                  self.nodes.ensure, node, owner, force)
+                  self._making(owner, self.nodes.ensure), node, owner, force)
 
     def remove_node(self, context, request_id, reply_to, node, owner):
         self._run(context, request_id, reply_to, nodes.things(node) or [],
@@ -528,3 +551,10 @@ class HostAgentManager:
                       parts=None):
         self._run(context, request_id, reply_to, [], self.nodes.inspect,
                   nodes, owner, parts)
+
+    def audit(self, context, request_id, reply_to):
+        self._run(context, request_id, reply_to, [], self.auditor.survey)
+
+    def clean(self, context, request_id, reply_to, owners, daemons):
+        self._run(context, request_id, reply_to, [], self.auditor.clean,
+                  owners, daemons, self._serialised)

@@ -127,11 +127,30 @@ API version history:
   changes or removes a BMC made for another owner (ResourceConflict;
   inspect_nodes reports it ``foreign``). A Redfish system is removed
   from its owner's emulator only.
+* 1.10 - The audit (hostagent.audit). Before a request makes anything
+  for a deployment, the agent notes the state directory it serves in
+  [hostagent] deployments_dir (hostagent.deployments). ``audit()`` reads
+  only, and reports ``{'changed': False, 'things': [{'kind', 'name',
+  'mark', ...}], 'daemons': [{'kind', 'directory', 'pids', 'orphan'}],
+  'deployments': {deployment mark: [verdict, reason]}, 'state_dir'}``:
+  everything here that carries a Tenks owner mark, whoever's (kinds
+  domain, pool, volume, nvram, bridge, port, veth, ovs port, bmc,
+  emulator; see the drivers' marked()), the IPMI hosts and Redfish
+  emulators of every state directory (``orphan``: why they serve what no
+  Tenks has any more, or None), and what the notes say of each
+  deployment found (``live``, ``unknown``, ``here``: noted by this
+  agent's own state directory, which has no state database, or
+  ``dead``). ``clean(owners, daemons)`` removes, through the drivers'
+  removal paths, what carries the marks of the deployments ``owners``
+  (whichever agent made it; not one its notes prove alive or leave
+  unknown) and stops the orphans of ``daemons`` ([kind, directory]); it
+  reports ``{'changed', 'removed': [[kind, name]], 'stopped': [[kind,
+  directory]], 'failed': [[kind, name, error]]}``.
 """
 
 from tenks import rpc
 
-RPC_API_VERSION = '1.9'
+RPC_API_VERSION = '1.10'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -159,6 +178,8 @@ METHODS = {
     'export_node': ('node', 'owner'),
     'close_export': ('name',),
     'power_node': ('name', 'owner', 'on'),
+    'audit': (),
+    'clean': ('owners', 'daemons'),
 }
 # Keyword arguments a method may also take (since 1.4), sent only when
 # they differ from the default: a bridge's type (Open vSwitch), a logical
@@ -180,7 +201,8 @@ OPTIONAL_SINCE = {'parts': '1.7', 'wipe': '1.8'}
 SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'inspect_nodes': '1.4', 'export_node': '1.5', 'close_export': '1.5',
          'power_node': '1.5', 'check_pool_devices': '1.8',
-         'ensure_bmc': '1.9', 'remove_bmc': '1.9'}
+         'ensure_bmc': '1.9', 'remove_bmc': '1.9', 'audit': '1.10',
+         'clean': '1.10'}
 # What a cast with a deadline asks for (every method has it).
 DEADLINES = '1.6'
 

@@ -133,6 +133,15 @@ hostagent_opts = [
     cfg.StrOpt('pool_dir',
                default='/var/lib/libvirt/tenks_pool',
                help='Parent directory of the clusters\' storage pools.'),
+    cfg.StrOpt('deployments_dir',
+               default='/var/lib/libvirt/tenks_deployments',
+               help='Where hostagents note, outside their state '
+                    'directories, the state directory of each deployment '
+                    'they make things for: "tenks audit" removes the '
+                    'things of a deployment whose state directory is gone '
+                    'or no longer records it, and leaves those another '
+                    'state directory holds. Shared by the hostagents of '
+                    'the machine.'),
     cfg.StrOpt('console_log_dir',
                help='Directory for the nodes\' serial console logs. '
                     'Default: logs/console in state_dir.'),

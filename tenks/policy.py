@@ -73,6 +73,10 @@ RULES = dict([
     ('tenks:hypervisor:maintenance', (
         ADMIN, 'Put a hypervisor into maintenance, moving its nodes away, '
                'or take it out.')),
+    ('tenks:audit', (
+        ADMIN, 'Compare the records with what the hypervisors and the '
+               'cloud hold, and remove what dead deployments left '
+               '(clean).')),
 ] + [
     ('tenks:aggregate:%s' % action, (ADMIN, description))
     for action, description in (

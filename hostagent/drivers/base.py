@@ -193,6 +193,23 @@ class VirtDriver(abc.ABC):
     def domain_state(self, name):
         """Return 'running', 'shut off', ... or None when undefined."""
 
+    @abc.abstractmethod
+    def marked(self):
+        """Everything here that carries a Tenks owner mark, whoever's,
+        read at once and changing nothing: [{'kind', 'name', 'mark',
+        ...}] of kind 'domain' (with its 'state'), 'pool' (its 'path',
+        'pool_type', 'devices', 'active' and 'defined': False for a
+        marked directory of pool_dir that no pool uses), 'volume' (its
+        'pool': Tenks makes volumes in its own pools only, which are
+        the ones read) and 'nvram' (a file of nvram_dir, named after
+        its domain)."""
+
+    @abc.abstractmethod
+    def remove_nvram(self, name, owner):
+        """Delete the NVRAM file of domain ``name`` in nvram_dir if it is
+        ``owner``'s (remove_domain takes a domain's own along); whether
+        it did."""
+
 
 class NetworkDriver(abc.ABC):
     """Bridges that stand for physical networks, and the ports on them."""
@@ -235,6 +252,23 @@ class NetworkDriver(abc.ABC):
         """What ensure_port would change of each of ``ports`` ([{'tap',
         'bridge'}]), read at once: {tap: None when absent, FOREIGN, or
         phrases ([] when as asked)}."""
+
+    @abc.abstractmethod
+    def remove_veth(self, name, owner):
+        """Delete the veth pair of which ``name`` is an end, once both
+        ends are found to be ``owner``'s veths: an uplink's, left without
+        the record remove_uplink would be asked from. Whether it did."""
+
+    @abc.abstractmethod
+    def marked(self):
+        """Everything this driver's kind of network holds that carries a
+        Tenks owner mark, whoever's, read at once and changing nothing:
+        [{'kind', 'name', 'mark', ...}]. The links Tenks makes, marked by
+        their alias: 'bridge' (a Linux bridge, its 'ports'), 'port' (a
+        node's tap) and 'veth' (an uplink's end, its 'peer'), each with
+        its 'master'; and what a driver marks elsewhere: 'bridge' with
+        'bridge_type' (another driver's, its 'ports'), 'ovs port' (an
+        Open vSwitch port, its 'bridge')."""
 
     def bridge_changes(self, names, owner):
         """{name: None when absent, FOREIGN, or [] when ours} of those of
@@ -281,6 +315,26 @@ class BmcDriver(abc.ABC):
         """Return [{'domain', 'address', 'port', 'status'}]."""
 
     @abc.abstractmethod
+    def marked(self):
+        """The BMCs of this hostagent's state directory, each with the
+        owner mark it was made for: [{'kind': 'bmc', 'name' (its
+        domain), 'mark', 'address', 'port'}]."""
+
+    @abc.abstractmethod
+    def daemons(self):
+        """The processes serving IPMI BMCs on this machine, of every
+        state directory (each carries the directory it serves in its
+        environment): [{'kind', 'directory', 'pids', 'orphan'}].
+        ``orphan`` says why its processes serve what no Tenks has any
+        more (the directory is gone, or names another process as its
+        own; then ``pids`` are those), or is None."""
+
+    @abc.abstractmethod
+    def stop_orphans(self, directory):
+        """Stop the processes serving ``directory`` that are orphans (see
+        daemons), judged again as it stops them; the pids stopped."""
+
+    @abc.abstractmethod
     def bmc_changes(self, bmcs, owner):
         """What ensure_bmc would change of each BMC, read at once.
 
@@ -325,6 +379,26 @@ class RedfishDriver(abc.ABC):
         or phrases ([] when as asked; 'stopped' when the emulator does
         not run)}. Starts nothing.
         """
+
+    @abc.abstractmethod
+    def marked(self):
+        """The emulators of this hostagent's state directory:
+        [{'kind': 'emulator', 'name' (its directory's), 'mark' (its
+        owner's), 'systems' ({domain: system id}), 'running'}]."""
+
+    @abc.abstractmethod
+    def daemons(self):
+        """The processes serving Redfish systems on this machine, of every
+        state directory (each carries the directory it serves in its
+        environment): [{'kind', 'directory', 'pids', 'orphan'}].
+        ``orphan`` says why its processes serve what no Tenks has any
+        more (the directory is gone, or names another process as its
+        own; then ``pids`` are those), or is None."""
+
+    @abc.abstractmethod
+    def stop_orphans(self, directory):
+        """Stop the processes serving ``directory`` that are orphans (see
+        daemons), judged again as it stops them; the pids stopped."""
 
     @abc.abstractmethod
     def endpoint_user(self, address, port):

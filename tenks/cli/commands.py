@@ -46,6 +46,8 @@ AGGREGATE_SHOW_COLUMNS = ('availability_zone', 'created_at', 'hosts', 'id',
 EVENT_COLUMNS = ('timestamp', 'event_type', 'priority', 'payload')
 PLAN_COLUMNS = ('node', 'hypervisor', 'resource', 'action', 'field', 'old',
                 'new')
+AUDIT_COLUMNS = ('hypervisor', 'kind', 'name', 'status', 'cluster', 'mark',
+                 'detail')
 
 
 class OwnEpilog:
@@ -309,6 +311,52 @@ class Teardown(OperationCommand):
 
         self.run_operation(
             args, lambda tenks: tenks.teardown(name, args.force), describe)
+
+
+class Audit(Lister):
+    """Compare the records with what the hypervisors and the cloud hold
+    (exit 1 on drift); --clean removes what dead deployments left."""
+
+    drift = ()
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            'cluster', nargs='?',
+            help='Only this cluster: its records, and what carries a mark '
+                 'naming it.')
+        parser.add_argument(
+            '--clean', action='store_true',
+            help='First remove the leftovers: what carries the mark of a '
+                 'deployment proven dead (its state directory is gone or '
+                 'no longer records it), and processes serving BMCs of a '
+                 'state directory that no longer has them. Nothing '
+                 'unmarked, nothing of a live deployment.')
+        return parser
+
+    def take_action(self, args):
+        started = time.monotonic()
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
+            report = tenks.audit(args.cluster, args.clean)
+        self.drift = report['drift']
+        if args.formatter == 'table':
+            self.app.stderr.write(
+                '%s%d removed, %d drifted, %d of others left alone, in '
+                '%.2f s.\n' % ('Audit of cluster %s: ' % args.cluster
+                                if args.cluster else 'Audit: ',
+                                len(report['removed']), len(self.drift),
+                                len(report['other']),
+                                time.monotonic() - started))
+        rows = report['removed'] + report['drift'] + report['other']
+        if args.formatter == 'table':
+            return AUDIT_COLUMNS, [['' if row[c] is None else row[c]
+                                    for c in AUDIT_COLUMNS] for row in rows]
+        return AUDIT_COLUMNS, [[row[c] for c in AUDIT_COLUMNS]
+                               for row in rows]
+
+    def run(self, parsed_args):
+        super().run(parsed_args)
+        return 1 if self.drift else 0
 
 
 class Validate(Command):

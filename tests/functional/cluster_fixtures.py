@@ -167,6 +167,11 @@ class ClusterEnv:
         with embedded.embedded(self.conf) as conductor:
             return conductor.teardown(self.cluster)
 
+    def audit(self, cluster=None, clean=False):
+        """The audit (see conductor.audit) by this cluster's conductor."""
+        with embedded.embedded(self.conf) as conductor:
+            return conductor.audit(cluster, clean)
+
     def nodes(self):
         with embedded.embedded(self.conf) as conductor:
             return [n.as_dict() for n in

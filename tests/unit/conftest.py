@@ -1,7 +1,10 @@
+import os
+import types
 import warnings
 
 import pytest
 
+from hostagent import deployments
 from hostagent import manager
 from tenks import conf as tenks_conf
 from tenks import spec as tenks_spec
@@ -33,6 +36,17 @@ def fake_hypervisor(monkeypatch):
     return hv
 
 
+@pytest.fixture(autouse=True)
+def deployments_dir(tmp_path, monkeypatch):
+    """Where the hostagents of a test note their deployments (see
+    hostagent.deployments): the test's own, never the machine's."""
+    directory = str(tmp_path / 'deployments')
+    monkeypatch.setattr(manager, 'deployments', types.SimpleNamespace(
+        Registry=lambda _, state_dir, host: deployments.Registry(
+            directory, state_dir, host)))
+    return directory
+
+
 @pytest.fixture
 def hypervisor(monkeypatch):
     """A fake hypervisor behind the real hostagent manager."""
@@ -44,6 +58,11 @@ def make_conf(state_dir):
     conf = tenks_conf.new_conf()
     conf([], default_config_files=[])
     conf.set_override('state_dir', str(state_dir))
+    # Beside the state directory, never the machine's (a process of its
+    # own has no deployments_dir fixture).
+    conf.set_override('deployments_dir',
+                      os.path.join(os.path.dirname(str(state_dir)),
+                                   'deployments'), group='hostagent')
     conf.set_override('host', 'hv1', group='hostagent')
     conf.set_override('agent_timeout', 10, group='conductor')
     return conf

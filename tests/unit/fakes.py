@@ -9,6 +9,7 @@ import threading
 
 from hostagent.drivers import base
 from tenks import exceptions
+from tenks import names
 
 
 class Hypervisor:
@@ -36,6 +37,14 @@ class Hypervisor:
         self.bmc_owners = {}
         # The libvirt daemon its hostagent reaches: its own.
         self.libvirt_daemon = 'fake:///system on %x' % id(self)
+        # {(kind, name): the owner mark it was made with}
+        self.marks = {}
+        # {volume: its pool}, {tap: its bridge}, {bridge: uplink veths}
+        self.pools = {}
+        self.bridges = {}
+        self.veths = {}
+        # Processes serving BMCs, as BmcDriver.daemons reports them.
+        self.daemons = []
 
     def foreign(self, kind, name):
         """Whether the test made (kind, name) somebody else's."""
@@ -52,10 +61,32 @@ class Hypervisor:
         self.things[(kind, name)] = value
         return base.ensured(created, changed)
 
+    def ensure_marked(self, kind, name, mark, value=True):
+        """ensure(), the thing then carrying ``mark``."""
+        result = self.ensure(kind, name, value)
+        self.marks[(kind, name)] = mark
+        return result
+
     def remove(self, kind, name):
         self.calls['remove_' + kind] += 1
         self.removed.append(kind)
+        self.marks.pop((kind, name), None)
         return self.things.pop((kind, name), None) is not None
+
+    def remove_marked(self, kind, name, owner):
+        """remove(); ResourceConflict when the thing carries a mark
+        ``owner`` may not take (what a test made unmarked has none)."""
+        mark = self.marks.get((kind, name))
+        if mark is not None and not names.owns(owner, mark):
+            raise conflict(kind, name)
+        return self.remove(kind, name)
+
+    def marked(self, *kinds):
+        """[{'kind', 'name', 'mark'}] of the things of ``kinds`` that
+        carry a mark."""
+        return [{'kind': kind, 'name': name, 'mark': mark}
+                for (kind, name), mark in sorted(self.marks.items())
+                if kind in kinds and (kind, name) in self.things]
 
     def names(self, kind):
         return sorted(n for k, n in self.things if k == kind)
@@ -82,13 +113,14 @@ class FakeVirt(base.VirtDriver):
     def ensure_pool(self, name, path, owner, pool_type='dir', devices=(),
                     wipe=()):
         self.check_pool_devices(name, devices, owner, wipe)
-        return self.hv.ensure('pool', name)
+        return self.hv.ensure_marked('pool', name, owner)
 
     def remove_pool(self, name, path, owner, pool_type='dir', devices=()):
-        return self.hv.remove('pool', name)
+        return self.hv.remove_marked('pool', name, owner)
 
     def ensure_volume(self, pool, name, capacity, fmt, owner, source=None):
-        return self.hv.ensure('volume', name, capacity)
+        self.hv.pools[name] = pool
+        return self.hv.ensure_marked('volume', name, owner, capacity)
 
     def existing_volumes(self, pool, names):
         # Somebody else's volumes: {('existing', pool, name): info}.
@@ -96,7 +128,7 @@ class FakeVirt(base.VirtDriver):
                 for name in names}
 
     def remove_volume(self, pool, name, owner):
-        return self.hv.remove('volume', name)
+        return self.hv.remove_marked('volume', name, owner)
 
     def volume_path(self, pool, name, owner):
         if ('volume', name) not in self.hv.things:
@@ -120,11 +152,26 @@ class FakeVirt(base.VirtDriver):
         return grown
 
     def ensure_domain(self, domain, owner):
-        return self.hv.ensure('domain', domain['name'], domain)
+        return self.hv.ensure_marked('domain', domain['name'], owner,
+                                      domain)
 
     def remove_domain(self, name, owner):
+        removed = self.hv.remove_marked('domain', name, owner)
         self.hv.running.discard(name)
-        return self.hv.remove('domain', name)
+        return removed
+
+    def remove_nvram(self, name, owner):
+        return self.hv.remove_marked('nvram', name, owner)
+
+    def marked(self):
+        found = self.hv.marked('domain', 'pool', 'volume', 'nvram')
+        for thing in found:
+            if thing['kind'] == 'pool':
+                thing.update(path='/fake/' + thing['name'], pool_type='dir',
+                             devices=[], active=True, defined=True)
+            elif thing['kind'] == 'volume':
+                thing['pool'] = self.hv.pools.get(thing['name'])
+        return found
 
     def domain_changes(self, domain, owner):
         current = self.hv.things.get(('domain', domain['name']))
@@ -172,22 +219,49 @@ class FakeNetwork(base.NetworkDriver):
         self.hv = hv
 
     def ensure_bridge(self, name, owner):
-        return dict(self.hv.ensure('bridge', name), mac='02:00:00:00:00:01')
+        return dict(self.hv.ensure_marked('bridge', name, owner),
+                    mac='02:00:00:00:00:01')
 
     def remove_bridge(self, name, owner):
-        return self.hv.remove('bridge', name)
+        return self.hv.remove_marked('bridge', name, owner)
 
     def ensure_uplink(self, bridge, source, veth_names, owner):
-        return self.hv.ensure('uplink', bridge)
+        self.hv.veths[bridge] = list(veth_names)
+        return self.hv.ensure_marked('uplink', bridge, owner)
 
     def remove_uplink(self, bridge, source, veth_names, owner):
-        return self.hv.remove('uplink', bridge)
+        return self.hv.remove_marked('uplink', bridge, owner)
 
     def ensure_port(self, bridge, name, owner):
-        return self.hv.ensure('port', name)
+        self.hv.bridges[name] = bridge
+        return self.hv.ensure_marked('port', name, owner)
 
     def remove_port(self, name, owner):
-        return self.hv.remove('port', name)
+        return self.hv.remove_marked('port', name, owner)
+
+    def remove_veth(self, name, owner):
+        return any(self.hv.remove_marked('uplink', bridge, owner)
+                   for bridge, veths in self.hv.veths.items()
+                   if name in veths and ('uplink', bridge) in self.hv.things)
+
+    def marked(self):
+        """Bridges (their taps and uplinks' first veth as ports), taps
+        and the uplinks' veths."""
+        found = self.hv.marked('bridge', 'port')
+        uplinks = self.hv.marked('uplink')
+        for thing in found:
+            if thing['kind'] == 'bridge':
+                thing.update(master=None, ports=sorted(
+                    [tap for tap, bridge in self.hv.bridges.items()
+                     if bridge == thing['name']
+                     and ('port', tap) in self.hv.things]
+                    + [self.hv.veths[u['name']][0] for u in uplinks
+                       if u['name'] == thing['name']]))
+            else:
+                thing['master'] = self.hv.bridges.get(thing['name'])
+        return found + [{'kind': 'veth', 'name': veth, 'mark': u['mark'],
+                         'master': u['name'], 'peer': None}
+                        for u in uplinks for veth in self.hv.veths[u['name']]]
 
     def port_changes(self, ports, owner):
         self.hv.calls['port_changes'] += 1
@@ -218,6 +292,22 @@ class FakeBmc(base.BmcDriver):
         self._check_owner(domain, owner)
         self.hv.bmc_owners.pop(domain, None)
         return self.hv.remove('bmc', domain)
+
+    def marked(self):
+        return [{'kind': 'bmc', 'name': name, 'mark': self.hv.bmc_owners[name],
+                 'address': value[0], 'port': value[1]}
+                for (kind, name), value in sorted(self.hv.things.items())
+                if kind == 'bmc' and name in self.hv.bmc_owners]
+
+    def daemons(self):
+        return [dict(d) for d in self.hv.daemons]
+
+    def stop_orphans(self, directory):
+        stopped = [d for d in self.hv.daemons
+                   if d['directory'] == directory and d['orphan']]
+        for daemon in stopped:
+            self.hv.daemons.remove(daemon)
+        return [pid for d in stopped for pid in d['pids']]
 
     def bmc_changes(self, bmcs, owner):
         self.hv.calls['bmc_changes'] += 1
@@ -273,6 +363,22 @@ class FakeRedfish(base.RedfishDriver):
             if made is not None and name in self.hv.stopped_bmcs:
                 changes[name].append('stopped')
         return changes
+
+    def marked(self):
+        """An emulator per owner serving systems."""
+        emulators = {}
+        for (kind, name), value in sorted(self.hv.things.items()):
+            if kind == 'system':
+                emulators.setdefault(value[0], {})[name] = value[3]
+        return [{'kind': 'emulator', 'name': 'emulator-%s' % owner,
+                 'mark': owner, 'systems': systems, 'running': True}
+                for owner, systems in sorted(emulators.items())]
+
+    def daemons(self):
+        return []
+
+    def stop_orphans(self, directory):
+        return []
 
     def endpoint_user(self, address, port):
         for (kind, _), value in self.hv.things.items():

@@ -4,6 +4,7 @@ in-memory bus, fake drivers (see conftest)."""
 import io
 import json
 import logging
+import socket
 
 import oslo_messaging as messaging
 import pytest
@@ -456,3 +457,22 @@ def test_waiting_over_the_bus_gives_up_after_the_reconnect_timeout(
         'shows how it is doing')
     assert 30 <= clock.now < 30 + 1 + client.BACKOFF_MAX
     assert max(clock.slept) == client.BACKOFF_MAX
+
+
+def test_audit_exits_1_on_drift(deployed, hypervisor):
+    clean = deployed('audit')
+    assert clean.code == 0, clean.err
+    assert clean.err.startswith('Audit: 0 removed, 0 drifted, 0 of others '
+                                'left alone, in ')
+    assert deployed('audit', '-f', 'json').json() == []
+    del hypervisor.things[('domain', 'tk1')]
+    drifted = deployed('audit', 'unit', '-f', 'json')
+    assert drifted.code == 1
+    [row] = drifted.json()
+    assert (row['hypervisor'], row['kind'], row['name'], row['status'],
+            row['cluster']) == (socket.gethostname(), 'domain', 'tk1',
+                                'missing', 'unit')
+    assert row['mark'].startswith('tenks:unit:') and row['detail'] is None
+    table = deployed('audit', '--clean')
+    assert table.code == 1
+    assert 'tk1' in table.out and 'missing' in table.out

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import signal
 import time
 
 POLL = 0.005  # s between checks while waiting
@@ -49,3 +50,76 @@ def marked_pids(marker):
     return {int(pid) for pid in os.listdir('/proc')
             if pid.isdigit() and int(pid) != os.getpid()
             and marked(int(pid), marker)}
+
+
+def marked_by(name):
+    """{value: set of pids} of the live processes whose environment
+    holds ``name``=value (the marks of Tenks' daemons), never this
+    one."""
+    prefix = ('%s=' % name).encode()
+    found = {}
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open('/proc/%s/environ' % pid, 'rb') as f:
+                entries = f.read().split(b'\0')
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.startswith(prefix) and alive(int(pid)):
+                found.setdefault(entry[len(prefix):].decode(
+                    errors='replace'), set()).add(int(pid))
+    return found
+
+
+def read_pid(path):
+    """The pid in file ``path``, or None."""
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _parent(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return int(f.read().rpartition(')')[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _descends(pid, ancestor):
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = _parent(pid)
+    return False
+
+
+def orphans(directory, pid_file, pids):
+    """(those of ``pids``, the processes marked as serving
+    ``directory``, that are neither the one its ``pid_file`` names nor
+    a child of it; why) or (set(), None)."""
+    if not os.path.isdir(directory):
+        return set(pids), 'its directory %s is gone' % directory
+    own = read_pid(os.path.join(directory, pid_file))
+    others = {pid for pid in pids if not (own and _descends(pid, own))}
+    if not others:
+        return set(), None
+    return others, '%s names %s' % (
+        os.path.join(directory, pid_file),
+        'another process' if own else 'none')
+
+
+def kill(pids, timeout, signals=(signal.SIGKILL,)):
+    """Send each of ``signals`` in turn to ``pids`` until they are gone,
+    waiting ``timeout`` s after each; whether they are."""
+    for signum in signals:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        if poll(lambda: not any(map(alive, pids)), timeout):
+            return True
+    return False

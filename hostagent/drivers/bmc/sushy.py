@@ -181,6 +181,47 @@ class SushyDriver(base.RedfishDriver):
             return ''
         return None
 
+    def marked(self):
+        """See base: this state directory's emulators."""
+        return [{'kind': 'emulator', 'name': os.path.basename(path),
+                 'mark': _read(os.path.join(path, 'owner')),
+                 'systems': _read_json(os.path.join(path, 'systems')) or {},
+                 'running': self._pid(path) is not None}
+                for path in self._emulators()]
+
+    def daemons(self):
+        """See base: the emulators of every state directory."""
+        found = []
+        for directory, pids in sorted(processes.marked_by(MARKER_ENV).items()):
+            orphans, why = processes.orphans(directory, 'emulator.pid', pids)
+            found.append({'kind': 'redfish emulator', 'directory': directory,
+                          'pids': sorted(orphans or pids), 'orphan': why})
+        return found
+
+    def stop_orphans(self, directory):
+        """See base; under the lock of the emulators of ``directory``'s
+        state directory while it exists."""
+        with contextlib.ExitStack() as stack:
+            parent = os.path.dirname(directory)
+            if parent == self._dir:
+                stack.enter_context(self._locked())
+            elif os.path.isdir(parent):
+                fd = os.open(os.path.join(parent, 'lock'),
+                             os.O_RDWR | os.O_CREAT, 0o600)
+                stack.callback(os.close, fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            pids = processes.marked_pids(self._marker(directory))
+            orphans, why = processes.orphans(directory, 'emulator.pid', pids)
+            if orphans and not processes.kill(
+                    orphans, TERM_TIMEOUT, (signal.SIGTERM, signal.SIGKILL)):
+                raise self._error('stop the Redfish emulator of %s'
+                                  % directory, 'processes %s did not exit'
+                                  % sorted(orphans))
+        if orphans:
+            LOG.info('Stopped Redfish emulator %s (pids %s): %s', directory,
+                     sorted(orphans), why)
+        return sorted(orphans)
+
     # Emulators and their files.
 
     @contextlib.contextmanager

@@ -36,6 +36,22 @@ KILL_TIMEOUT = 5  # s for a killed host to disappear
 POLL = 0.01  # s between checks while the host starts
 
 
+@contextlib.contextmanager
+def _flocked(path):
+    """Hold the lock file ``path`` (a driver's, among processes) while
+    it exists; nothing to hold when it does not."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class VirtualBmcDriver(base.BmcDriver):
     """BMCs served by the IPMI host of the state directory."""
 
@@ -137,6 +153,45 @@ class VirtualBmcDriver(base.BmcDriver):
             for domain, found in self._result(answer,
                                               action)['changes'].items()})
         return changes
+
+    def marked(self):
+        """See base: the definitions of this state directory's BMCs."""
+        return [{'kind': 'bmc', 'name': domain, 'mark': bmc['owner'],
+                 'address': bmc['address'], 'port': bmc['port']}
+                for domain, bmc in sorted(
+                    ipmi_store.read_all(self._dir).items())]
+
+    def daemons(self):
+        """See base: the IPMI hosts of every state directory."""
+        found = []
+        for directory, pids in sorted(processes.marked_by(
+                ipmi_store.MARKER_ENV).items()):
+            orphans, why = processes.orphans(directory, ipmi_store.PID_FILE,
+                                             pids)
+            found.append({'kind': 'ipmi host', 'directory': directory,
+                          'pids': sorted(orphans or pids), 'orphan': why})
+        return found
+
+    def stop_orphans(self, directory):
+        """See base; under the lock of ``directory`` while it exists, so
+        that a host it is starting is not taken for an orphan."""
+        with contextlib.ExitStack() as stack:
+            if directory == self._dir:
+                stack.enter_context(self._locked())
+            else:
+                stack.enter_context(_flocked(os.path.join(directory,
+                                                          'lock')))
+            pids = processes.marked_pids(ipmi_store.marker(directory))
+            orphans, why = processes.orphans(directory, ipmi_store.PID_FILE,
+                                             pids)
+            if orphans and not processes.kill(orphans, KILL_TIMEOUT):
+                raise self._error('stop the IPMI host of %s' % directory,
+                                  'processes %s did not exit within %d s'
+                                  % (sorted(orphans), KILL_TIMEOUT))
+        if orphans:
+            LOG.info('Stopped the IPMI host of %s (pid %s): %s', directory,
+                     ', '.join(map(str, sorted(orphans))), why)
+        return sorted(orphans)
 
     def _check_owner(self, domain, owner):
         """ResourceConflict when the BMC of ``domain`` is recorded for

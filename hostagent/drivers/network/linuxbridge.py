@@ -110,6 +110,29 @@ def _sysfs_link(name):
     return link
 
 
+def marked_links():
+    """Every link that carries a Tenks owner mark as its alias, read
+    from sysfs: [{'kind': 'bridge' (with its 'ports'), 'port' (a tap) or
+    'veth' (what else Tenks makes: an uplink's end, with its 'peer'),
+    'name', 'mark', 'master'}]."""
+    found, indexes = [], {}
+    try:
+        names = sorted(os.listdir(SYSFS_NET))
+    except FileNotFoundError:
+        return found
+    for name in names:
+        try:
+            link = _marked_link(name, indexes)
+        except (OSError, ValueError):
+            continue  # going or gone since the listing (sysfs: EINVAL)
+        if link is not None:
+            found.append(link)
+    for link in found:
+        if link['kind'] == 'veth':
+            link['peer'] = indexes.get(link['peer'])
+    return found
+
+
 def _delete_link(index):
     """Delete the link with ``index``; OSError with the kernel's errno
     when it refuses (ENODEV: it is gone)."""
@@ -226,6 +249,58 @@ def _undone_on_error(ipr, name):
                 if link is not None:
                     ipr.link('del', index=link['index'])
         raise
+
+
+def _marked_link(name, indexes):
+    """What marked_links says of link ``name``, or None when it carries
+    no Tenks mark; notes its index in ``indexes``."""
+    path = os.path.join(SYSFS_NET, name)
+    with open(os.path.join(path, 'ifindex')) as f:
+        indexes[int(f.read())] = name
+    with open(os.path.join(path, 'ifalias')) as f:
+        mark = f.read().strip()
+    if not mark.startswith(tenks_names.OWNER_PREFIX):
+        return None
+    master = os.path.join(path, 'master')
+    link = {'name': name, 'mark': mark,
+            'master': (os.path.basename(os.readlink(master))
+                       if os.path.islink(master) else None)}
+    if os.path.isdir(os.path.join(path, 'bridge')):
+        link.update(kind='bridge', ports=sorted(
+            os.listdir(os.path.join(path, 'brif'))))
+    elif os.path.exists(os.path.join(path, 'tun_flags')):
+        link['kind'] = 'port'
+    else:
+        with open(os.path.join(path, 'iflink')) as f:
+            link.update(kind='veth', peer=int(f.read()))
+    return link
+
+
+def remove_veth(name, owner):
+    """Delete the veth pair of which ``name`` is an end, when both ends
+    are ``owner``'s veths (see NetworkDriver.remove_veth)."""
+    from pyroute2.netlink.exceptions import NetlinkError
+    try:
+        with iproute() as ipr:
+            end = _owned(ipr, name, owner, 'veth')
+            if end is None:
+                return False
+            peer = ipr.link('get', index=end.get('link'))[0]
+            reason = _not_ours(peer, owner, 'veth')
+            if reason:
+                raise exceptions.ResourceConflict(
+                    kind='Interface', name=peer.get('ifname'), owner=owner,
+                    reason='%s, and it is the peer of veth %s' % (reason,
+                                                                 name))
+            # Its peer goes with it.
+            ipr.link('del', index=end['index'])
+    except NetlinkError as e:
+        if e.code == errno.ENODEV:
+            return False
+        raise exceptions.DriverError(
+            driver='linuxbridge', action='delete veth %s' % name,
+            reason=str(e)) from e
+    return True
 
 
 class LinuxBridgeDriver(base.NetworkDriver):
@@ -392,6 +467,13 @@ class LinuxBridgeDriver(base.NetworkDriver):
 
     def remove_port(self, name, owner):
         return self._remove(name, owner, 'tun')
+
+    def remove_veth(self, name, owner):
+        return remove_veth(name, owner)
+
+    def marked(self):
+        """See base: the links Tenks marks (aliases), read from sysfs."""
+        return marked_links()
 
     def port_changes(self, ports, owner):
         """See base; read from sysfs."""

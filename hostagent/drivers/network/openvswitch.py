@@ -413,6 +413,35 @@ class OpenvSwitchDriver(base.NetworkDriver):
                     ipr.link('del', index=link['index'])
         return port is not None or link is not None
 
+    def remove_veth(self, name, owner):
+        return lb.remove_veth(name, owner)
+
+    def marked(self):
+        """See base: the marked links (see LinuxBridgeDriver.marked), and
+        the bridges and ports of Open vSwitch that carry our key in
+        their external_ids (none when it does not run)."""
+        found = lb.marked_links()
+        if not self._running():
+            return found
+        with self._errors('read Open vSwitch marks'):
+            ports = self._rows('Port', columns=('name', 'external_ids',
+                                                '_uuid'))
+            bridges = self._rows('Bridge', columns=('name', 'external_ids',
+                                                    'ports'))
+        named = {row['_uuid']: row['name'] for row in ports}
+        holder = {uuid: br['name'] for br in bridges for uuid in br['ports']}
+        found += [{'kind': 'bridge', 'bridge_type': DRIVER,
+                   'name': br['name'], 'mark': br['external_ids'][MARK],
+                   'master': None,
+                   'ports': sorted(named[uuid] for uuid in br['ports']
+                                   if uuid in named)}
+                  for br in bridges if br['external_ids'].get(MARK)]
+        found += [{'kind': 'ovs port', 'name': row['name'],
+                   'mark': row['external_ids'][MARK],
+                   'bridge': holder.get(row['_uuid'])}
+                  for row in ports if row['external_ids'].get(MARK)]
+        return found
+
     def port_changes(self, ports, owner):
         """See base; one read of the ports and bridges, and each tap's
         alias and flags from sysfs."""

@@ -33,6 +33,8 @@ ET.register_namespace('tenks', OWNER_NS)
 # Extended attribute with the owner of a pool's directory or a volume.
 OWNER_XATTR = 'user.tenks.owner'
 POOL_UUID_NS = uuid.UUID('5f0b3c52-8f59-4a8e-9a41-6c1d2b7e0a10')
+# What a domain's NVRAM file in nvram_dir is called after: <domain>_VARS.fd.
+NVRAM_SUFFIX = '_VARS.fd'
 # The socket libvirtd listens on unless told otherwise.
 DEFAULT_SOCKET = '/run/libvirt/libvirt-sock'
 
@@ -101,6 +103,27 @@ def _mark(path):
         if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EPERM):
             return None
         raise
+
+
+def _marked_files(directory, directories=False):
+    """[(name, mark)] of the files (``directories``: the directories) in
+    ``directory`` that carry a Tenks owner mark."""
+    found = []
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        if not (entry.is_dir(follow_symlinks=False) if directories
+                else entry.is_file(follow_symlinks=False)):
+            continue
+        try:
+            mark = _tenks_mark([_mark(entry.path)])
+        except FileNotFoundError:
+            continue  # removed since the listing
+        if mark:
+            found.append((entry.name, mark))
+    return found
 
 
 def _set_mark(path, owner):
@@ -990,7 +1013,7 @@ class LibvirtDriver(base.VirtDriver):
 
     def _nvram_path(self, name):
         return os.path.join(self.conf.hostagent.nvram_dir,
-                            '%s_VARS.fd' % name)
+                            name + NVRAM_SUFFIX)
 
     def _loader(self, domain):
         """{'loader', 'template'} of the domain's UEFI firmware, or None
@@ -1308,6 +1331,94 @@ class LibvirtDriver(base.VirtDriver):
                     os.remove(path)
                     removed = True
         return removed
+
+    def remove_nvram(self, name, owner):
+        """See base."""
+        return self._remove_nvram(self._nvram_path(name), owner)
+
+    def marked(self):
+        """See base: domains by their metadata; pools by the extended
+        attribute of their directory or the tags of their volume group,
+        and the volumes of those (their files' attributes, their logical
+        volumes' tags); the NVRAM files of nvram_dir."""
+        with self._libvirt('list what carries a Tenks mark') as conn:
+            found = self._marked_domains(conn)
+            pools = self._marked_pools(conn)
+        targets = {pool['path'] for pool in pools}
+        pool_dir = self.conf.hostagent.pool_dir
+        for name, mark in _marked_files(pool_dir, directories=True):
+            path = os.path.join(pool_dir, name)
+            if path not in targets:
+                pools.append({'kind': 'pool', 'name': tenks_names.pool(name),
+                              'mark': mark, 'path': path,
+                              'pool_type': 'dir', 'devices': [],
+                              'active': False, 'defined': False})
+        for pool in pools:
+            found.append(pool)
+            found += [{'kind': 'volume', 'name': name, 'mark': mark,
+                       'pool': pool['name']}
+                      for name, mark in pool.pop('volumes', ())]
+        found += [{'kind': 'nvram', 'name': name[:-len(NVRAM_SUFFIX)],
+                   'mark': mark,
+                   'path': os.path.join(self.conf.hostagent.nvram_dir, name)}
+                  for name, mark in _marked_files(
+                      self.conf.hostagent.nvram_dir)
+                  if name.endswith(NVRAM_SUFFIX)]
+        return found
+
+    @staticmethod
+    def _marked_domains(conn):
+        found = []
+        for dom in conn.listAllDomains(0):
+            try:
+                mark = _owner_mark(dom)
+                state = STATES.get(dom.state()[0], 'unknown')
+            except libvirt.libvirtError as e:
+                # Undefined since the listing.
+                if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+                continue
+            if _tenks_mark([mark]):
+                found.append({'kind': 'domain', 'name': dom.name(),
+                              'mark': mark, 'state': state})
+        return found
+
+    @staticmethod
+    def _marked_pools(conn):
+        """Our kinds of pool that carry a mark, each with its marked
+        'volumes' ([(name, mark)])."""
+        found = []
+        for pool in conn.listAllStoragePools():
+            xml = _lookup(lambda p: p.XMLDesc(), pool,
+                          libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if xml is None:
+                continue
+            root = ET.fromstring(xml)
+            kind = root.get('type')
+            path = os.path.normpath(root.findtext('target/path') or '/')
+            if kind == 'logical':
+                group = root.findtext('source/name')
+                mark = _tenks_mark(storage.vg_tags(group) or [])
+                volumes = sorted(
+                    (name, found) for name, found in (
+                        (name, _tenks_mark(tags)) for name, tags in
+                        storage.lv_tags(group).items()) if found) if (
+                    mark) else []
+            elif kind == 'dir':
+                mark = _tenks_mark([_mark(path)]) if os.path.isdir(
+                    path) else None
+                volumes = _marked_files(path) if mark else []
+            else:
+                continue
+            if mark:
+                found.append({
+                    'kind': 'pool', 'name': pool.name(), 'mark': mark,
+                    'path': path, 'pool_type': kind,
+                    'devices': [d.get('path')
+                                for d in root.findall('source/device')],
+                    'active': bool(pool.isActive()), 'defined': True,
+                    'volumes': volumes})
+        return found
 
     def domain_state(self, name):
         with self._libvirt('read the state of domain %s' % name) as conn:
