@@ -36,7 +36,8 @@ from tenks.db.flow_tables import LOGBOOKS
 
 # Atom metadata a resume does without.
 PROGRESS_KEYS = ('progress', 'progress_details')
-# Atoms and flows whose written state a connection remembers.
+# Atoms and flows whose written state a connection remembers, at most;
+# a flow's are forgotten when its run ends (Connection.forget).
 REMEMBERED = 4096
 
 
@@ -105,6 +106,16 @@ class Connection(base.Connection):
             table.move_to_end(key)
             while len(table) > REMEMBERED:
                 table.popitem(last=False)
+
+    def forget(self, flow_uuid):
+        """Forget what was written of a flow and its atoms: its run has
+        ended, and nothing writes them again (a resume reads them from
+        the database), so the memory of a conductor does not grow with
+        every flow it ran."""
+        with self._lock:
+            self._written.pop(flow_uuid, None)
+            for atom_uuid in self._atoms.pop(flow_uuid, ()):
+                self._written.pop(atom_uuid, None)
 
     def clear_all(self):
         def clear(conn):

@@ -95,6 +95,14 @@ class FlowRunner:
         return {'engine': 'parallel', 'executor': self.executor}
 
     def _run(self, engine, on_progress):
+        try:
+            return self._run_engine(engine, on_progress)
+        finally:
+            # Its records stay in the database; the store's memory of
+            # them goes.
+            self.backend.get_connection().forget(engine.storage.flow_uuid)
+
+    def _run_engine(self, engine, on_progress):
         engine.compile()
         engine.prepare()
         graph = engine.compilation.execution_graph

@@ -33,6 +33,15 @@ and unreported, and no outcome is kept: a request of a failed or
 rolled-back operation never acts later, when an agent that was stopped
 comes back. A copy that joins a running request extends its deadline; a
 request without one (an older conductor) runs whenever it comes.
+
+An outcome is kept only while a copy of its request may still come from
+the conductor that waits for it: until the request's deadline (one
+without a deadline: KEEP_UNDATED seconds). A copy that comes later, from
+a resumed operation, runs again; the conductor's record says what that
+operation asked for, whatever the agent remembers. Outcomes of requests
+that only read (inspections) are not kept: a copy reads afresh. So the
+agent's memory follows the requests of the last few minutes, not every
+request it ever ran.
 """
 
 import collections
@@ -63,7 +72,11 @@ from tenks import resources
 LOG = logging.getLogger(__name__)
 
 RPC_API_VERSION = rpcapi.RPC_API_VERSION
+# Outcomes kept at most, whatever their deadlines say.
 RECENT_RESULTS = 4096
+# Seconds the outcome of a request without a deadline is kept: as long
+# as a conductor with the default agent_timeout and agent_retries waits.
+KEEP_UNDATED = 240
 GIB = 1024 ** 3
 
 
@@ -204,6 +217,7 @@ class HostAgentManager:
             or '127.0.0.1', conf.hostagent.transfer_timeout)
         # Checked at start: a typo must not register a wrong inventory.
         self.provider_facts = resources.hostagent_facts(conf.hostagent)
+        # request id -> (time it may be forgotten, outcome), oldest first
         self._recent = collections.OrderedDict()
         # request id -> Running
         self._running = {}
@@ -239,12 +253,15 @@ class HostAgentManager:
                 if not entry[1]:
                     del self._things[thing]
 
-    def _run(self, context, request_id, reply_to, things, action, *args):
+    def _run(self, context, request_id, reply_to, things, action, *args,
+             keep=True):
         """Run ``action(*args)`` once for ``request_id``, alone on each
         of ``things``, unless its deadline (in ``context``) has passed,
-        and report its outcome to every copy's ``reply_to``."""
+        and report its outcome to every copy's ``reply_to``; ``keep``:
+        whether a copy that comes after it ended gets the same outcome
+        (False: it runs again)."""
         with self._lock:
-            outcome = self._recent.get(request_id)
+            outcome = self._kept(request_id)
             if outcome is None:
                 running = self._running.get(request_id)
                 if running is not None:
@@ -269,10 +286,8 @@ class HostAgentManager:
                 # Not if _expired dropped it: a new copy's may be there.
                 if self._running.get(request_id) is running:
                     del self._running[request_id]
-                if outcome is not None:
-                    self._recent[request_id] = outcome
-                    while len(self._recent) > RECENT_RESULTS:
-                        self._recent.popitem(last=False)
+                if outcome is not None and keep:
+                    self._keep(request_id, running, outcome)
         for conductor in running.reply_tos:
             # One conductor out of reach must not keep the others waiting.
             try:
@@ -282,6 +297,26 @@ class HostAgentManager:
             except Exception as e:
                 LOG.warning('Could not report request %s to %s: %s',
                             request_id, conductor, e)
+
+    def _kept(self, request_id):
+        """The kept outcome of ``request_id``, or None. Called with the
+        lock held."""
+        until, outcome = self._recent.get(request_id, (0, None))
+        return outcome if until > time.time() else None
+
+    def _keep(self, request_id, running, outcome):
+        """Keep ``outcome`` until the last deadline of the request's
+        copies, and forget, oldest first, those whose time has passed.
+        Called with the lock held."""
+        now = time.time()
+        until = running.deadline
+        self._recent[request_id] = (
+            now + KEEP_UNDATED if until is None else until, outcome)
+        self._recent.move_to_end(request_id)
+        while self._recent and (
+                len(self._recent) > RECENT_RESULTS
+                or next(iter(self._recent.values()))[0] <= now):
+            self._recent.popitem(last=False)
 
     def _expired(self, request_id, running, context):
         """Whether the request's deadline has passed; it is then
@@ -415,7 +450,8 @@ class HostAgentManager:
                 redfish_address=None, redfish_port=None, bridge_type=None):
         self._run(context, request_id, reply_to, [], self._inspect,
                   physnet_mappings, ipmi_address, ipmi_ports, interfaces,
-                  owner, redfish_address, redfish_port, bridge_type)
+                  owner, redfish_address, redfish_port, bridge_type,
+                  keep=False)
 
     def check_pool_devices(self, context, request_id, reply_to, name,
                            devices, owner, wipe=()):
@@ -550,10 +586,11 @@ class HostAgentManager:
     def inspect_nodes(self, context, request_id, reply_to, nodes, owner,
                       parts=None):
         self._run(context, request_id, reply_to, [], self.nodes.inspect,
-                  nodes, owner, parts)
+                  nodes, owner, parts, keep=False)
 
     def audit(self, context, request_id, reply_to):
-        self._run(context, request_id, reply_to, [], self.auditor.survey)
+        self._run(context, request_id, reply_to, [], self.auditor.survey,
+                  keep=False)
 
     def clean(self, context, request_id, reply_to, owners, daemons):
         self._run(context, request_id, reply_to, [], self.auditor.clean,

@@ -9,6 +9,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -17,6 +18,7 @@ from tenks import conf as tenks_conf
 from tenks import policy
 from tenks import rpc
 from tests.functional import cluster_fixtures as cf
+from tests.functional import memory_probe
 
 BIN = cf.BIN
 
@@ -30,19 +32,26 @@ def rabbitmqctl(*args):
 
 
 class Service:
-    """One tenks-conductor or tenks-hostagent process."""
+    """One tenks-conductor or tenks-hostagent process; ``memory``: the
+    report file of a memory_probe to run it in (None: none)."""
 
-    def __init__(self, name, config, log):
+    def __init__(self, name, config, log, memory=None):
         self.name = name
         self.config = config
         self.log = log
+        self.memory = memory
         self.process = None
 
     def start(self):
+        kind = self.name.split('-')[0]
+        if self.memory is None:
+            command = [os.path.join(BIN, 'tenks-' + kind)]
+        else:
+            command = [sys.executable, memory_probe.__file__, self.memory,
+                       kind]
         with open(self.log, 'ab') as log:
             self.process = subprocess.Popen(
-                [os.path.join(BIN, 'tenks-' + self.name.split('-')[0]),
-                 '--config-file', self.config],
+                [*command, '--config-file', self.config],
                 stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
 
@@ -58,11 +67,18 @@ class Service:
 
 class Deployment:
 
-    def __init__(self, tmp_path, agent_timeout=20, grace=5):
+    def __init__(self, tmp_path, agent_timeout=20, grace=5, probe=False,
+                 threads=None):
+        """``probe``: run each service in a memory_probe. ``threads``:
+        the most threads each service's RPC server runs requests in
+        ([DEFAULT] executor_thread_pool_size; None: oslo.messaging's
+        default)."""
         self.token = secrets.token_hex(3)
         self.vhost = 'tenks-test-%s' % self.token
         self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
         self.tmp = tmp_path
+        self.probe = probe
+        self.threads = threads
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.conductor_host = 'cond-%s' % self.token
         self.hosts = ['hva-%s' % self.token, 'hvb-%s' % self.token]
@@ -90,10 +106,14 @@ heartbeat_interval = 1
     def _service(self, name, host, section):
         state = str(self.tmp / host)
         config = self.tmp / ('%s.conf' % host)
-        config.write_text('[DEFAULT]\ntransport_url = %s\nstate_dir = %s\n'
-                          % (self.service_url(host), state) + section)
-        self.services[name] = Service(name, str(config),
-                                      str(self.tmp / ('%s.log' % host)))
+        defaults = '[DEFAULT]\ntransport_url = %s\nstate_dir = %s\n' % (
+            self.service_url(host), state)
+        if self.threads is not None:
+            defaults += 'executor_thread_pool_size = %d\n' % self.threads
+        config.write_text(defaults + section)
+        self.services[name] = Service(
+            name, str(config), str(self.tmp / ('%s.log' % host)),
+            str(self.tmp / ('%s.memory' % host)) if self.probe else None)
         return self.services[name]
 
     def service_url(self, host):
@@ -124,6 +144,15 @@ heartbeat_interval = 1
             self.__exit__()
             raise
         return self
+
+    def python_heaps(self):
+        """{host: bytes the Python heap of its service holds} (see
+        memory_probe), of the conductor and each hostagent."""
+        services = {self.conductor_host: self.conductor,
+                    **{host: self.agent(host) for host in self.hosts}}
+        heaps = memory_probe.read([s.memory for s in services.values()])
+        return {host: heaps[service.memory]
+                for host, service in services.items()}
 
     def wait_for_agents(self, hosts, timeout=60, since=None):
         """Wait until the hostagents of ``hosts`` are up. ``since``: a

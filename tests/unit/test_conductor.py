@@ -832,3 +832,17 @@ def test_prune_forgets_ended_flows_then_what_the_retention_lets_go(
             finished_at=old))
     assert conductor.prune() == {'flows': 0}
     assert len(db.list_operations()) == 2
+
+
+def test_flow_store_forgets_a_flow_once_it_has_run(conductor, hypervisor):
+    """What the flow store remembers having written of a flow goes when
+    its run ends, failed or not: a conductor's memory does not grow with
+    every operation it ran."""
+    memory = conductor.runner.backend.get_connection()
+    conductor.deploy(make_spec(count=1))
+    assert memory._written == {} and memory._atoms == {}
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    with pytest.raises(exceptions.OperationFailed):
+        conductor.deploy(make_spec(count=2))
+    assert memory._written == {} and memory._atoms == {}

@@ -185,3 +185,44 @@ def test_copy_that_joins_extends_the_deadline(conf, hypervisor):
         ('cond-a', 'other'), ('cond-a', 'r1'), ('cond-b', 'r1')]
     assert hypervisor.names('volume') == []
 
+
+
+def test_outcome_is_kept_only_while_its_conductor_may_send_a_copy(
+        conf, hypervisor):
+    """Until the request's deadline a copy gets the kept outcome; later,
+    a copy (a resumed operation) runs again, and what the agent kept of
+    the requests whose deadline passed is gone, so it does not pile up
+    with every request the agent ran."""
+    agent = make_agent(conf)
+    for i in range(3):
+        agent.ensure_volume(within(0.3), 'r%d' % i, 'cond-a', 'pool',
+                            'v%d' % i, 1024, 'qcow2', 'tenks:c:a')
+    agent.ensure_volume(within(0.3), 'r0', 'cond-a', *VOLUME)
+    assert hypervisor.calls['ensure_volume'] == 3
+    time.sleep(0.4)
+
+    agent.ensure_volume(within(60), 'r0', 'cond-b', *VOLUME)
+    assert hypervisor.calls['ensure_volume'] == 4
+    assert agent.conductor.sent[-1] == (
+        'cond-b', 'r0', {'result': {'created': False, 'changed': False}})
+    assert list(agent._recent) == ['r0']
+
+
+def test_outcome_of_a_request_that_only_reads_is_not_kept(conf,
+                                                          hypervisor):
+    """A copy of an inspection reads again: its outcome, which can be
+    large, is not kept."""
+    agent = make_agent(conf)
+    reads = []
+    inspect = agent.nodes.inspect
+
+    def counted(*args):
+        reads.append(args)
+        return inspect(*args)
+
+    agent.nodes.inspect = counted
+    for conductor in ('cond-a', 'cond-b'):
+        agent.inspect_nodes(within(60), 'i1', conductor, [], 'tenks:c:a')
+    assert len(reads) == 2
+    assert [c for c, _, _ in agent.conductor.sent] == ['cond-a', 'cond-b']
+    assert agent._recent == {}
