@@ -2,9 +2,11 @@
 resumes what it was running when it last stopped."""
 
 from conductor import conductor as tenks_conductor
+from tenks import runtime
 
 
 def main():
+    runtime.tune_malloc()
     from tenks import daemon
     daemon.run('conductor', run_conductor)
 

@@ -13,6 +13,7 @@ from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager
 from tenks import fileutils
 from tenks import rpc
+from tenks import runtime
 
 LOG = logging.getLogger(__name__)
 
@@ -52,5 +53,6 @@ class HostAgent:
 
 
 def main():
+    runtime.tune_malloc()
     from tenks import daemon
     daemon.run('hostagent', HostAgent)

@@ -9,7 +9,13 @@ rpc users); the CLI only hides eventlet, so that ``--version`` and the
 read-only commands load no oslo.service.
 """
 
+import os
 import sys
+
+# glibc's malloc for a service's many threads: two arenas and no
+# per-thread caches (see tune_malloc).
+MALLOC_TUNING = {'MALLOC_ARENA_MAX': '2',
+                 'GLIBC_TUNABLES': 'glibc.malloc.tcache_count=0'}
 
 
 def hide_eventlet():
@@ -25,3 +31,26 @@ def use_threads():
     from oslo_service import backend
     if backend.get_backend_type() is None:
         backend.init_backend(backend.BackendType.THREADING)
+
+
+def tune_malloc():
+    """Run this process again with MALLOC_TUNING in its environment,
+    unless it has a malloc tuning already (the operator's, or ours).
+
+    glibc reads these only as a process starts. Left to itself it gives
+    a service's 70-80 threads their own arenas and caches, and what they
+    free stays spread over them: RSS creeps up with every operation (10
+    MiB over 400 failed deploys) while the Python heap stays flat. Tuned,
+    RSS stays flat at the same speed (README: Memory of long-running
+    services). Not glibc: nothing to do.
+    """
+    try:
+        os.confstr('CS_GNU_LIBC_VERSION')
+    except (ValueError, OSError):
+        return
+    if any(name in os.environ for name in MALLOC_TUNING):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv,
+              dict(os.environ, **MALLOC_TUNING))

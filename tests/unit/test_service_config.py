@@ -2,6 +2,7 @@
 its options before it starts."""
 
 import socket
+import sys
 
 import pytest
 
@@ -138,3 +139,28 @@ def test_ipmi_address_accepted(tmp_path):
                  + '[hostagent]\nipmi_address = 192.0.2.1\n')
     assert daemon.validate(conf, 'hostagent') == []
     assert conf.hostagent.ipmi_address == '192.0.2.1'
+
+
+def test_a_service_runs_again_with_malloc_tuned(monkeypatch):
+    """glibc reads its malloc tuning only at start: a service without
+    one runs itself again with MALLOC_TUNING, same interpreter and
+    arguments."""
+    from tenks import runtime
+    calls = []
+    monkeypatch.setattr(runtime.os, 'execve',
+                        lambda *args: calls.append(args))
+    for name in runtime.MALLOC_TUNING:
+        monkeypatch.delenv(name, raising=False)
+    runtime.tune_malloc()
+    [(path, argv, environ)] = calls
+    assert (path, argv) == (sys.executable, sys.orig_argv)
+    assert {k: environ[k] for k in runtime.MALLOC_TUNING} == \
+        runtime.MALLOC_TUNING
+
+
+def test_an_operators_malloc_tuning_is_kept(monkeypatch):
+    from tenks import runtime
+    monkeypatch.setattr(runtime.os, 'execve', pytest.fail)
+    monkeypatch.delenv('GLIBC_TUNABLES', raising=False)
+    monkeypatch.setenv('MALLOC_ARENA_MAX', '4')
+    runtime.tune_malloc()
