@@ -13,8 +13,9 @@ tracing makes them slower, and larger by the traces).
 The processes' environment is this one's: the services tune glibc's
 malloc themselves (tenks.runtime.tune_malloc) unless it sets
 MALLOC_ARENA_MAX or GLIBC_TUNABLES; run it with, e.g.,
-MALLOC_ARENA_MAX=16 to see RSS with glibc's defaults. Needs root and tools/setup.sh done;
-uses IPMI ports 9690-9699 and tears everything down at the end.
+MALLOC_ARENA_MAX=16 to see RSS with glibc's defaults. Needs root and
+tools/setup.sh done; uses IPMI ports 9690-9699 and tears everything down
+at the end.
 
     .venv/bin/python tools/bench_memory.py [--deploys 500] [--every 100]
         [--heap]
