@@ -1,0 +1,130 @@
+"""The flow runner on its own (conductor.runner): a run's outcome, a
+failure rolled back and named, and a resume that runs only what an
+interrupted run left undone."""
+
+import pytest
+from taskflow import engines
+from taskflow import states
+from taskflow import task
+from taskflow.patterns import linear_flow
+from taskflow.persistence import models
+
+from conductor import runner as flow_runner
+from tenks import exceptions
+from tenks.db import api as db_api
+from tenks.db import migration
+
+# What the tasks of the flows below did, in order: (verb, task name).
+DONE = []
+
+
+class Step(task.Task):
+
+    def __init__(self, name, changed=False, warning=None, fails=False):
+        super().__init__(name=name)
+        self.changed = changed
+        self.warning = warning
+        self.fails = fails
+
+    def execute(self):
+        DONE.append(('execute', self.name))
+        if self.fails:
+            raise RuntimeError('%s broke' % self.name)
+        return {'changed': self.changed,
+                'warnings': [self.warning] if self.warning else []}
+
+    def revert(self, **kwargs):
+        DONE.append(('revert', self.name))
+
+
+def three_steps(fail=None):
+    """domain:tk0 (changes), domain:tk1 (warns), bmc:tk0."""
+    return linear_flow.Flow('deploy').add(
+        Step('domain:tk0', changed=True),
+        Step('domain:tk1', warning='slow disk', fails=fail == 'domain:tk1'),
+        Step('bmc:tk0', fails=fail == 'bmc:tk0'))
+
+
+@pytest.fixture
+def runner(tmp_path):
+    DONE.clear()
+    engine = db_api.create_engine('sqlite:///%s' % (tmp_path / 'state.db'))
+    migration.upgrade_taskflow(engine)
+    runner = flow_runner.FlowRunner(engine, workers=2)
+    yield runner
+    runner.executor.shutdown()
+    engine.dispose()
+
+
+def test_a_run_reports_changes_warnings_and_progress(runner):
+    progress = []
+    outcome = runner.run('op-1', 'deploy:c1', three_steps, {}, {},
+                         on_progress=lambda p: progress.append(
+                             {k: list(v) for k, v in p.items()}))
+    assert DONE == [('execute', 'domain:tk0'), ('execute', 'domain:tk1'),
+                    ('execute', 'bmc:tk0')]
+    assert outcome.changed == ['domain:tk0']
+    assert outcome.warnings == ['slow disk']
+    assert progress[-1] == {'domain': [2, 2], 'bmc': [1, 1]}
+    assert len(progress) == 3
+
+
+def test_a_failure_is_rolled_back_and_named(runner):
+    with pytest.raises(exceptions.OperationFailed) as failed:
+        runner.run('op-1', 'deploy:c1', three_steps, {'fail': 'bmc:tk0'},
+                   {})
+    assert failed.value.kwargs['failed_tasks'] == ['bmc:tk0']
+    assert 'bmc:tk0' in str(failed.value)
+    assert 'bmc:tk0 broke' in str(failed.value)
+    assert DONE[-3:] == [('revert', 'bmc:tk0'), ('revert', 'domain:tk1'),
+                         ('revert', 'domain:tk0')]
+
+
+def interrupt_after(runner, operation_id, done):
+    """Run the flow in this thread until ``done`` tasks succeeded, then
+    stop, as a killed process does: what is persisted stays."""
+    book = models.LogBook('deploy:c1', uuid=operation_id)
+    engine = engines.load_from_factory(
+        three_steps, book=book,
+        backend=runner.backend, engine='serial')
+    for _ in engine.run_iter():
+        graph = engine.compilation.execution_graph
+        names = [node.name for node, data in graph.nodes(data=True)
+                 if data['kind'] == 'task']
+        if [state for state, _ in engine.storage.get_atoms_states(
+                names).values()].count(states.SUCCESS) == done:
+            break
+    runner.backend.get_connection().forget(engine.storage.flow_uuid)
+
+
+def test_a_resume_runs_only_what_was_left_and_counts_the_rest(runner):
+    interrupt_after(runner, 'op-1', done=1)
+    assert DONE == [('execute', 'domain:tk0')]
+    DONE.clear()
+    outcome = runner.resume('op-1')
+    assert DONE == [('execute', 'domain:tk1'), ('execute', 'bmc:tk0')]
+    # What the first run did counts in the outcome.
+    assert outcome.changed == ['domain:tk0']
+    assert outcome.progress == {'domain': [2, 2], 'bmc': [1, 1]}
+
+
+def test_nothing_to_resume(runner):
+    with pytest.raises(exceptions.NothingToResume):
+        runner.resume('never-ran')
+
+
+def test_a_flow_rolled_back_before_its_end_was_recorded_is_not_rerun(
+        runner):
+    with pytest.raises(exceptions.OperationFailed):
+        runner.run('op-1', 'deploy:c1', three_steps, {'fail': 'bmc:tk0'},
+                   {})
+    DONE.clear()
+    with pytest.raises(exceptions.OperationFailed, match='rolled back'):
+        runner.resume('op-1')
+    assert DONE == []
+
+
+def test_a_run_leaves_nothing_in_the_stores_memory(runner):
+    runner.run('op-1', 'deploy:c1', three_steps, {}, {})
+    connection = runner.backend.get_connection()
+    assert (connection._written, connection._atoms) == ({}, {})
