@@ -1,0 +1,168 @@
+"""The operations registry on its own (conductor.operations): every way
+an operation ends is recorded with its event, its cluster's lock goes
+when it ends, and a stopping conductor starts nothing new."""
+
+import threading
+import types
+
+import pytest
+
+from conductor import locks as cluster_locks
+from conductor import operations as ops
+from tenks import exceptions
+from tenks import notifier
+from tenks.db import api as db_api
+from tenks.db import migration
+from tests.unit.conftest import make_conf
+
+
+class RecordedEvents:
+    """Records events as the conductor's notifier does; sends none."""
+
+    event = staticmethod(notifier.Notifier.event)
+
+    def __init__(self, db):
+        self.db = db
+        self.sent = []
+
+    def emit(self, event_type, cluster, payload, error=False):
+        event = self.event(event_type, cluster, payload, error)
+        self.db.add_event(**event)
+        self.send(event)
+
+    def send(self, event):
+        self.sent.append(event['event_type'])
+
+
+def outcome(changed=(), warnings=()):
+    return types.SimpleNamespace(changed=list(changed),
+                                 warnings=list(warnings), plan=None)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    conf = make_conf(tmp_path / 'state')
+    conf.set_override('max_operations', 1, group='conductor')
+    engine = db_api.create_engine('sqlite:///%s' % (tmp_path / 'state.db'))
+    migration.upgrade(engine)
+    db = db_api.StateDB(engine)
+    locks = cluster_locks.ClusterLocks(str(tmp_path))
+    registry = ops.Operations(conf, db, RecordedEvents(db), locks)
+    yield registry
+    registry.shutdown(wait=True)
+    engine.dispose()
+
+
+def start(registry, name, run, kind='teardown'):
+    """Take the cluster's lock and submit ``run``, as the conductor
+    does."""
+    registry.locks.acquire(name)
+    operation_id = registry.create(kind, name)
+    return registry.submit(operation_id, kind, name, None, False, run)
+
+
+def test_a_succeeded_operation_is_recorded_with_its_events(registry):
+    def run(operation_id, on_progress):
+        on_progress({'domain': [1, 1]})
+        return outcome(changed=['domain:tk0'], warnings=['slow'])
+
+    operation_id = start(registry, 'c1', run)
+    result = registry.wait(operation_id)
+    assert result == {'operation': operation_id, 'changed': ['domain:tk0'],
+                      'resumed': False, 'warnings': ['slow']}
+    record = registry.db.get_operation(operation_id)
+    assert (record.state, record.result['changed']) == (
+        'succeeded', ['domain:tk0'])
+    assert registry.notifier.sent == ['tenks.cluster.teardown.start',
+                                      'tenks.cluster.teardown.end']
+    # Ended: whoever asks later gets the same, and the lock is free.
+    assert registry.wait(operation_id) == dict(result, resumed=False)
+    registry.locks.acquire('c1')
+
+
+def test_a_failed_operation_names_what_and_where(registry):
+    def run(operation_id, on_progress):
+        raise exceptions.OperationFailed('domain:tk0: disk full',
+                                         failed_tasks=['domain:tk0'])
+
+    operation_id = start(registry, 'c1', run)
+    with pytest.raises(exceptions.OperationFailed) as failed:
+        registry.wait(operation_id)
+    assert 'c1' in str(failed.value)
+    assert 'disk full' in str(failed.value)
+    assert failed.value.kwargs['failed_tasks'] == ['domain:tk0']
+    record = registry.db.get_operation(operation_id)
+    assert record.state == 'failed'
+    assert 'disk full' in record.error
+    assert registry.notifier.sent[-1] == 'tenks.cluster.teardown.error'
+    registry.locks.acquire('c1')
+
+
+def test_an_error_before_the_flow_ends_the_operation_failed(registry):
+    def run(operation_id, on_progress):
+        raise ValueError('no such hypervisor')
+
+    operation_id = start(registry, 'c1', run)
+    with pytest.raises(ValueError):
+        registry.wait(operation_id)
+    record = registry.db.get_operation(operation_id)
+    assert (record.state, 'no such hypervisor' in record.error) == (
+        'failed', True)
+    registry.locks.acquire('c1')
+
+
+def test_a_stopping_registry_ends_what_waits_and_takes_nothing_new(
+        registry):
+    running, release = threading.Event(), threading.Event()
+
+    def slow(operation_id, on_progress):
+        running.set()
+        release.wait(10)
+        return outcome()
+
+    first = start(registry, 'c1', slow)
+    running.wait(10)
+    # One worker: the second waits for it.
+    queued = start(registry, 'c2', lambda *a, **k: outcome())
+    threading.Timer(0.3, release.set).start()
+    assert registry.drain(grace=10) == 0
+    assert registry.db.get_operation(first).state == 'succeeded'
+    record = registry.db.get_operation(queued)
+    assert record.state == 'failed'
+    assert 'stopped before it began; nothing was changed' in record.error
+    registry.locks.acquire('c2')
+    with pytest.raises(exceptions.ConductorBusy):
+        registry.check_accepting()
+    registry.locks.release('c2')
+    with pytest.raises(exceptions.ConductorBusy):
+        start(registry, 'c3', lambda *a, **k: outcome())
+    assert registry.db.list_operations(cluster='c3')[0].state == 'failed'
+
+
+def test_what_a_dead_process_left_running(registry):
+    """Only its last deploy is resumed; anything else ends interrupted."""
+    db = registry.db
+    older = registry.create('deploy', 'c1')
+    last = registry.create('deploy', 'c1')
+    assert registry.interrupted('c1').id == last
+    assert db.get_operation(older).state == 'interrupted'
+    teardown = registry.create('teardown', 'c2')
+    assert registry.interrupted('c2') is None
+    assert db.get_operation(teardown).state == 'interrupted'
+
+
+def test_a_resume_skips_a_cluster_whose_lock_is_held(registry):
+    held = registry.create('deploy', 'c1')
+    free = registry.create('deploy', 'c2')
+    registry.locks.acquire('c1')
+    resumed = []
+
+    def resume(operation_id, on_progress):
+        resumed.append(operation_id)
+        return outcome()
+
+    assert registry.resume_interrupted(resume) == [free]
+    registry.wait(free)
+    assert resumed == [free]
+    assert registry.db.get_operation(held).state == 'running'
+    assert registry.db.get_operation(free).result['resumed'] is True
