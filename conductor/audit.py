@@ -25,6 +25,7 @@ daemon each see the others' things.
 """
 
 import uuid
+from concurrent import futures
 
 from oslo_log import log as logging
 
@@ -46,6 +47,8 @@ CLOUD = placement_aggregates.CLOUD_HOST
 # only ones left are the hostagent's own, whose conductor is this one.
 DEAD = ('dead', 'here')
 DAEMONS = ('ipmi host', 'redfish emulator')
+# The hostagent requests and cloud questions an audit has out at once.
+MAX_REQUESTS = 16
 
 
 def entry(hypervisor, kind, name, status, cluster=None, mark=None,
@@ -106,6 +109,7 @@ class Audit:
                     (row.kind, row.name)] = row.as_dict()
         # (hypervisor, kind, name, status) -> entry
         self.entries = {}
+        self.cloud_entries = {}
         # host -> its hostagent's audit
         self.surveys = {}
         # host -> its registered facts
@@ -116,7 +120,10 @@ class Audit:
 
     def _add(self, hypervisor, kind, name, status, cluster=None, mark=None,
              detail=None):
-        self.entries.setdefault((hypervisor, kind, name, status), entry(
+        # The cloud's questions run beside the hostagents' requests: its
+        # entries are kept apart.
+        entries = self.cloud_entries if hypervisor == CLOUD else self.entries
+        entries.setdefault((hypervisor, kind, name, status), entry(
             hypervisor, kind, name, status, cluster, mark, detail))
 
     def _request(self, host, method, **kwargs):
@@ -125,10 +132,11 @@ class Audit:
 
     def _facts(self, host):
         """What ``host``'s hostagent registered with."""
-        if host not in self.facts:
+        facts = self.facts.get(host)
+        if facts is None:
             row = self.db.get_hypervisor(host)
-            self.facts[host] = (row and row.facts) or {}
-        return self.facts[host]
+            facts = self.facts[host] = (row and row.facts) or {}
+        return facts
 
     def _owner(self, cluster):
         return names.owner(cluster.name, cluster.uuid)
@@ -138,33 +146,59 @@ class Audit:
         recorded = ({host for host, _ in self.records}
                     | {n['hypervisor'] for n in self.nodes}) - {CLOUD}
         try:
-            hosts = self.conductor.hypervisors()
+            hosts = sorted(self.conductor.hypervisors())
         except Exception as e:
             LOG.warning('No hypervisor to audit: %s', e)
             hosts = []
         for host in sorted(recorded - set(hosts)):
             self._add(host, 'hypervisor', host, UNCHECKED,
                       detail='its hostagent is not up')
-        for host in sorted(hosts):
-            try:
-                self.surveys[host] = self._request(host, 'audit')
-            except Exception as e:
+        # Every hostagent request, and the cloud's questions, at once:
+        # each mostly waits on a hypervisor or a service. The hostagents'
+        # answers are judged afterwards, one host after another.
+        with futures.ThreadPoolExecutor(max_workers=MAX_REQUESTS) as pool:
+            cloud = pool.submit(self._cloud)
+            surveys = {host: pool.submit(self._ask, host, 'audit')
+                       for host in hosts}
+            inspected = {host: self._inspect(pool, host) for host in hosts
+                         if self._facts(host)}
+            for host in hosts:
+                if host not in inspected:
+                    # Its facts, which the requests need, are not recorded
+                    # yet: its hostagent registers as it starts, before it
+                    # answers.
+                    surveys[host].result()
+                    self.facts.pop(host)
+                    inspected[host] = self._inspect(pool, host)
+            cloud.result()
+        for host, survey in surveys.items():
+            if isinstance(survey.result(), Exception):
                 self._add(host, 'hypervisor', host, UNCHECKED,
-                          detail='its audit failed: %s' % e)
+                          detail='its audit failed: %s' % survey.result())
+            else:
+                self.surveys[host] = survey.result()
         own = {survey['state_dir'] for survey in self.surveys.values()}
-        for host, survey in sorted(self.surveys.items()):
+        for host, survey in self.surveys.items():
+            for cluster, answer in inspected[host]:
+                self._nodes(host, cluster, answer.result())
             self._host(host, survey, own)
-        self._cloud()
-        found = sorted(self.entries.values(), key=lambda e: (
-            e['hypervisor'], e['cluster'] or '', e['kind'], e['name'],
-            e['status']))
+        found = sorted([*self.entries.values(), *self.cloud_entries.values()],
+                       key=lambda e: (e['hypervisor'], e['cluster'] or '',
+                                      e['kind'], e['name'], e['status']))
         return {'drift': [e for e in found if e['status'] != OTHER],
                 'other': [e for e in found if e['status'] == OTHER]}
+
+    def _ask(self, host, method, **kwargs):
+        """The answer of ``host``'s hostagent to ``method``, or the error
+        it raised."""
+        try:
+            return self._request(host, method, **kwargs)
+        except Exception as e:
+            return e
 
     # A hypervisor
 
     def _host(self, host, survey, own):
-        self._nodes(host)
         things = [t for t in survey['things']
                   if self._wanted(cluster_of(t['mark']))]
         for thing in things:
@@ -173,17 +207,17 @@ class Audit:
         if self.only is None:
             self._daemons(host, survey['daemons'], own)
 
-    def _nodes(self, host):
-        """The recorded parts of the nodes on ``host`` that its
-        hostagent's inspect_nodes finds otherwise than recorded."""
+    def _inspect(self, pool, host):
+        """Ask ``host``'s inspect_nodes, in ``pool``, about the recorded
+        nodes there: [(cluster, future of the answer)], one per
+        cluster."""
+        asked = []
         for owner, cluster in sorted(self.clusters.items()):
-            nodes = [n for n in self.nodes if n['cluster'] == cluster.name
-                     and n['hypervisor'] == host]
-            if not nodes:
-                continue
-            records = self.records.get((host, cluster.name), {})
             requests = []
-            for node in nodes:
+            for node in self.nodes:
+                if (node['cluster'], node['hypervisor']) != (cluster.name,
+                                                             host):
+                    continue
                 try:
                     requests.append(hostagent_rpcapi.node_request(
                         reconcile.view(cluster.spec, cluster.uuid, node,
@@ -194,21 +228,26 @@ class Audit:
                               cluster.name, owner, 'its record does not '
                               'fit its cluster\'s spec (%s: %s)' % (
                                   type(e).__name__, e))
-            if not requests:
-                continue
-            try:
-                found = self._request(host, 'inspect_nodes', nodes=requests,
-                                      owner=owner)['nodes']
-            except Exception as e:
-                self._add(host, 'cluster', cluster.name, UNCHECKED,
-                          cluster.name, owner,
-                          'inspecting its nodes failed: %s' % e)
-                continue
-            for drift in found.values():
-                for kind, name, what in drift:
-                    if (kind, name) in records:
-                        self._add(host, kind, name, what, cluster.name,
-                                  owner)
+            if requests:
+                asked.append((cluster, pool.submit(
+                    self._ask, host, 'inspect_nodes', nodes=requests,
+                    owner=owner)))
+        return asked
+
+    def _nodes(self, host, cluster, found):
+        """The recorded parts of ``cluster``'s nodes on ``host`` that its
+        hostagent's inspect_nodes ``found`` otherwise than recorded."""
+        owner = self._owner(cluster)
+        if isinstance(found, Exception):
+            self._add(host, 'cluster', cluster.name, UNCHECKED,
+                      cluster.name, owner,
+                      'inspecting its nodes failed: %s' % found)
+            return
+        records = self.records.get((host, cluster.name), {})
+        for drift in found['nodes'].values():
+            for kind, name, what in drift:
+                if (kind, name) in records:
+                    self._add(host, kind, name, what, cluster.name, owner)
 
     def _recorded(self, host, thing, cluster):
         """Whether ``thing`` (of a hostagent's audit) is in the records

@@ -12,6 +12,9 @@ each of which checks the thing's mark again; and stops the processes
 that serve a state directory that no longer has them.
 """
 
+import operator
+from concurrent import futures
+
 from oslo_log import log as logging
 
 from hostagent import deployments
@@ -26,6 +29,8 @@ LOG = logging.getLogger(__name__)
 ORDER = ('bmc', 'emulator', 'domain', 'nvram', 'volume', 'port', 'veth',
          'bridge', 'ovs port', 'pool')
 DEFAULT_BRIDGE_TYPE = 'linuxbridge'
+MARKED = operator.methodcaller('marked')
+DAEMONS = operator.methodcaller('daemons')
 
 
 def owner_of(thing):
@@ -56,15 +61,23 @@ class Audit:
         self.redfish = redfish
         self.registry = registry
 
+    def _drivers(self):
+        return [self.virt, *self.networks.values(), self.bmc, self.redfish]
+
     def things(self):
         """Everything here that carries a Tenks mark, read at once:
         [{'kind', 'name', 'mark', ...}] (see the drivers' marked()).
         A tap that is an Open vSwitch port is one 'port' of bridge_type
         openvswitch; bridges and taps say their bridge_type."""
+        drivers = self._drivers()
+        with futures.ThreadPoolExecutor(max_workers=len(drivers)) as pool:
+            return self._things(list(pool.map(MARKED, drivers)))
+
+    def _things(self, marked):
+        """things() of the drivers' ``marked()``, in _drivers' order."""
         found = {}
-        for driver in [self.virt, *self.networks.values(), self.bmc,
-                       self.redfish]:
-            for thing in driver.marked():
+        for things in marked:
+            for thing in things:
                 found.setdefault((thing['kind'], thing['name'],
                                   thing.get('pool')), thing)
         for key, row in list(found.items()):
@@ -80,12 +93,20 @@ class Audit:
 
     def survey(self):
         """What this hypervisor holds: see hostagent.rpcapi (audit)."""
-        things = self.things()
+        # Each driver reads libvirt, the kernel, OVSDB or its processes,
+        # mostly waiting: all at once.
+        drivers = self._drivers()
+        serving = (self.bmc, self.redfish)
+        with futures.ThreadPoolExecutor(
+                max_workers=len(drivers) + len(serving)) as pool:
+            marked = pool.map(MARKED, drivers)
+            daemons = pool.map(DAEMONS, serving)
+            things = self._things(list(marked))
+            daemons = [daemon for found in daemons for daemon in found]
         read = {}
         owners = sorted({owner_of(thing) for thing in things
                          if thing['mark']})
-        return {'changed': False, 'things': things,
-                'daemons': self.bmc.daemons() + self.redfish.daemons(),
+        return {'changed': False, 'things': things, 'daemons': daemons,
                 'deployments': {owner: list(self.registry.verdict(owner,
                                                                   read))
                                 for owner in owners},

@@ -1,15 +1,20 @@
 """Time ``tenks audit`` of an embedded cluster (real libvirt, IPMI host
-and Linux bridges): the audit in a process that has the conductor
-loaded (what a test suite pays after each case), and the whole command,
-start-up included, beside a no-change ``tenks deploy`` of the same
-cluster (the same start-up and one read of the hypervisor), as this
-machine's speed varies by the hour. Needs root and tools/setup.sh done.
+and Linux bridges): the whole command as a user times it (process start
+to exit) for the cluster, and with no cluster (a state directory that
+records none); the audit in a process that has the conductor loaded
+(what a test suite pays after each case); and, as this machine's speed
+varies by the hour, a no-change ``tenks deploy`` of the same cluster
+(the same start-up and one read of the hypervisor) and ``tenks node
+list`` (start-up and the state database alone) beside them, each with
+its CPU time (user and system), which load on the machine moves less.
+Needs root and tools/setup.sh done.
 
     .venv/bin/python tools/bench_audit.py [--size 10] [--runs 7]
 """
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,9 +43,25 @@ def spec(size):
     }
 
 
-def figures(times):
-    return '%.3f s median (%.3f-%.3f)' % (statistics.median(times),
-                                          min(times), max(times))
+def run(env, state_dir, command):
+    done = subprocess.run([TENKS, '--state-dir', state_dir, *command],
+                          env=env, capture_output=True, text=True)
+    # An audit exits 1 on drift: with no cluster of its own it may see
+    # what others left on this machine.
+    if done.returncode not in (0, 1) or (done.returncode and command[0]
+                                         != 'audit'):
+        sys.exit('tenks %s failed: %s' % (' '.join(command), done.stderr))
+
+
+def children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def figures(times, cpu=None):
+    return '%.3f s median (%.3f-%.3f)%s' % (
+        statistics.median(times), min(times), max(times),
+        ', CPU %.3f s' % statistics.median(cpu) if cpu else '')
 
 
 def main():
@@ -54,6 +75,7 @@ def main():
     from tenks import spec as tenks_spec
     from tenks.cli import embedded
     runtime.use_threads()
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix='tenks-bench-') as tmp:
         conf = tenks_conf.new_conf()
         conf([], default_config_files=[])
@@ -71,21 +93,40 @@ def main():
                 path = os.path.join(tmp, 'bench-audit.yaml')
                 with open(path, 'w') as f:
                     yaml.safe_dump(spec(args.size), f)
-                commands = {'audit': ['audit', 'bench-audit'],
-                            'deploy': ['deploy', path]}
+                empty = os.path.join(tmp, 'empty')
+                commands = {
+                    'audit': (conf.state_dir, ['audit', 'bench-audit']),
+                    'audit, no cluster': (empty, ['audit']),
+                    'deploy': (conf.state_dir, ['deploy', path]),
+                    'node list': (conf.state_dir, ['node', 'list']),
+                }
+                # Creates the empty state directory's database; and each
+                # command once, so that its bytecode is cached (as a
+                # user's shell runs it, PYTHONDONTWRITEBYTECODE unset).
+                env = dict(os.environ)
+                env.pop('PYTHONDONTWRITEBYTECODE', None)
+                for state_dir, command in commands.values():
+                    run(env, state_dir, command)
                 times = {name: [] for name in commands}
+                cpu = {name: [] for name in commands}
                 for _ in range(args.runs):
-                    for name, command in commands.items():
+                    for name, (state_dir, command) in commands.items():
+                        used = children_cpu()
                         started = time.monotonic()
-                        subprocess.run([TENKS, '--state-dir', conf.state_dir,
-                                        *command], check=True,
-                                       capture_output=True)
+                        run(env, state_dir, command)
                         times[name].append(time.monotonic() - started)
+                        cpu[name].append(children_cpu() - used)
             finally:
                 conductor.teardown('bench-audit')
     print('audit of %d nodes, in-process: %s' % (args.size, figures(inside)))
-    print('tenks audit bench-audit: %s' % figures(times['audit']))
-    print('tenks deploy, nothing to change: %s' % figures(times['deploy']))
+    for name, title in (
+            ('audit', 'tenks audit bench-audit (%d nodes)' % args.size),
+            ('audit, no cluster', 'tenks audit, no cluster'),
+            ('deploy', 'tenks deploy, nothing to change'),
+            ('node list', 'tenks node list')):
+        print('%s: %s' % (title, figures(times[name], cpu[name])))
+    print('load average before and after: %.1f, %.1f' % (
+        load, os.getloadavg()[0]))
 
 
 if __name__ == '__main__':

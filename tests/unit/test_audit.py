@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import types
 import uuid
 
@@ -15,6 +16,7 @@ import pytest
 from conductor import audit
 from hostagent import audit as hostagent_audit
 from hostagent import deployments
+from hostagent import nodes
 from hostagent.drivers.bmc import processes
 from tenks import names
 from tests.unit import conftest
@@ -326,6 +328,45 @@ def test_a_tap_that_is_an_open_vswitch_port_is_one_thing():
          'bridge': 'ovsbr'},
         {'kind': 'port', 'name': 't0', 'mark': 'tenks:c:u',
          'master': 'ovsbr', 'bridge_type': 'openvswitch'}]
+
+
+def test_the_drivers_of_a_hypervisor_are_read_at_once():
+    # Each reads libvirt, the kernel, OVSDB or processes: a slow one
+    # does not hold the others up.
+    everyone = threading.Barrier(7, timeout=5)
+
+    class Driver:
+        def marked(self):
+            everyone.wait()
+            return []
+
+        def daemons(self):
+            everyone.wait()
+            return []
+
+    registry = types.SimpleNamespace(state_dir='/nowhere')
+    survey = hostagent_audit.Audit(
+        Driver(), {'linuxbridge': Driver(), 'openvswitch': Driver()},
+        Driver(), Driver(), registry).survey()
+    assert (survey['things'], survey['daemons']) == ([], [])
+
+
+def test_a_hypervisors_survey_and_node_inspections_are_asked_at_once(
+        deployed, monkeypatch):
+    # The hostagent's survey and its inspection of the recorded nodes
+    # overlap: the audit waits for the slower, not for both in turn.
+    both = threading.Barrier(2, timeout=5)
+
+    def meeting(original):
+        def waiting(*args, **kwargs):
+            both.wait()
+            return original(*args, **kwargs)
+        return waiting
+
+    for cls, method in ((hostagent_audit.Audit, 'survey'),
+                        (nodes.Nodes, 'inspect')):
+        monkeypatch.setattr(cls, method, meeting(getattr(cls, method)))
+    assert deployed.audit() == {'drift': [], 'other': [], 'removed': []}
 
 
 def ironic_node(**fields):
