@@ -53,7 +53,7 @@ def hypervisors(count, rng):
     aggs = []
     for n, start in enumerate(range(0, count, 50)):
         aggs.append({
-            'id': n, 'name': 'agg%d' % n,
+            'id': n, 'uuid': 'agg%d-uuid' % n, 'name': 'agg%d' % n,
             'availability_zone': ZONES[n % len(ZONES)],
             'hosts': hosts[start:start + 50],
             'metadata': {'rack': 'r%d' % (n % 5)}})
