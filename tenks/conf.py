@@ -5,6 +5,7 @@ never at import time, so tests and embedded runs can use a private
 ``cfg.ConfigOpts()``. ``list_opts`` feeds oslo-config-generator.
 """
 
+import importlib.metadata
 import os
 import socket
 
@@ -14,12 +15,19 @@ STATE_DIR_ENV = 'TENKS_STATE_DIR'
 # What a service name may be on the bus (an AMQP routing key part); a
 # name with spaces is most often an inline comment oslo.config kept.
 HOST_REGEX = r'^[A-Za-z0-9._-]+$'
-# tenks.scheduler.FILTERS, which this module does not import (the CLI
-# reads it at start-up); a unit test keeps them equal.
-# In the order they run (tenks.scheduler has them).
+# The built-in filters and weighers of tenks.scheduler (setup.cfg
+# registers them), in the order they run by default.
 SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
                      'traits', 'availability_zone', 'aggregate_metadata',
                      'pool_space', 'capacity', 'bmc_port')
+SCHEDULER_WEIGHERS = ('cpu', 'ram', 'disk')
+
+
+def registered(group):
+    """The names of the plugins installed under entry point ``group``
+    (read from the installed packages' metadata, none loaded)."""
+    return sorted({entry_point.name for entry_point in
+                   importlib.metadata.entry_points(group=group)})
 
 
 def default_state_dir():
@@ -232,25 +240,51 @@ hostagent_opts = [
                       ('DISK_GB', '1.0'))
 ]
 
-scheduler_opts = [
-    cfg.ListOpt('enabled_filters',
-                default=list(SCHEDULER_FILTERS),
-                item_type=cfg.types.String(choices=SCHEDULER_FILTERS),
-                help='Filters a hypervisor must pass to take a node, in '
-                     'this order.'),
-    cfg.FloatOpt('ram_weight_multiplier', default=1.0,
-                 help='Weight of free MEMORY_MB: positive spreads nodes '
-                      'over the hypervisors, negative packs them.'),
-    cfg.FloatOpt('cpu_weight_multiplier', default=1.0,
-                 help='Weight of free VCPU: positive spreads, negative '
-                      'packs.'),
-    cfg.FloatOpt('disk_weight_multiplier', default=1.0,
-                 help='Weight of free DISK_GB: positive spreads, negative '
-                      'packs.'),
-    cfg.StrOpt('default_availability_zone', default='nova',
-               help='Availability zone of the hypervisors that are in no '
-                    'aggregate with a zone.'),
-]
+def scheduler_opts():
+    """The [scheduler] options, whose filters and weighers are those
+    installed now."""
+    return [
+        cfg.ListOpt('enabled_filters',
+                    default=list(SCHEDULER_FILTERS),
+                    item_type=cfg.types.String(choices=registered(
+                        'tenks.scheduler.filters')),
+                    help='Filters a hypervisor must pass to take a node, in '
+                         'this order: names registered under the '
+                         'tenks.scheduler.filters entry points, the '
+                         'built-in ones or an operator\'s own.'),
+        cfg.ListOpt('enabled_weighers',
+                    default=list(SCHEDULER_WEIGHERS),
+                    item_type=cfg.types.String(choices=registered(
+                        'tenks.scheduler.weighers')),
+                    help='Weighers that rank the hypervisors the filters '
+                         'leave: names registered under the '
+                         'tenks.scheduler.weighers entry points. The '
+                         'multiplier of weigher NAME is the option '
+                         'NAME_weight_multiplier of this group (1.0 for '
+                         'an operator\'s own weigher when unset).'),
+        cfg.FloatOpt('ram_weight_multiplier', default=1.0,
+                     help='Weight of free MEMORY_MB: positive spreads nodes '
+                          'over the hypervisors, negative packs them.'),
+        cfg.FloatOpt('cpu_weight_multiplier', default=1.0,
+                     help='Weight of free VCPU: positive spreads, negative '
+                          'packs.'),
+        cfg.FloatOpt('disk_weight_multiplier', default=1.0,
+                     help='Weight of free DISK_GB: positive spreads, '
+                          'negative packs.'),
+        cfg.StrOpt('default_availability_zone', default='nova',
+                   help='Availability zone of the hypervisors that are in '
+                        'no aggregate with a zone.'),
+    ]
+
+
+def weight_multiplier(conf, weigher):
+    """``[scheduler] <weigher>_weight_multiplier``: an operator's own
+    weigher's is registered here when first read, as a float of
+    default 1.0."""
+    name = '%s_weight_multiplier' % weigher
+    if name not in conf.scheduler:
+        conf.register_opt(cfg.FloatOpt(name, default=1.0), group='scheduler')
+    return conf.scheduler[name]
 
 
 openstack_opts = [
@@ -295,7 +329,7 @@ def register(conf):
     conf.register_opts(conductor_opts, group='conductor')
     conf.register_opts(hostagent_opts, group='hostagent')
     conf.register_opts(openstack_opts, group='openstack')
-    conf.register_opts(scheduler_opts, group='scheduler')
+    conf.register_opts(scheduler_opts(), group='scheduler')
     return conf
 
 
@@ -334,7 +368,7 @@ def list_opts():
         ('conductor', conductor_opts),
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
-        ('scheduler', scheduler_opts),
+        ('scheduler', scheduler_opts()),
     ] + rpc.UNLISTED_OPTS
 
 

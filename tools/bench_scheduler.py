@@ -16,13 +16,14 @@ import argparse
 import random
 import statistics
 import time
-import types
 
 from conductor import aggregates
+from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import resources
 from tenks import scheduler
 from tenks import spec as tenks_spec
+from tenks.scheduler import host_state
 
 GIB = 1024 ** 3
 ZONES = ('az1', 'az2', 'az3', 'az4')
@@ -110,12 +111,11 @@ def evenness(spec, facts, placement, nodes, options):
                  100 * min(share), 100 * statistics.mean(share),
                  100 * max(share), 100 * statistics.pstdev(share),
                  min(counts), statistics.mean(counts), max(counts))]
-    states = [scheduler.HostState(f, [], spec, {}, {}, None, placement[h])
-              for h, f in sorted(facts.items())]
+    states = host_state.host_states(spec, facts, [], placement)
     for index, entry in enumerate(spec['specs']):
-        request = scheduler.Request(spec, index, entry)
-        usable = {h.name for h in states if scheduler.refusal(
-            h, request, options) is None}
+        request = host_state.Request(spec, index, entry)
+        usable = {h.name for h in states if all(
+            f.host_passes(h, request) for f in options.filters)}
         used = {n['hypervisor'] for n in nodes if n['spec_index'] == index}
         lines.append('  specs[%d] %5d %-5s nodes: on %3d of the %3d hosts '
                      'it may use' % (index, entry['count'], entry['type'],
@@ -132,10 +132,9 @@ def main():
     facts, placement = hypervisors(args.hosts, random.Random(42))
     spec = cluster_spec(args.nodes)
     modes = {
-        'spread': scheduler.DEFAULT_OPTIONS,
-        'pack': types.SimpleNamespace(**dict(
-            vars(scheduler.DEFAULT_OPTIONS), weight_multipliers={
-                rc: -1.0 for rc in resources.RESOURCE_CLASSES})),
+        'spread': scheduler.default_options(),
+        'pack': scheduler.load_options(weight_multipliers=dict.fromkeys(
+            tenks_conf.SCHEDULER_WEIGHERS, -1.0)),
     }
     print('%d nodes, %d hypervisors (%d disabled), %d aggregates in %d '
           'zones' % (args.nodes, args.hosts, sum(
@@ -161,7 +160,7 @@ def main():
     more = cluster_spec(args.nodes + args.nodes // 10)
     start = time.perf_counter()
     added = scheduler.schedule(more, facts, nodes, placement,
-                               scheduler.DEFAULT_OPTIONS)
+                               scheduler.default_options())
     print('%d more nodes with %d recorded: %.3f s' % (
         len(added), len(nodes), time.perf_counter() - start))
 
