@@ -5,7 +5,6 @@ never at import time, so tests and embedded runs can use a private
 ``cfg.ConfigOpts()``. ``list_opts`` feeds oslo-config-generator.
 """
 
-import importlib.metadata
 import os
 import socket
 
@@ -21,13 +20,6 @@ SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
                      'traits', 'availability_zone', 'aggregate_metadata',
                      'pool_space', 'capacity', 'bmc_port')
 SCHEDULER_WEIGHERS = ('cpu', 'ram', 'disk')
-
-
-def registered(group):
-    """The names of the plugins installed under entry point ``group``
-    (read from the installed packages' metadata, none loaded)."""
-    return sorted({entry_point.name for entry_point in
-                   importlib.metadata.entry_points(group=group)})
 
 
 def default_state_dir():
@@ -240,41 +232,34 @@ hostagent_opts = [
                       ('DISK_GB', '1.0'))
 ]
 
-def scheduler_opts():
-    """The [scheduler] options, whose filters and weighers are those
-    installed now."""
-    return [
-        cfg.ListOpt('enabled_filters',
-                    default=list(SCHEDULER_FILTERS),
-                    item_type=cfg.types.String(choices=registered(
-                        'tenks.scheduler.filters')),
-                    help='Filters a hypervisor must pass to take a node, in '
-                         'this order: names registered under the '
-                         'tenks.scheduler.filters entry points, the '
-                         'built-in ones or an operator\'s own.'),
-        cfg.ListOpt('enabled_weighers',
-                    default=list(SCHEDULER_WEIGHERS),
-                    item_type=cfg.types.String(choices=registered(
-                        'tenks.scheduler.weighers')),
-                    help='Weighers that rank the hypervisors the filters '
-                         'leave: names registered under the '
-                         'tenks.scheduler.weighers entry points. The '
-                         'multiplier of weigher NAME is the option '
-                         'NAME_weight_multiplier of this group (1.0 for '
-                         'an operator\'s own weigher when unset).'),
-        cfg.FloatOpt('ram_weight_multiplier', default=1.0,
-                     help='Weight of free MEMORY_MB: positive spreads nodes '
-                          'over the hypervisors, negative packs them.'),
-        cfg.FloatOpt('cpu_weight_multiplier', default=1.0,
-                     help='Weight of free VCPU: positive spreads, negative '
-                          'packs.'),
-        cfg.FloatOpt('disk_weight_multiplier', default=1.0,
-                     help='Weight of free DISK_GB: positive spreads, '
-                          'negative packs.'),
-        cfg.StrOpt('default_availability_zone', default='nova',
-                   help='Availability zone of the hypervisors that are in '
-                        'no aggregate with a zone.'),
-    ]
+scheduler_opts = [
+    cfg.ListOpt('enabled_filters',
+                default=list(SCHEDULER_FILTERS),
+                help='Filters a hypervisor must pass to take a node, in '
+                     'this order: names registered under the '
+                     'tenks.scheduler.filters entry points, the '
+                     'built-in ones or an operator\'s own.'),
+    cfg.ListOpt('enabled_weighers',
+                default=list(SCHEDULER_WEIGHERS),
+                help='Weighers that rank the hypervisors the filters '
+                     'leave: names registered under the '
+                     'tenks.scheduler.weighers entry points. The '
+                     'multiplier of weigher NAME is the option '
+                     'NAME_weight_multiplier of this group (1.0 for '
+                     'an operator\'s own weigher when unset).'),
+    cfg.FloatOpt('ram_weight_multiplier', default=1.0,
+                 help='Weight of free MEMORY_MB: positive spreads nodes '
+                      'over the hypervisors, negative packs them.'),
+    cfg.FloatOpt('cpu_weight_multiplier', default=1.0,
+                 help='Weight of free VCPU: positive spreads, negative '
+                      'packs.'),
+    cfg.FloatOpt('disk_weight_multiplier', default=1.0,
+                 help='Weight of free DISK_GB: positive spreads, '
+                      'negative packs.'),
+    cfg.StrOpt('default_availability_zone', default='nova',
+               help='Availability zone of the hypervisors that are in '
+                    'no aggregate with a zone.'),
+]
 
 
 def weight_multiplier(conf, weigher):
@@ -329,7 +314,7 @@ def register(conf):
     conf.register_opts(conductor_opts, group='conductor')
     conf.register_opts(hostagent_opts, group='hostagent')
     conf.register_opts(openstack_opts, group='openstack')
-    conf.register_opts(scheduler_opts(), group='scheduler')
+    conf.register_opts(scheduler_opts, group='scheduler')
     return conf
 
 
@@ -368,7 +353,7 @@ def list_opts():
         ('conductor', conductor_opts),
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
-        ('scheduler', scheduler_opts()),
+        ('scheduler', scheduler_opts),
     ] + rpc.UNLISTED_OPTS
 
 

@@ -42,18 +42,21 @@ class Options:
 
 def _load(namespace, names):
     """The classes registered in entry point group ``namespace`` under
-    ``names``, in that order."""
-    def missing(names_):
-        raise exceptions.ConfigError(reason='no %s registered as %s' % (
-            namespace, ', '.join(sorted(names_))))
-
+    ``names``, in that order: the configuration's choices are the names
+    installed."""
     def failed(manager, entry_point, error):
         raise exceptions.ConfigError(reason='%s %s (%s) cannot be loaded: '
                                      '%s' % (namespace, entry_point.name,
                                              entry_point.value, error))
     manager = named.NamedExtensionManager(
         namespace, names, name_order=True, on_load_failure_callback=failed,
-        on_missing_entrypoints_callback=missing)
+        on_missing_entrypoints_callback=lambda missing: None)
+    missing = [name for name in names if name not in manager.names()]
+    if missing:
+        raise exceptions.ConfigError(
+            reason='no %s registered as %s (registered: %s)' % (
+                namespace, ', '.join(missing),
+                ', '.join(sorted(set(manager.entry_points_names())))))
     return [extension.plugin for extension in manager]
 
 

@@ -9,6 +9,7 @@ from stevedore import extension
 from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import scheduler
+from tenks.cli import embedded
 from tests.unit.test_filter_scheduler import facts
 from tests.unit.test_filter_scheduler import hosts_of
 from tests.unit.test_filter_scheduler import spec
@@ -125,9 +126,12 @@ def test_only_registered_names_are_choices(installed, tmp_path):
         [scheduler]
         enabled_filters = enabled,rack
         ''')
-    with pytest.raises(ValueError, match='rack'):
+    with pytest.raises(exceptions.ConfigError) as refused:
         scheduler.options_from_conf(conf)
-    assert 'quarantine' in tenks_conf.registered(scheduler.FILTER_NAMESPACE)
+    assert 'no tenks.scheduler.filters registered as rack (registered: ' \
+        'aggregate_metadata, availability_zone, bmc_port, broken, ' \
+        'capacity, enabled, firmware, network_driver, physnets, ' \
+        'pool_space, quarantine, traits)' in str(refused.value)
 
 
 def test_a_plugin_that_cannot_load_is_a_configuration_error(installed):
@@ -135,3 +139,11 @@ def test_a_plugin_that_cannot_load_is_a_configuration_error(installed):
                        match='tenks.scheduler.filters broken '
                              r'\(tenks_lab:NoSuchFilter\) cannot be loaded'):
         scheduler.load_options(enabled_filters=['enabled', 'broken'])
+
+
+def test_a_conductor_with_an_unknown_filter_does_not_start(conf, hypervisor):
+    conf.set_override('enabled_filters', ['enabled', 'rack'],
+                      group='scheduler')
+    with pytest.raises(exceptions.ConfigError, match='registered as rack'):
+        with embedded.embedded(conf):
+            pass
