@@ -48,6 +48,7 @@ def _load(namespace, names):
         raise exceptions.ConfigError(reason='%s %s (%s) cannot be loaded: '
                                      '%s' % (namespace, entry_point.name,
                                              entry_point.value, error))
+    # Missing names are reported below, with the names registered.
     manager = named.NamedExtensionManager(
         namespace, names, name_order=True, on_load_failure_callback=failed,
         on_missing_entrypoints_callback=lambda missing: None)
