@@ -716,7 +716,7 @@ class Conductor:
                 continue
             hosts = {host: reconcile.host_setup(other.spec, facts[host])
                      for host in {n['hypervisor'] for n in nodes}}
-            for host, interfaces in scheduler.planned_interfaces(
+            for host, interfaces in preflight.planned_interfaces(
                     hosts, nodes).items():
                 taken += [{'cluster': other.name, 'hypervisor': host,
                            'kind': 'port' if field.startswith('specs')

@@ -4,13 +4,13 @@ anything."""
 import uuid
 
 from tenks import exceptions
-from tenks import scheduler
+from tenks import node_records
 
 
 def redfish_endpoint(spec):
     """The inspect arguments of the spec's Redfish endpoint: none when it
     has no Redfish node (an agent before API 1.4 can answer)."""
-    address, port = scheduler.redfish_endpoint(spec)
+    address, port = node_records.redfish_endpoint(spec)
     if address is None:
         return {}
     return {'redfish_address': address, 'redfish_port': port}

@@ -102,7 +102,7 @@ def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
                 name=spec['cluster'], reason='node %s cannot move: no '
                 'hostagent is up on %s to serve its volumes' % (
                     node['name'], node['hypervisor']))
-    targets = scheduler.place_moves(spec, facts, nodes, moving, allowed,
+    targets = scheduler.hosts_for_moves(spec, facts, nodes, moving, allowed,
                                     placement, options)
     deployment = cluster.uuid
     moves = []

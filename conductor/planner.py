@@ -6,6 +6,7 @@ from tenks import names
 from tenks import reconcile
 from tenks import scheduler
 from tenks import states
+from tenks.scheduler import host_state
 
 
 def plan_deploy(spec, cluster, facts, nodes, resources, force,
@@ -25,7 +26,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
         raise exceptions.ChangeRefused(name=name, reason=(
             'its nodes on %s cannot be checked: no hostagent up there '
             '(see "tenks hypervisor list")' % ', '.join(away)))
-    mapped = scheduler.physnet_hosts(facts)
+    mapped = host_state.physnet_hosts(facts)
     check_physnets(spec, mapped)
     old_spec = (None if cluster.state == states.CLUSTER_SCHEDULED
                 else cluster.spec)
@@ -71,7 +72,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
 def check_physnets(spec, mapped):
     """Raise NoValidHost for a physnet that the node types of ``spec``'s
     nodes name, that the spec does not declare and that no hypervisor
-    maps (``mapped``: tenks.scheduler.physnet_hosts): a typo, or a
+    maps (``mapped``: tenks.scheduler.host_state.physnet_hosts): a typo, or a
     hostagent's physnet_mappings missing."""
     used = {entry['type'] for entry in spec['specs'] if entry['count']}
     for type_name in sorted(used):

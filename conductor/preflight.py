@@ -1,6 +1,6 @@
 """Checks made with the hypervisors before a deploy creates anything.
 
-The scheduler has placed the new nodes on the facts of a first
+The scheduler has chosen the new nodes' hosts on the facts of a first
 ``inspect``; this checks every hypervisor of the plan, and asks each
 whether the interfaces the deploy would create there are free, whether
 the domains and volumes of its new nodes are, and whether the devices
@@ -14,7 +14,7 @@ from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
-from tenks import scheduler
+from tenks.scheduler import host_state
 
 
 def check_hosts(agents, spec, deployment, facts, nodes, resources,
@@ -31,12 +31,12 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources,
     hosts = {host: reconcile.host_setup(spec, facts[host])
              for host in sorted({node['hypervisor'] for node in nodes})}
     for host in hosts:
-        offered = scheduler.network_drivers(facts[host])
+        offered = host_state.network_drivers(facts[host])
         if spec['bridge_type'] not in offered:
             raise exceptions.NetworkDriverMismatch(
                 host=host, driver=', '.join(offered),
                 bridge_type=spec['bridge_type'])
-    wanted = scheduler.planned_interfaces(hosts, nodes)
+    wanted = planned_interfaces(hosts, nodes)
     found = {
         host: agents.request(
             host, 'inspect', 'inspect/%s' % uuid.uuid4(), operation,
@@ -49,9 +49,59 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources,
             bridge_type=spec['bridge_type'],
             **inspection.redfish_endpoint(spec))
         for host, interfaces in sorted(wanted.items())}
-    problems = scheduler.interface_conflicts(spec, wanted, found, resources)
+    problems = interface_conflicts(spec, wanted, found, resources)
     if problems:
         raise exceptions.InterfaceConflict(conflicts='; '.join(problems))
+
+
+
+def planned_interfaces(hosts, nodes):
+    """{host: {interface name: spec field it comes from}} of the
+    interfaces a deploy creates: bridges and uplink veths of ``hosts``
+    ({host: tenks.reconcile.host_setup}), taps of ``nodes`` (records)."""
+    wanted = {}
+    for host, setup in hosts.items():
+        names_here = wanted.setdefault(host, {})
+        for bridge in setup['bridges']:
+            names_here[bridge['name']] = 'bridge_prefix'
+            for veth in (bridge['uplink'] or {}).get('veth_names', ()):
+                names_here[veth] = 'bridge_prefix'
+    for node in nodes:
+        field = 'specs[%d].node_name_prefix' % node['spec_index']
+        for nic in node['nics']:
+            wanted.setdefault(node['hypervisor'], {})[nic['tap']] = field
+    return wanted
+
+
+def interface_conflicts(spec, wanted, facts, recorded):
+    """Problems with the interfaces ``wanted`` (planned_interfaces) a
+    deploy of ``spec`` would create, each naming the spec field, the
+    interface, the host and who holds it.
+
+    ``facts``: {host: inspect result for those interfaces};
+    ``recorded``: resources (dicts: cluster, hypervisor, kind, name) of
+    every cluster of this state database. A name recorded for another
+    cluster, or present on the host without this deployment's mark, is
+    taken; a bridge's uplink is recorded under the bridge's name.
+    """
+    problems = []
+    for resource in recorded:
+        if resource['cluster'] == spec['cluster'] or resource['kind'] not in (
+                'bridge', 'uplink', 'port'):
+            continue
+        field = wanted.get(resource['hypervisor'], {}).get(resource['name'])
+        if field is not None:
+            problems.append('%s: %s %s on %s is recorded for cluster %s' % (
+                field, 'tap' if resource['kind'] == 'port' else 'bridge',
+                resource['name'], resource['hypervisor'],
+                resource['cluster']))
+    for host, names_here in sorted(wanted.items()):
+        for name, mark in facts[host]['foreign_interfaces']:
+            problems.append('%s: interface %s exists on %s %s' % (
+                names_here.get(name, '?'), name, host,
+                'with owner mark %r' % mark if mark
+                else 'without an owner mark'))
+    return list(dict.fromkeys(problems))
 
 
 # inspect_nodes' words for a thing of that name that is not the owner's,

@@ -14,12 +14,12 @@ STATE_DIR_ENV = 'TENKS_STATE_DIR'
 # What a service name may be on the bus (an AMQP routing key part); a
 # name with spaces is most often an inline comment oslo.config kept.
 HOST_REGEX = r'^[A-Za-z0-9._-]+$'
-# tenks.scheduler.FILTERS, which this module does not import (the CLI
-# reads it at start-up); a unit test keeps them equal.
-# In the order they run (tenks.scheduler has them).
+# The built-in filters and weighers of tenks.scheduler (setup.cfg
+# registers them), in the order they run by default.
 SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
                      'traits', 'availability_zone', 'aggregate_metadata',
                      'pool_space', 'capacity', 'bmc_port')
+SCHEDULER_WEIGHERS = ('cpu', 'ram', 'disk')
 
 
 def default_state_dir():
@@ -235,9 +235,18 @@ hostagent_opts = [
 scheduler_opts = [
     cfg.ListOpt('enabled_filters',
                 default=list(SCHEDULER_FILTERS),
-                item_type=cfg.types.String(choices=SCHEDULER_FILTERS),
                 help='Filters a hypervisor must pass to take a node, in '
-                     'this order.'),
+                     'this order: names registered under the '
+                     'tenks.scheduler.filters entry points, the '
+                     'built-in ones or an operator\'s own.'),
+    cfg.ListOpt('enabled_weighers',
+                default=list(SCHEDULER_WEIGHERS),
+                help='Weighers that rank the hypervisors the filters '
+                     'leave: names registered under the '
+                     'tenks.scheduler.weighers entry points. The '
+                     'multiplier of weigher NAME is the option '
+                     'NAME_weight_multiplier of this group (1.0 for '
+                     'an operator\'s own weigher when unset).'),
     cfg.FloatOpt('ram_weight_multiplier', default=1.0,
                  help='Weight of free MEMORY_MB: positive spreads nodes '
                       'over the hypervisors, negative packs them.'),
@@ -245,12 +254,22 @@ scheduler_opts = [
                  help='Weight of free VCPU: positive spreads, negative '
                       'packs.'),
     cfg.FloatOpt('disk_weight_multiplier', default=1.0,
-                 help='Weight of free DISK_GB: positive spreads, negative '
-                      'packs.'),
+                 help='Weight of free DISK_GB: positive spreads, '
+                      'negative packs.'),
     cfg.StrOpt('default_availability_zone', default='nova',
-               help='Availability zone of the hypervisors that are in no '
-                    'aggregate with a zone.'),
+               help='Availability zone of the hypervisors that are in '
+                    'no aggregate with a zone.'),
 ]
+
+
+def weight_multiplier(conf, weigher):
+    """``[scheduler] <weigher>_weight_multiplier``: an operator's own
+    weigher's is registered here when first read, as a float of
+    default 1.0."""
+    name = '%s_weight_multiplier' % weigher
+    if name not in conf.scheduler:
+        conf.register_opt(cfg.FloatOpt(name, default=1.0), group='scheduler')
+    return conf.scheduler[name]
 
 
 openstack_opts = [

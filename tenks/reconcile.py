@@ -13,7 +13,7 @@ import re
 
 from tenks import exceptions
 from tenks import names
-from tenks import scheduler
+from tenks import node_records
 from tenks import spec as tenks_spec
 
 GIB = 1024 ** 3
@@ -100,7 +100,7 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
     name = node['name']
     volumes = []
     for index, vol in enumerate(node_type['volumes']):
-        volumes.append(scheduler.volume_record(
+        volumes.append(node_records.volume_record(
             names.volume(name, entry['vol_name_prefix'], index), vol))
     by_physnet = {nic['physnet']: nic for nic in node['nics']}
     wanted = node_type['physical_networks']
@@ -114,11 +114,11 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
         bridge = names.bridge(spec, physnet, host_facts['resource_prefix'])
         nic = by_physnet.get(physnet)
         if nic is None:
-            nic = {'physnet': physnet, 'mac': scheduler.new_mac(taken_macs),
+            nic = {'physnet': physnet, 'mac': node_records.new_mac(taken_macs),
                    'tap': next(free_taps)}
         nics.append(dict(nic, bridge=bridge,
                          bridge_type=spec['bridge_type']))
-    kind = scheduler.bmc_type(spec, entry['type'])
+    kind = node_records.bmc_type(spec, entry['type'])
     system_id = None
     if kind == 'redfish':
         # The cluster's emulator on the node's host serves it.

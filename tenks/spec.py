@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from tenks import exceptions
-from tenks import scheduler
+from tenks import node_records
 from tenks import units
 
 LOG = logging.getLogger(__name__)
@@ -921,10 +921,10 @@ def _firmware_problems(spec, type_name, node_type):
 
 
 def _bmc_type(spec, type_name):
-    """scheduler.bmc_type of a spec that may be invalid: 'ipmi' where
+    """node_records.bmc_type of a spec that may be invalid: 'ipmi' where
     it cannot tell (the schema reports the problem)."""
     try:
-        return scheduler.bmc_type(spec, type_name)
+        return node_records.bmc_type(spec, type_name)
     except (KeyError, TypeError, AttributeError):
         return 'ipmi'
 

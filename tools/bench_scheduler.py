@@ -16,22 +16,23 @@ import argparse
 import random
 import statistics
 import time
-import types
 
 from conductor import aggregates
+from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import resources
 from tenks import scheduler
 from tenks import spec as tenks_spec
+from tenks.scheduler import host_state
 
 GIB = 1024 ** 3
 ZONES = ('az1', 'az2', 'az3', 'az4')
 
 
 def hypervisors(count, rng):
-    """Facts and placement of ``count`` hosts: four zones of aggregates
-    of 50 hosts, a quarter with SSDs, a tenth with GPUs, of three sizes,
-    one in 97 disabled."""
+    """Facts and the conductor's views of ``count`` hosts: four zones of
+    aggregates of 50 hosts, a quarter with SSDs, a tenth with GPUs, of
+    three sizes, one in 97 disabled."""
     facts = {}
     for i in range(count):
         host = 'hv%04d' % i
@@ -53,14 +54,14 @@ def hypervisors(count, rng):
     aggs = []
     for n, start in enumerate(range(0, count, 50)):
         aggs.append({
-            'id': n, 'name': 'agg%d' % n,
+            'id': n, 'uuid': 'agg%d-uuid' % n, 'name': 'agg%d' % n,
             'availability_zone': ZONES[n % len(ZONES)],
             'hosts': hosts[start:start + 50],
             'metadata': {'rack': 'r%d' % (n % 5)}})
-    placement = aggregates.placement(
+    views = aggregates.placement(
         aggs, [{'host': h, 'enabled': i % 97 != 0}
                for i, h in enumerate(sorted(facts))], 'nova')
-    return facts, placement
+    return facts, views
 
 
 def cluster_spec(nodes):
@@ -92,14 +93,14 @@ def cluster_spec(nodes):
     })
 
 
-def evenness(spec, facts, placement, nodes, options):
+def evenness(spec, facts, views, nodes, options):
     """How the nodes are spread: the share of its memory each enabled
     hypervisor gives them, and per spec entry, over how many of the
     hosts it may use they went."""
     by_host = {}
     for node in nodes:
         by_host.setdefault(node['hypervisor'], []).append(node)
-    enabled = [h for h in sorted(facts) if placement[h]['enabled']]
+    enabled = [h for h in sorted(facts) if views[h]['enabled']]
     share = [resources.usages(by_host.get(h, ()))['MEMORY_MB']
              / resources.capacity(resources.inventories(facts[h])[
                  'MEMORY_MB']) for h in enabled]
@@ -110,12 +111,11 @@ def evenness(spec, facts, placement, nodes, options):
                  100 * min(share), 100 * statistics.mean(share),
                  100 * max(share), 100 * statistics.pstdev(share),
                  min(counts), statistics.mean(counts), max(counts))]
-    states = [scheduler.HostState(f, [], spec, {}, {}, None, placement[h])
-              for h, f in sorted(facts.items())]
+    states = host_state.host_states(spec, facts, [], views)
     for index, entry in enumerate(spec['specs']):
-        request = scheduler.Request(spec, index, entry)
-        usable = {h.name for h in states if scheduler.refusal(
-            h, request, options) is None}
+        request = host_state.Request(spec, index, entry)
+        usable = {h.name for h in states if all(
+            f.host_passes(h, request) for f in options.filters)}
         used = {n['hypervisor'] for n in nodes if n['spec_index'] == index}
         lines.append('  specs[%d] %5d %-5s nodes: on %3d of the %3d hosts '
                      'it may use' % (index, entry['count'], entry['type'],
@@ -129,24 +129,23 @@ def main():
     parser.add_argument('--nodes', type=int, default=10000)
     parser.add_argument('--runs', type=int, default=3)
     args = parser.parse_args()
-    facts, placement = hypervisors(args.hosts, random.Random(42))
+    facts, views = hypervisors(args.hosts, random.Random(42))
     spec = cluster_spec(args.nodes)
     modes = {
-        'spread': scheduler.DEFAULT_OPTIONS,
-        'pack': types.SimpleNamespace(**dict(
-            vars(scheduler.DEFAULT_OPTIONS), weight_multipliers={
-                rc: -1.0 for rc in resources.RESOURCE_CLASSES})),
+        'spread': scheduler.default_options(),
+        'pack': scheduler.load_options(weight_multipliers=dict.fromkeys(
+            tenks_conf.SCHEDULER_WEIGHERS, -1.0)),
     }
     print('%d nodes, %d hypervisors (%d disabled), %d aggregates in %d '
           'zones' % (args.nodes, args.hosts, sum(
-              not p['enabled'] for p in placement.values()),
+              not p['enabled'] for p in views.values()),
                      (args.hosts + 49) // 50, len(ZONES)))
     for mode, options in modes.items():
         times = []
         for _ in range(args.runs):
             start = time.perf_counter()
             try:
-                nodes = scheduler.schedule(spec, facts, [], placement,
+                nodes = scheduler.schedule(spec, facts, [], views,
                                            options)
             except exceptions.NoValidHost as e:
                 print('%s: %s' % (mode, str(e)[:300]))
@@ -155,13 +154,13 @@ def main():
         else:
             print('%s: best %.3f s of %d runs (%.1f us per node)' % (
                 mode, min(times), args.runs, 1e6 * min(times) / args.nodes))
-            print('\n'.join(evenness(spec, facts, placement, nodes,
+            print('\n'.join(evenness(spec, facts, views, nodes,
                                      options)))
     # A re-run that adds a tenth more nodes to what is recorded.
     more = cluster_spec(args.nodes + args.nodes // 10)
     start = time.perf_counter()
-    added = scheduler.schedule(more, facts, nodes, placement,
-                               scheduler.DEFAULT_OPTIONS)
+    added = scheduler.schedule(more, facts, nodes, views,
+                               scheduler.default_options())
     print('%d more nodes with %d recorded: %.3f s' % (
         len(added), len(nodes), time.perf_counter() - start))
 

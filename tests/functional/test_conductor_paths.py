@@ -8,7 +8,7 @@ import libvirt
 import pytest
 
 from tenks import exceptions
-from tenks import scheduler
+from tenks import node_records
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
 from tests.functional import test_enrolment
@@ -83,7 +83,7 @@ def test_enrolment_failing_after_create_leaves_no_ironic_node(
                                          driver='fake-hardware')
     try:
         cloud.baremetal.create_port(node_id=holder.id, address=mac)
-        monkeypatch.setattr(scheduler, 'new_mac', lambda taken: mac)
+        monkeypatch.setattr(node_records, 'new_mac', lambda taken: mac)
         with pytest.raises(exceptions.OperationFailed) as raised:
             env.deploy(test_enrolment.enrolled_spec(env, count=1))
         message = str(raised.value)

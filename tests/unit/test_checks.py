@@ -10,6 +10,7 @@ import pytest
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
+from conductor import preflight
 from flows import post_deploy
 from hostagent import manager
 from tenks import exceptions
@@ -218,7 +219,7 @@ def test_bridge_type_cannot_change_on_a_deployed_cluster(conductor,
 def planned_interfaces(spec, host_facts):
     """The interfaces a first deploy of ``spec`` creates."""
     nodes = scheduler.schedule(spec, host_facts, [])
-    return scheduler.planned_interfaces(
+    return preflight.planned_interfaces(
         {host: reconcile.host_setup(spec, host_facts[host])
          for host in host_facts}, nodes)
 
@@ -247,14 +248,14 @@ def test_interface_conflicts_name_field_host_and_holder():
          'name': 'p-tk0-0'}]
     found = {'hv1': facts(foreign=[('p-tk0-0', 'tenks:x'),
                                    ('brtenks0', '')])}
-    assert scheduler.interface_conflicts(spec, plan, found, recorded) == [
+    assert preflight.interface_conflicts(spec, plan, found, recorded) == [
         'bridge_prefix: bridge brtenks0 on hv1 is recorded for cluster '
         'other',
         "specs[0].node_name_prefix: interface p-tk0-0 exists on hv1 with "
         "owner mark 'tenks:x'",
         'bridge_prefix: interface brtenks0 exists on hv1 without an owner '
         'mark']
-    assert scheduler.interface_conflicts(
+    assert preflight.interface_conflicts(
         spec, plan, {'hv1': facts()}, recorded[1:]) == []
 
 

@@ -1,8 +1,6 @@
 """The filter scheduler: each filter, the weighers, the report of a
 placement that fails, and the resource provider model under them."""
 
-import types
-
 import pytest
 
 from tenks import conf as tenks_conf
@@ -48,9 +46,13 @@ def refused(spec_, all_facts, placement=None, options=None):
     return str(raised.value)
 
 
-def test_filter_list_matches_the_configuration_choices():
-    assert scheduler.FILTERS == tenks_conf.SCHEDULER_FILTERS
-    assert set(scheduler.FILTER_FUNCTIONS) == set(scheduler.FILTERS)
+def test_built_in_filters_and_weighers_are_registered_by_name():
+    # Each is known by its entry point's name.
+    options = scheduler.default_options()
+    assert [f.name for f in options.filters] == list(
+        tenks_conf.SCHEDULER_FILTERS)
+    assert [w.name for w in options.weighers] == list(
+        tenks_conf.SCHEDULER_WEIGHERS)
 
 
 # Filters, one by one
@@ -149,8 +151,7 @@ def test_availability_zone_filter_and_default_zone():
     assert hosts_of(scheduler.schedule(
         spec(availability_zone='nova'), all_facts, [], placement)) == [
             'hv3']
-    options = types.SimpleNamespace(**dict(
-        vars(scheduler.DEFAULT_OPTIONS), default_availability_zone='home'))
+    options = scheduler.load_options(default_availability_zone='home')
     assert hosts_of(scheduler.schedule(
         spec(availability_zone='home'), all_facts, [], placement,
         options)) == ['hv3']
@@ -195,9 +196,8 @@ def test_pool_space_and_network_driver_filters():
 
 def test_disabled_filters_do_not_run():
     all_facts = {'hv1': facts('hv1')}
-    options = types.SimpleNamespace(**dict(
-        vars(scheduler.DEFAULT_OPTIONS),
-        enabled_filters=('capacity', 'bmc_port')))
+    options = scheduler.load_options(enabled_filters=('capacity',
+                                                      'bmc_port'))
     assert hosts_of(scheduler.schedule(
         spec(), all_facts, [], {'hv1': {'enabled': False}}, options)) == [
             'hv1']
@@ -229,9 +229,8 @@ def test_spread_evens_out_the_share_used():
 
 def test_pack_fills_one_host_first():
     all_facts = {h: facts(h) for h in ('hv1', 'hv2', 'hv3')}
-    options = types.SimpleNamespace(**dict(
-        vars(scheduler.DEFAULT_OPTIONS), weight_multipliers={
-            'VCPU': -1.0, 'MEMORY_MB': -1.0, 'DISK_GB': -1.0}))
+    options = scheduler.load_options(weight_multipliers={
+        'cpu': -1.0, 'ram': -1.0, 'disk': -1.0})
     nodes = scheduler.schedule(spec(count=4), all_facts, [], None, options)
     assert hosts_of(nodes) == ['hv1'] * 4
 
@@ -242,9 +241,8 @@ def test_per_resource_multipliers():
                  'hv2': facts('hv2', cpus=8, memory_mb=4096)}
 
     def first(vcpu, memory):
-        options = types.SimpleNamespace(**dict(
-            vars(scheduler.DEFAULT_OPTIONS), weight_multipliers={
-                'VCPU': vcpu, 'MEMORY_MB': memory, 'DISK_GB': 0.0}))
+        options = scheduler.load_options(weight_multipliers={
+            'cpu': vcpu, 'ram': memory, 'disk': 0.0})
         return hosts_of(scheduler.schedule(spec(), all_facts, [], None,
                                            options))[0]
     assert first(0.0, 1.0) == 'hv1'
@@ -265,10 +263,12 @@ def test_options_from_the_configuration(conf):
     conf.set_override('ram_weight_multiplier', -2.0, group='scheduler')
     conf.set_override('enabled_filters', ['capacity'], group='scheduler')
     options = scheduler.options_from_conf(conf)
-    assert options.weight_multipliers['MEMORY_MB'] == -2.0
-    assert options.enabled_filters == ('capacity',)
-    with pytest.raises(ValueError):
-        conf.set_override('enabled_filters', ['nope'], group='scheduler')
+    assert {w.name: w.multiplier for w in options.weighers} == {
+        'cpu': 1.0, 'ram': -2.0, 'disk': 1.0}
+    assert [f.name for f in options.filters] == ['capacity']
+    conf.set_override('enabled_filters', ['nope'], group='scheduler')
+    with pytest.raises(exceptions.ConfigError, match='nope'):
+        scheduler.options_from_conf(conf)
 
 
 # The resource model

@@ -61,24 +61,24 @@ def facts(host, prefix, memory_mb=4096):
             'physnet_mappings': {}}
 
 
-def test_place_moves_never_picks_the_nodes_host_and_spreads():
+def test_hosts_for_moves_never_picks_the_nodes_host_and_spreads():
     spec = make_spec(count=2)
     hosts = {'h1': facts('h1', 'a'), 'h2': facts('h2', 'b'),
              'h3': facts('h3', 'c')}
     recorded = scheduler.schedule(spec, {'h1': hosts['h1']}, [])
-    placed = moves.scheduler.place_moves(
+    placed = moves.scheduler.hosts_for_moves(
         spec, hosts, recorded, recorded, {'h1', 'h2', 'h3'})
     assert sorted(host for host, _ in placed.values()) == ['h2', 'h3']
     assert {endpoint for _, endpoint in placed.values()} == {
         ('10.0.0.2', 6230), ('10.0.0.3', 6230)}
     with pytest.raises(exceptions.NoValidHost,
                        match='no other hypervisor shares an aggregate'):
-        scheduler.place_moves(spec, hosts, recorded, recorded[:1], {'h1'})
+        scheduler.hosts_for_moves(spec, hosts, recorded, recorded[:1], {'h1'})
     small = dict(hosts, h2=facts('h2', 'b', memory_mb=64))
     with pytest.raises(exceptions.NoValidHost,
                        match='node tk0 .*MEMORY_MB removed 1'):
-        scheduler.place_moves(spec, small, recorded, recorded[:1],
-                              {'h1', 'h2'})
+        scheduler.hosts_for_moves(spec, small, recorded, recorded[:1],
+                                  {'h1', 'h2'})
 
 
 def test_a_node_never_moves_to_a_hostagent_of_its_libvirt():
@@ -89,12 +89,13 @@ def test_a_node_never_moves_to_a_hostagent_of_its_libvirt():
              'h3': dict(facts('h3', 'c'), libvirt_daemon='qemu:///system '
                         'on hv3 (host UUID 3)')}
     recorded = scheduler.schedule(spec, {'h1': hosts['h1']}, [])
-    placed = scheduler.place_moves(spec, hosts, recorded, recorded,
-                                   {'h1', 'h2', 'h3'})
+    placed = scheduler.hosts_for_moves(spec, hosts, recorded, recorded,
+                                       {'h1', 'h2', 'h3'})
     assert [host for host, _ in placed.values()] == ['h3']
     # Only h2 left: refused, naming the libvirt they share.
     with pytest.raises(exceptions.NoValidHost) as refused:
-        scheduler.place_moves(spec, hosts, recorded, recorded, {'h1', 'h2'})
+        scheduler.hosts_for_moves(spec, hosts, recorded, recorded,
+                                  {'h1', 'h2'})
     assert str(refused.value) == (
         'No valid host for node tk0 (node type small (specs[0])): 1 '
         'hypervisor; shared libvirt removed 1 (h2: it shares the libvirt '
@@ -102,8 +103,8 @@ def test_a_node_never_moves_to_a_hostagent_of_its_libvirt():
         'node moves only to another libvirt)')
     # Hostagents that do not say which libvirt they reach are not refused.
     del hosts['h1']['libvirt_daemon']
-    placed = scheduler.place_moves(spec, hosts, recorded, recorded,
-                                   {'h1', 'h2'})
+    placed = scheduler.hosts_for_moves(spec, hosts, recorded, recorded,
+                                       {'h1', 'h2'})
     assert [host for host, _ in placed.values()] == ['h2']
 
 

@@ -17,6 +17,7 @@ from tenks import exceptions
 from tenks import reconcile
 from tenks import scheduler
 from tenks.cli import embedded
+from tenks.scheduler import host_state
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 
@@ -179,9 +180,9 @@ def test_requests_and_records_carry_the_bridge_type():
 
 
 def test_an_agent_before_the_choice_offers_its_one_driver():
-    assert scheduler.network_drivers({'network_driver': 'linuxbridge'}) == [
+    assert host_state.network_drivers({'network_driver': 'linuxbridge'}) == [
         'linuxbridge']
-    assert scheduler.network_drivers(facts()) == ['linuxbridge',
+    assert host_state.network_drivers(facts()) == ['linuxbridge',
                                                   'openvswitch']
 
 

@@ -11,6 +11,7 @@ from flows import registration
 from hostagent.drivers.bmc import allowlist
 from hostagent.drivers.bmc import sushy
 from tenks import exceptions
+from tenks import node_records
 from tenks import reconcile
 from tenks import scheduler
 from tests.unit import test_nodes
@@ -51,8 +52,8 @@ def test_redfish_nodes_share_the_host_endpoint_and_take_no_ipmi_port():
 def test_default_driver_and_bmc_emulators_choose_the_type():
     spec = make_spec(default_ironic_driver='redfish',
                      bmc_emulators={'redfish': 'sushy-tools'})
-    assert scheduler.bmc_type(spec, 'small') == 'redfish'
-    assert scheduler.bmc_type(make_spec(), 'small') == 'ipmi'
+    assert node_records.bmc_type(spec, 'small') == 'redfish'
+    assert node_records.bmc_type(make_spec(), 'small') == 'ipmi'
 
 
 def test_an_endpoint_of_another_cluster_is_refused():

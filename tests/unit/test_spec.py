@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tenks import exceptions
-from tenks import scheduler
+from tenks import node_records
 from tenks import spec
 
 GiB = 1024 ** 3
@@ -733,7 +733,7 @@ def test_redfish_nodes_take_no_ipmi_port():
                   physical_networks=['physnet1'])
     loaded = spec.validate(data)
     assert loaded['node_types']['small']['ironic_driver'] == 'redfish'
-    assert scheduler.bmc_type(loaded, 'small') == 'redfish'
+    assert node_records.bmc_type(loaded, 'small') == 'redfish'
     # The address defaults to ipmi_address's.
     assert spec.validate(change(ipmi_address='127.0.0.2'))[
         'redfish_address'] == '127.0.0.2'
