@@ -14,8 +14,8 @@ from conductor import conductor as conductor_module
 from tenks import exceptions
 from tenks import policy
 from tenks.cli import client
-from tenks.cli import commands
 from tenks.cli import main
+from tenks.cli import nodes as node_commands
 
 SPEC = {
     'cluster': 'unit',
@@ -171,11 +171,11 @@ def test_find_node_by_uuid_or_unique_name():
               'hypervisor': 'hv2'},
              {'name': 'u1', 'uuid': 'u3', 'cluster': 'b',
               'hypervisor': 'hv2'}]
-    assert commands.find_node(nodes, 'u2')['uuid'] == 'u2'
+    assert node_commands.find_node(nodes, 'u2')['uuid'] == 'u2'
     # A UUID wins over a node that happens to be named like it.
-    assert commands.find_node(nodes, 'u1')['uuid'] == 'u1'
+    assert node_commands.find_node(nodes, 'u1')['uuid'] == 'u1'
     with pytest.raises(exceptions.NodeAmbiguous) as info:
-        commands.find_node(nodes, 'tk0')
+        node_commands.find_node(nodes, 'tk0')
     assert str(info.value) == (
         "2 nodes are named tk0 (cluster a on hv1, cluster b on hv2): name "
         "the cluster with --cluster, or use the node's UUID")
