@@ -115,6 +115,15 @@ class HypervisorSet(Command):
             tenks.update_hypervisor(args.host, args.enabled, args.reason)
 
 
+def moved_nodes(result):
+    """How many nodes a move operation that succeeded moved, as its
+    ``result`` says. A conductor older than that count (a rolling
+    upgrade) recorded a task named '<node>:retire' per node moved."""
+    if 'moved' in result:
+        return result['moved']
+    return sum(1 for task in result['changed'] if task.endswith(':retire'))
+
+
 class _Maintenance(OperationCommand):
     """Runs a maintenance call, then follows its move operations."""
 
@@ -150,9 +159,7 @@ class _Maintenance(OperationCommand):
             raise exceptions.OperationFailed('; '.join(
                 'cluster %s: %s' % item for item in failed))
         if args.wait:
-            moved = sum(1 for o in operations
-                        for task in o['result']['changed']
-                        if task.endswith(':retire'))
+            moved = sum(moved_nodes(o['result']) for o in operations)
             self.app.stdout.write(self.done % (
                 args.host, moved, time.monotonic() - started) + '\n')
 

@@ -378,6 +378,47 @@ def test_hypervisor_maintenance_commands(deployed):
     assert (shown['state'], shown['enabled']) == ('up', True)
 
 
+class Moving:
+    """A client whose maintenance start submits move operations that
+    succeed with ``results`` ({operation id: result})."""
+
+    def __init__(self, results):
+        self.results = results
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def start_host_maintenance(self, host, reason):
+        return {'host': host, 'operations': sorted(self.results),
+                'refused': {}}
+
+    def wait(self, operation_id, reconnect_timeout, notice):
+        return {'id': operation_id, 'cluster': 'unit',
+                'state': 'succeeded', 'error': None,
+                'result': self.results[operation_id]}
+
+
+@pytest.mark.parametrize('results,moved', [
+    # The count each move operation's result gives, whatever its tasks
+    # are named.
+    ({'op1': {'changed': ['move:tk0'], 'moved': 2, 'warnings': []},
+      'op2': {'changed': [], 'moved': 0, 'warnings': []}}, 2),
+    # A result of a conductor that did not count: its ':retire' tasks.
+    ({'op1': {'changed': ['tk0:stop', 'tk0:retire', 'tk1:retire'],
+              'warnings': []}}, 2),
+])
+def test_maintenance_says_how_many_nodes_its_operations_moved(
+        tenks, monkeypatch, results, moved):
+    monkeypatch.setattr(client, 'connect', lambda *a, **kw: Moving(results))
+    started = tenks('hypervisor', 'maintenance', 'start', 'hv1')
+    assert started.code == 0, started.err
+    assert started.out.startswith(
+        'Hypervisor hv1 in maintenance: %d node(s) moved in ' % moved)
+
+
 # Following an operation over the bus (RemoteClient.wait), with a fake
 # clock and a fake conductor.
 
