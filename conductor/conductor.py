@@ -54,6 +54,9 @@ LOG = logging.getLogger(__name__)
 PRUNE_INTERVAL = 3600
 # What a deploy that changes nothing ran: no flow.
 NOTHING_CHANGED = types.SimpleNamespace(changed=[], warnings=[], plan=[])
+# What a move of nodes that have all gone elsewhere since ran.
+NOTHING_MOVED = types.SimpleNamespace(changed=[], warnings=[], plan=[],
+                                      moved=0)
 
 
 class Conductor:
@@ -332,7 +335,7 @@ class Conductor:
                       and n['hypervisor'] != target
                       and (target is not None or n['hypervisor'] == host)]
             if not moving:
-                return NOTHING_CHANGED
+                return NOTHING_MOVED
             allowed = ({target} if target is not None
                        else moves.peers(host, placement))
             plan = moves.plan_move(
@@ -342,11 +345,13 @@ class Conductor:
             preflight.check_pools(self.agents, plan, operation_id)
             self.db.set_operation_plan(operation_id, plan)
         from flows import move
-        return self.runner.run(
+        outcome = self.runner.run(
             operation_id, 'move:%s' % cluster.name, move.get_move_flow,
             {'operation_id': operation_id},
             self._store(operation_id, cluster.name),
             on_progress=on_progress)
+        outcome.moved = moves.moved(plan)
+        return outcome
 
     def _moving(self):
         """Records of the nodes running moves take to their new hosts."""
@@ -754,6 +759,8 @@ class Conductor:
             if operation.kind == 'deploy':
                 # The changes the whole deploy applies, as a run gives.
                 outcome.plan = operation.plan['changes']
+            elif operation.kind == 'move':
+                outcome.moved = moves.moved(operation.plan)
             return outcome
         if operation.kind == 'move':
             # Planned again by a new "maintenance start".

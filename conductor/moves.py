@@ -139,6 +139,13 @@ def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
     }
 
 
+def moved(plan):
+    """How many nodes the move operation of ``plan`` moved, once its flow
+    has succeeded: all of them (a failure raises, saying where each node
+    is)."""
+    return len(plan['moves'])
+
+
 def in_flight(operations):
     """The records the nodes of running move operations (``operations``,
     with their plans) will have at their new hosts: they hold their new

@@ -135,7 +135,8 @@ class Operations:
     def wait(self, operation_id):
         """The result of an operation this process runs, once finished.
 
-        Returns {'operation', 'changed', 'resumed'}; raises
+        Returns {'operation', 'changed', 'resumed'} (a move's with
+        'moved', how many nodes it moved); raises
         OperationFailed after its rollback, or the error that stopped it
         before its flow ran.
         """
@@ -256,6 +257,9 @@ class Operations:
                       'warnings': outcome.warnings}
             if outcome.plan is not None:
                 result['plan'] = outcome.plan
+            if kind == 'move':
+                # What "tenks hypervisor maintenance" reports.
+                result['moved'] = outcome.moved
             for warning in outcome.warnings:
                 LOG.warning('Cluster %s: %s', name, warning)
             self._finish(operation_id, SUCCEEDED, result=result,

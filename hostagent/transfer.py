@@ -21,9 +21,10 @@ import time
 
 from oslo_log import log as logging
 
+from hostagent.drivers import base
+
 LOG = logging.getLogger(__name__)
 
-TOKEN_HEADER = 'X-Tenks-Transfer-Token'
 CHUNK = 1024 * 1024
 
 
@@ -120,7 +121,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         prefix = '/volumes/'
-        token = self.headers.get(TOKEN_HEADER, '')
+        token = self.headers.get(base.TOKEN_HEADER, '')
         path = None
         if self.path.startswith(prefix) and token:
             path = self.server.exports.find(token, self.path[len(prefix):])

@@ -25,6 +25,9 @@ database is somebody else.
 import abc
 
 SECTOR = 512
+# The header of a download that carries a ``source``'s token (a volume
+# that another hostagent serves for a move: hostagent.transfer).
+TOKEN_HEADER = 'X-Tenks-Transfer-Token'
 # What the batch reads (volume_infos, domains_changes, port_changes,
 # bmc_changes) give for a thing of that name that is not the owner's.
 FOREIGN = 'foreign'
@@ -95,9 +98,9 @@ class VirtDriver(abc.ABC):
 
         The volume carries ``owner``'s mark; a volume of that name in
         the pool without it: ResourceConflict. ``source`` ({'path' or
-        'url', 'backing'}): made from that image, copied, or (backing)
-        on it as its copy-on-write backing file; an image larger than
-        ``capacity`` is an error.
+        'url' (with its 'token', sent in TOKEN_HEADER), 'backing'}): made
+        from that image, copied, or (backing) on it as its copy-on-write
+        backing file; an image larger than ``capacity`` is an error.
         """
 
     @abc.abstractmethod

@@ -14,8 +14,8 @@ from conductor import conductor as conductor_module
 from tenks import exceptions
 from tenks import policy
 from tenks.cli import client
-from tenks.cli import commands
 from tenks.cli import main
+from tenks.cli import nodes as node_commands
 
 SPEC = {
     'cluster': 'unit',
@@ -171,11 +171,11 @@ def test_find_node_by_uuid_or_unique_name():
               'hypervisor': 'hv2'},
              {'name': 'u1', 'uuid': 'u3', 'cluster': 'b',
               'hypervisor': 'hv2'}]
-    assert commands.find_node(nodes, 'u2')['uuid'] == 'u2'
+    assert node_commands.find_node(nodes, 'u2')['uuid'] == 'u2'
     # A UUID wins over a node that happens to be named like it.
-    assert commands.find_node(nodes, 'u1')['uuid'] == 'u1'
+    assert node_commands.find_node(nodes, 'u1')['uuid'] == 'u1'
     with pytest.raises(exceptions.NodeAmbiguous) as info:
-        commands.find_node(nodes, 'tk0')
+        node_commands.find_node(nodes, 'tk0')
     assert str(info.value) == (
         "2 nodes are named tk0 (cluster a on hv1, cluster b on hv2): name "
         "the cluster with --cluster, or use the node's UUID")
@@ -376,6 +376,47 @@ def test_hypervisor_maintenance_commands(deployed):
     assert 'out of maintenance: 0 node(s) moved' in stopped.out
     shown = deployed('hypervisor', 'show', host, '-f', 'json').json()
     assert (shown['state'], shown['enabled']) == ('up', True)
+
+
+class Moving:
+    """A client whose maintenance start submits move operations that
+    succeed with ``results`` ({operation id: result})."""
+
+    def __init__(self, results):
+        self.results = results
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def start_host_maintenance(self, host, reason):
+        return {'host': host, 'operations': sorted(self.results),
+                'refused': {}}
+
+    def wait(self, operation_id, reconnect_timeout, notice):
+        return {'id': operation_id, 'cluster': 'unit',
+                'state': 'succeeded', 'error': None,
+                'result': self.results[operation_id]}
+
+
+@pytest.mark.parametrize('results,moved', [
+    # The count each move operation's result gives, whatever its tasks
+    # are named.
+    ({'op1': {'changed': ['move:tk0'], 'moved': 2, 'warnings': []},
+      'op2': {'changed': [], 'moved': 0, 'warnings': []}}, 2),
+    # A result of a conductor that did not count: its ':retire' tasks.
+    ({'op1': {'changed': ['tk0:stop', 'tk0:retire', 'tk1:retire'],
+              'warnings': []}}, 2),
+])
+def test_maintenance_says_how_many_nodes_its_operations_moved(
+        tenks, monkeypatch, results, moved):
+    monkeypatch.setattr(client, 'connect', lambda *a, **kw: Moving(results))
+    started = tenks('hypervisor', 'maintenance', 'start', 'hv1')
+    assert started.code == 0, started.err
+    assert started.out.startswith(
+        'Hypervisor hv1 in maintenance: %d node(s) moved in ' % moved)
 
 
 # Following an operation over the bus (RemoteClient.wait), with a fake

@@ -1,7 +1,8 @@
 """The packages keep their layers: flows depend only on the core and
 the hostagent's RPC API, the core (``tenks`` outside its CLI) on none of
-the others, and the hostagent reaches the conductor only through its RPC
-API; the scheduler reads nothing but its arguments. The CLI is the
+the others, the hostagent reaches the conductor only through its RPC
+API, and the hostagent's drivers import nothing of the agent above them;
+the scheduler reads nothing but its arguments. The CLI is the
 composition root above them all."""
 
 import ast
@@ -24,6 +25,8 @@ RULES = [
                          'tenks.placement_aggregates', 'tenks.notifier',
                          'sqlalchemy', 'taskflow', 'oslo_messaging',
                          'openstack'), ()),
+    ('hostagent/drivers', ('hostagent', 'conductor', 'flows', 'tenks.cli'),
+     ('hostagent.drivers',)),
 ]
 # Modules that a rule's package holds but that sit above it.
 EXEMPT = ('tenks/cli/',)
@@ -82,3 +85,19 @@ def lazy():
         (2, 'conductor'), (3, 'conductor.agents'),
         (4, 'conductor.rpcapi'), (4, 'conductor.services'),
         (8, 'tenks.cli.embedded')]
+
+
+def test_drivers_may_import_only_drivers_and_the_core():
+    [(forbidden, allowed)] = [(forbidden, allowed) for where, forbidden,
+                              allowed in RULES if where == 'hostagent/drivers']
+    source = '''
+from hostagent import transfer
+from hostagent.drivers import base
+from hostagent.drivers.bmc import processes
+import hostagent.manager
+from conductor import rpcapi
+from tenks import exceptions
+'''
+    assert violations(source, forbidden, allowed) == [
+        (2, 'hostagent.transfer'), (5, 'hostagent.manager'),
+        (6, 'conductor.rpcapi')]

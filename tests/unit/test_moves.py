@@ -193,6 +193,16 @@ def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
     assert conductor.get_hypervisor('hv1')['state'] == 'up'
 
 
+def test_a_move_operation_records_how_many_nodes_it_moved(
+        conductor, hypervisor, hv2):
+    deploy_on_hv1(conductor, hypervisor, count=2)
+    [started] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    [stopped] = wait_all(conductor, conductor.stop_host_maintenance(
+        'hv1', rebalance=True))
+    assert [(o['state'], o['result']['moved']) for o in (
+        started, stopped)] == [('succeeded', 2), ('succeeded', 1)]
+
+
 def test_a_failed_move_leaves_the_node_whole_where_it_was(
         conductor, hypervisor, hv2):
     deploy_on_hv1(conductor, hypervisor, count=1)

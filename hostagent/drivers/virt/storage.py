@@ -19,7 +19,7 @@ import tempfile
 import urllib.error
 import urllib.request
 
-from hostagent import transfer
+from hostagent.drivers import base
 from tenks import exceptions
 from tenks import fileutils
 
@@ -111,7 +111,7 @@ def local_image(source, directory):
     if source.get('token'):
         # A volume another hypervisor serves for a move (hostagent.
         # transfer): the token goes in a header, never in the URL.
-        request.add_header(transfer.TOKEN_HEADER, source['token'])
+        request.add_header(base.TOKEN_HEADER, source['token'])
     fileutils.private_dir(directory)
     fd, path = tempfile.mkstemp(dir=directory, suffix='.image')
     try:

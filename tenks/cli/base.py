@@ -1,0 +1,97 @@
+"""What the commands of the ``tenks`` CLI share: cliff's command bases
+without the package lookup for their epilog, and starting an operation
+then following it to its end.
+
+``-f json|yaml`` prints data: lists as lists, mappings as mappings
+(see tenks.cli.columns).
+"""
+
+import logging
+import time
+
+from cliff import command
+from cliff import lister
+from cliff import show
+
+from tenks import exceptions
+from tenks.cli import client
+
+LOG = logging.getLogger(__name__)
+
+
+class OwnEpilog:
+    """cliff looks for the package that provides a command (reading the
+    metadata of every installed package, a tenth of a second) to name it
+    in the help; Tenks' commands are all its own."""
+
+    def get_epilog(self):
+        return '\n\n'.join([self._epilog or ''] + [
+            epilog for hook in self._hooks
+            if hook.obj is not None
+            and (epilog := hook.obj.get_epilog()) is not None])
+
+
+class Command(OwnEpilog, command.Command):
+    pass
+
+
+class Lister(OwnEpilog, lister.Lister):
+    pass
+
+
+class ShowOne(OwnEpilog, show.ShowOne):
+    pass
+
+
+class OperationCommand(Command):
+    """Starts an operation, and by default follows it to its end."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        wait = parser.add_mutually_exclusive_group()
+        wait.add_argument('--wait', dest='wait', action='store_true',
+                          default=True,
+                          help='Follow the operation to its end (default).')
+        wait.add_argument('--no-wait', dest='wait', action='store_false',
+                          help='Print the operation id and return.')
+        parser.add_argument(
+            '--reconnect-timeout', type=float, metavar='SECONDS',
+            default=client.RECONNECT_TIMEOUT,
+            help='Following it over the bus, how long to keep asking a '
+                 'conductor (or broker) that does not answer before giving '
+                 'up (default %d); a restarted conductor goes on with the '
+                 'same operation.' % client.RECONNECT_TIMEOUT)
+        return parser
+
+    def wait(self, tenks, operation_id, args):
+        """The operation ``operation_id`` once ended; what following it
+        over the bus meets is said on stderr."""
+        def notice(text):
+            self.app.stderr.write(text + '\n')
+            self.app.stderr.flush()
+        LOG.info('Following operation %s', operation_id)
+        return tenks.wait(operation_id, args.reconnect_timeout, notice)
+
+    def run_operation(self, args, start, describe, source=None):
+        """``start(client)`` -> operation id; ``describe(operation, s)``
+        -> the line to print once it succeeded. A failure names
+        ``source`` (the spec file), whose fields its error may name."""
+        started = time.monotonic()
+        with client.connect(self.app.conf, exits=self.app.exits) as tenks:
+            operation_id = start(tenks)
+            if not args.wait:
+                self.app.stdout.write(operation_id + '\n')
+                return
+            operation = self.wait(tenks, operation_id, args)
+        if operation['state'] != 'succeeded':
+            error = operation['error'] or 'operation %s ended %s' % (
+                operation_id, operation['state'])
+            raise exceptions.OperationFailed(
+                '%s: %s' % (source, error) if source else error)
+        for warning in operation['result'].get('warnings', []):
+            self.app.stderr.write('Warning: %s\n' % warning)
+        if operation['result'].get('resumed'):
+            self.app.stdout.write(
+                'Resumed deploy %s, interrupted earlier.\n' % operation_id)
+        self.app.stdout.write(
+            describe(operation, time.monotonic() - started) + '\n')

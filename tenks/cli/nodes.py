@@ -1,0 +1,74 @@
+"""``tenks node list|show``."""
+
+from tenks import exceptions
+from tenks.cli import client
+from tenks.cli import columns
+from tenks.cli.base import Lister
+from tenks.cli.base import ShowOne
+
+NODE_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain', 'vcpus',
+                'memory_mb', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
+                'bmc_system_id', 'state')
+NODE_SHOW_COLUMNS = ('name', 'uuid', 'cluster', 'hypervisor', 'domain',
+                     'node_type', 'state', 'vcpus', 'memory_mb', 'volumes',
+                     'nics', 'macs', 'bmc_type', 'bmc_address', 'bmc_port',
+                     'bmc_system_id', 'boot_mode', 'secure_boot',
+                     'console_log')
+
+
+def node_row(node, fields=NODE_COLUMNS):
+    row = dict(node, domain=node['name'],
+               bmc_system_id=node.get('bmc_system_id'),
+               macs=columns.ListColumn([nic['mac'] for nic in node['nics']]),
+               nics=columns.ListColumn(node['nics']),
+               volumes=columns.ListColumn(node['volumes']))
+    return tuple(row[c] for c in fields)
+
+
+def find_node(nodes, name_or_uuid, cluster=None):
+    """The one node of ``nodes`` with this UUID or name."""
+    found = [n for n in nodes if n['uuid'] == name_or_uuid]
+    found = found or [n for n in nodes if n['name'] == name_or_uuid]
+    if not found:
+        raise exceptions.NodeNotFound(
+            node=name_or_uuid,
+            where=' in cluster %s' % cluster if cluster else '')
+    if len(found) > 1:
+        raise exceptions.NodeAmbiguous(
+            node=name_or_uuid, count=len(found),
+            matches=', '.join('cluster %s on %s' % (n['cluster'],
+                                                    n['hypervisor'])
+                              for n in found))
+    return found[0]
+
+
+class NodeList(Lister):
+    """List the nodes of every cluster, or of one."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--cluster', help='Only this cluster\'s nodes.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf, read_only=True) as tenks:
+            nodes = tenks.list_nodes(args.cluster)
+        return NODE_COLUMNS, [node_row(n) for n in nodes]
+
+
+class NodeShow(ShowOne):
+    """Show a node: allocation, volumes, NICs, BMC and state."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('node', help='Node name or UUID.')
+        parser.add_argument('--cluster',
+                            help='The node\'s cluster, when several have '
+                                 'a node of that name.')
+        return parser
+
+    def take_action(self, args):
+        with client.connect(self.app.conf, read_only=True) as tenks:
+            nodes = tenks.list_nodes(args.cluster)
+        node = find_node(nodes, args.node, args.cluster)
+        return NODE_SHOW_COLUMNS, node_row(node, NODE_SHOW_COLUMNS)
