@@ -117,3 +117,68 @@ def test_parse(value, expected):
 def test_parse_refuses_what_it_does_not_know(value):
     with pytest.raises(ValueError, match=faults.ENV):
         faults.parse(value)
+
+
+@pytest.mark.parametrize('task', ['pool:*', 'bridge:*', 'uplink:*'])
+def test_a_host_thing_answered_with_an_error_is_rolled_back(
+        conductor, hypervisor, fault, task):
+    """An agent that made the thing, then answered with an error (it may
+    have failed to undo it): the rollback removes it by owner mark, and
+    its record goes (found by the fault suite: they were left behind,
+    unrecorded)."""
+    fault(fail=task)
+    with pytest.raises(exceptions.OperationFailed, match='Injected'):
+        # (lo: an interface every host has, not the fake's uplink)
+        conductor.deploy(make_spec(count=1, physnet_mappings={
+            'physnet1': 'lo'}))
+    assert hypervisor.things == {}
+    assert conductor.db.list_resources() == []
+
+
+@pytest.mark.parametrize('operation,before', [
+    ('deploy', None), ('grow', 1), ('teardown', 1)])
+def test_a_cluster_whose_first_task_failed_has_its_old_state(
+        conductor, hypervisor, fault, operation, before):
+    """The task that marks the cluster busy fails (its answer replaced):
+    no other task ran, and the cluster is as it was, not 'failed' (found
+    by the fault suite)."""
+    if before:
+        conductor.deploy(make_spec(count=before))
+    things = dict(hypervisor.things)
+    fault(fail='cluster:*')
+    with pytest.raises(exceptions.OperationFailed, match='Injected'):
+        if operation == 'teardown':
+            conductor.teardown('unit')
+        else:
+            conductor.deploy(make_spec(count=2))
+    assert hypervisor.things == things
+    if before is None:
+        assert conductor.list_clusters() == []
+    else:
+        assert conductor.get_cluster('unit')['state'] == 'deployed'
+        assert [n['state'] for n in conductor.list_nodes('unit')] == [
+            'deployed']
+
+
+def test_a_node_whose_removal_failed_is_marked_failed(conductor, hypervisor,
+                                                      fault):
+    """A shrink whose node removal was answered with an error (the agent
+    may have removed part of the node): the node is recorded failed, not
+    deployed, and the error says so rather than that the cluster is
+    kept (found by the fault suite); a re-run finishes."""
+    conductor.deploy(make_spec(count=2))
+    fault(fail='remove:*')
+    with pytest.raises(exceptions.OperationFailed) as raised:
+        conductor.deploy(make_spec(count=1))
+    message = str(raised.value)
+    assert 'deployed before is kept' not in message
+    assert 'tk1 (failed)' in message
+    assert 'run the deploy again to finish' in message
+    assert [(n['name'], n['state']) for n in conductor.list_nodes(
+        'unit')] == [('tk0', 'deployed'), ('tk1', 'failed')]
+    assert conductor.get_cluster('unit')['state'] == 'failed'
+    faults.install(None)
+    conductor.deploy(make_spec(count=1))
+    assert [n['name'] for n in conductor.list_nodes('unit')] == ['tk0']
+    assert conductor.get_cluster('unit')['state'] == 'deployed'
+    assert ('domain', 'tk1') not in hypervisor.things
