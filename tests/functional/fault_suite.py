@@ -1,0 +1,375 @@
+"""The fault-injection suite (conductor.faults): an operation of a
+throw-away cluster run with one fault, then checked.
+
+An Operation takes the cluster from its old state to its new one (a
+deploy, a grow, a shrink, a teardown). Its reference run, without fault,
+gives its tasks, as the compiled flow lists them, and the new cluster.
+Each case prepares the old cluster, then runs the operation with one
+fault:
+
+- ``fail:<task>``: in this process, the task's hostagent answer (or its
+  result) replaced by an error: the operation fails and rolls back;
+- ``kill:<k>``: ``tenks`` SIGKILLed once k tasks have ended; then run
+  again, it resumes.
+
+Then: the audit finds no drift (nothing leaked or duplicated: nothing
+unrecorded, nothing missing but what a failed removal, which is not
+undone, kept recorded), the cluster is the old or the new one (a failed
+removal may leave it between: the error says so), nothing of another
+deployment or unmarked is touched; run again, the operation gives the
+new cluster and a clean audit. A case ends with a teardown that leaves
+nothing.
+"""
+
+import contextlib
+import os
+import re
+import subprocess
+import time
+
+import libvirt
+import yaml
+from pyroute2 import IPRoute
+
+from conductor import faults
+from tenks import exceptions
+from tenks.cli import embedded
+from tests.functional import cluster_fixtures as cf
+
+UUID = re.compile('[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                  '[0-9a-f]{12}')
+FAIL = 'fail'
+KILL = 'kill'
+TOKEN = '{token}'
+
+
+def token(env):
+    """What makes ``env``'s names its own: its cluster's, nodes' and
+    bridges' names each hold it."""
+    return env.cluster.split('-', 1)[1]
+
+
+def generic(value, env):
+    """``value`` (a snapshot, a task name) with ``env``'s token as
+    TOKEN, to compare with another cluster's."""
+    if isinstance(value, str):
+        return value.replace(token(env), TOKEN)
+    if isinstance(value, (list, tuple)):
+        return type(value)(generic(item, env) for item in value)
+    if isinstance(value, dict):
+        return {key: generic(item, env) for key, item in value.items()}
+    return value
+
+
+def pattern(task, env):
+    """A task name of ``env``'s operation with its node UUIDs as
+    wildcards (new nodes get new UUIDs, and one node's task fails as
+    another's), generic (see ``generic``)."""
+    return generic(UUID.sub('*', task), env)
+
+
+def cases(tasks, kinds=(FAIL, KILL)):
+    """The cases of an operation whose reference run had ``tasks`` (as
+    patterns): a failure of each task and a kill at each boundary."""
+    found = []
+    if FAIL in kinds:
+        found += [(FAIL, p) for p in dict.fromkeys(tasks)]
+    if KILL in kinds:
+        found += [(KILL, k) for k in range(len(tasks) + 1)]
+    return found
+
+
+def snapshot(env, cluster=None):
+    """The cluster as recorded, without what differs from one run to
+    the next (UUIDs, MACs): None if there is none. The audit proves the
+    record is what exists."""
+    cluster = cluster or env.cluster
+    with embedded.embedded(env.conf) as conductor:
+        record = conductor.db.get_cluster(cluster)
+        if record is None:
+            return None
+        nodes = [n.as_dict() for n in conductor.db.list_nodes(
+            cluster=cluster)]
+        names = {n['uuid']: n['name'] for n in nodes}
+        resources = sorted(
+            (r.hypervisor, r.kind, names.get(r.name, r.name), r.state)
+            for r in conductor.db.list_resources(cluster))
+        running = [o['id'] for o in conductor.list_operations(cluster)
+                   if o['state'] == 'running']
+    return generic({
+        'state': record.state,
+        'nodes': sorted((
+            n['name'], n['hypervisor'], n['state'], n['vcpus'],
+            n['memory_mb'], n['bmc_port'],
+            [v['name'] for v in n['volumes']],
+            [(nic['bridge'], nic['tap']) for nic in n['nics']])
+            for n in nodes),
+        'resources': resources,
+        'running operations': running,
+    }, env)
+
+
+class Operation:
+    """A deploy of ``after`` nodes on ``before`` (None: no cluster);
+    ``after`` None: a teardown."""
+
+    def __init__(self, name, before, after):
+        self.name = name
+        self.before = before
+        self.after = after
+
+    def spec(self, env, count):
+        return env.spec(count=count,
+                        physnet_mappings={'physnet1': env.uplink})
+
+    def prepare(self, env):
+        if self.before is not None:
+            env.deploy(self.spec(env, self.before))
+
+    def run(self, env):
+        if self.after is None:
+            return env.teardown()
+        return env.deploy(self.spec(env, self.after))
+
+    def command(self, env):
+        """The ``tenks`` arguments that run it."""
+        if self.after is None:
+            return ['teardown', env.cluster]
+        path = os.path.join(env.state_dir + '-specs', '%d.yaml' % self.after)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'w') as f:
+            yaml.safe_dump(self.spec(env, self.after), f)
+        return ['deploy', path]
+
+
+OPERATIONS = {op.name: op for op in (
+    Operation('deploy', None, 2), Operation('grow', 1, 2),
+    Operation('shrink', 2, 1), Operation('teardown', 2, None))}
+
+
+class Bystanders:
+    """What a case must leave alone: another deployment's cluster (of
+    another state directory) on the same hypervisor, and an unmarked
+    domain and bridge named as the case's cluster names its own."""
+
+    def __init__(self, tmp_path, port_base):
+        self.other = cf.ClusterEnv(tmp_path / 'bystander', port_base)
+        self.tmp_path = tmp_path
+
+    def __enter__(self):
+        spec = self.other.spec(count=1)
+        self.other.deploy(spec)
+        self.seen = self.inventory()
+        return self
+
+    def inventory(self):
+        """The bystander cluster's things, its record and its audit."""
+        with embedded.embedded(self.other.conf) as conductor:
+            audit = conductor.audit(self.other.cluster)
+        return (self.other.leftovers(), snapshot(self.other),
+                audit['drift'])
+
+    def unmarked(self, env):
+        """Make the unmarked things of ``env`` (a case's): a domain named
+        as its nodes, and the bridge its physnet is mapped to; returns
+        a check that they are still there, as made."""
+        domain = env.node_name(9)
+        conn = libvirt.open(cf.URI)
+        try:
+            conn.defineXML(
+                "<domain type='qemu'><name>%s</name><memory unit='MiB'>64"
+                "</memory><os><type arch='x86_64'>hvm</type></os></domain>"
+                % domain)
+            uuid = conn.lookupByName(domain).UUIDString()
+        finally:
+            conn.close()
+        with IPRoute() as ipr:
+            ipr.link('add', ifname=env.uplink, kind='bridge')
+
+        def check(final=False):
+            """``final``: once the case's cluster is gone, the bridge
+            must have no port left either."""
+            conn = libvirt.open(cf.URI)
+            try:
+                assert conn.lookupByName(domain).UUIDString() == uuid, \
+                    'the unmarked domain %s was replaced' % domain
+            finally:
+                conn.close()
+            ports = os.listdir('/sys/class/net/%s/brif' % env.uplink)
+            assert not final or ports == [], 'bridge %s keeps ports %s' % (
+                env.uplink, ports)
+        return check
+
+    def check(self):
+        assert self.inventory() == self.seen, (
+            'the bystander deployment changed')
+
+    def __exit__(self, *exc):
+        try:
+            self.other.teardown()
+        finally:
+            left = self.other.leftovers()
+            self.other.force_clean()
+        assert left == [], 'the bystander left %s' % left
+
+
+class CaseEnv(cf.ClusterEnv):
+    """A case's cluster; its physnet is mapped to an unmarked bridge."""
+
+    def __init__(self, tmp_path, port_base):
+        super().__init__(tmp_path, port_base)
+        self.uplink = self.bridge_prefix + 'u'
+
+    def leftovers(self):
+        # The unmarked things are the case's own to remove.
+        return [thing for thing in super().leftovers()
+                if thing not in ('domain %s' % self.node_name(9),
+                                 'link %s' % self.uplink)]
+
+
+def drift(env, removing=()):
+    """The audit's drift of ``env``'s cluster, but for what a failed
+    removal kept recorded (``removing``: names of things it removed)."""
+    with embedded.embedded(env.conf) as conductor:
+        report = conductor.audit(env.cluster)
+    return [e for e in report['drift']
+            if not (e['status'] == 'missing'
+                    and generic(e['name'], env) in removing)]
+
+
+def tenks(env, *args, fault=None, timeout=300):
+    environ = dict(os.environ, TENKS_TRANSPORT_URL='')
+    environ.pop(faults.ENV, None)
+    if fault is not None:
+        environ[faults.ENV] = fault
+    return subprocess.run([cf.TENKS, '--state-dir', env.state_dir, *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=environ)
+
+
+class Reference:
+    """The reference run of an operation: its tasks and the new
+    cluster (None: none)."""
+
+    def __init__(self, operation, tmp_path, port_base):
+        env = CaseEnv(tmp_path, port_base)
+        recorder = faults.Fault()
+        try:
+            with IPRoute() as ipr:
+                ipr.link('add', ifname=env.uplink, kind='bridge')
+            operation.prepare(env)
+            faults.install(recorder)
+            try:
+                operation.run(env)
+            finally:
+                faults.install(None)
+            self.tasks = [pattern(task, env) for task in recorder.tasks]
+            self.new = snapshot(env)
+            if operation.after is not None:
+                env.teardown()
+        finally:
+            left = env.leftovers()
+            env.force_clean()
+            with IPRoute() as ipr, contextlib.suppress(Exception):
+                ipr.link('del', ifname=env.uplink)
+        assert left == [], 'the reference run left %s' % left
+
+
+def run_case(operation, reference, kind, argument, tmp_path, port_base,
+             bystanders):
+    """Run one case; returns its outcome ('rolled back', 'resumed'...);
+    AssertionError when a check fails."""
+    env = CaseEnv(tmp_path, port_base)
+    unmarked = bystanders.unmarked(env)
+    try:
+        outcome = _case(env, unmarked, operation, reference, kind, argument,
+                        bystanders)
+    except BaseException:
+        env.force_clean()
+        _remove_unmarked(env)
+        raise
+    left = env.leftovers()
+    env.force_clean()
+    _remove_unmarked(env)
+    assert left == [], 'the case left %s' % left
+    return outcome
+
+
+def _case(env, unmarked, operation, reference, kind, argument, bystanders):
+    operation.prepare(env)
+    old = snapshot(env)
+    if kind == FAIL:
+        outcome, removing = _fail(operation, env, argument.replace(
+            TOKEN, token(env)), old, reference.new)
+        found = drift(env, removing)
+        assert found == [], 'drift after the fault: %s' % found
+    else:
+        _kill(operation, env, argument)
+        outcome = 'done when killed'
+    unmarked()
+    bystanders.check()
+    if snapshot(env) != reference.new:
+        started = time.monotonic()
+        result = operation.run(env)
+        if kind == KILL:
+            outcome = '%s in %.1f s' % (
+                'resumed' if result.get('resumed') else 'run again',
+                time.monotonic() - started)
+    assert snapshot(env) == reference.new, (
+        'run again: %s, not the new cluster %s' % (
+            snapshot(env), reference.new))
+    found = drift(env)
+    assert found == [], 'drift after the re-run: %s' % found
+    if reference.new is not None:
+        env.teardown()
+    assert env.nodes() == []
+    unmarked(final=True)
+    return outcome
+
+
+def _fail(operation, env, task, old, new):
+    """Fail ``task``; (outcome, names of what a failed removal kept)."""
+    fault = faults.Fault(fail=task)
+    faults.install(fault)
+    try:
+        operation.run(env)
+    except exceptions.OperationFailed as e:
+        error = str(e)
+    else:
+        raise AssertionError('no task matched %s' % task)
+    finally:
+        faults.install(None)
+    assert 'Injected fault' in error, error
+    now = snapshot(env)
+    if now == old:
+        return 'rolled back', ()
+    if now == new:
+        # A teardown's last task: what it failed to do was forget.
+        return 'done', ()
+    # Removals are not undone: the error says what went.
+    assert fault.failed.startswith('remove'), (
+        'after %s: %s, neither the old %s nor the new %s' % (
+            error, now, old, new))
+    assert 'run the' in error, error
+    return 'partial', _removing(now, new)
+
+
+def _removing(now, new):
+    """Names of the things recorded in ``now`` (a snapshot) that the
+    new cluster has not: what a failed removal kept recorded."""
+    kept = {r[:3] for r in new['resources']} if new else set()
+    return {name for host, kind, name, _ in now['resources']
+            if (host, kind, name) not in kept}
+
+
+def _kill(operation, env, boundary):
+    done = tenks(env, *operation.command(env), fault='kill:%d' % boundary)
+    assert done.returncode == -9, (
+        'not killed at boundary %d (exit %d): %s' % (
+            boundary, done.returncode, done.stdout + done.stderr))
+
+
+def _remove_unmarked(env):
+    cf.remove_libvirt_things(cf.URI, lambda name: name == env.node_name(9))
+    with IPRoute() as ipr, contextlib.suppress(Exception):
+        ipr.link('del', ifname=env.uplink)
