@@ -106,9 +106,13 @@ def ipmi_host_pid(state_dir):
 
 @contextlib.contextmanager
 def bmc_changes_held(state_dir):
-    """Hold the lock of the IPMI BMCs of ``state_dir``: a request that
-    changes a BMC waits until the block ends; reads do not."""
-    fd = os.open(os.path.join(state_dir, 'ipmi', 'lock'), os.O_RDWR)
+    """Hold the lock of the IPMI BMCs of ``state_dir`` (made, as its
+    hostagent makes it, if none has been yet): a request that changes a
+    BMC waits until the block ends; reads do not."""
+    directory = os.path.join(state_dir, 'ipmi')
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(directory, 'lock'), os.O_RDWR | os.O_CREAT,
+                 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -38,13 +38,14 @@ class Service:
         self.log = log
         self.process = None
 
-    def start(self):
+    def start(self, **environ):
+        """``environ``: variables to add to its environment."""
         with open(self.log, 'ab') as log:
             self.process = subprocess.Popen(
                 [os.path.join(BIN, 'tenks-' + self.name.split('-')[0]),
                  '--config-file', self.config],
                 stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                start_new_session=True, env=dict(os.environ, **environ))
 
     def stop(self, sig=signal.SIGTERM, timeout=90):
         if self.process and self.process.poll() is None:
@@ -58,7 +59,7 @@ class Service:
 
 class Deployment:
 
-    def __init__(self, tmp_path, agent_timeout=20, grace=5):
+    def __init__(self, tmp_path, agent_timeout=20, grace=5, agent_retries=0):
         self.token = secrets.token_hex(3)
         self.vhost = 'tenks-test-%s' % self.token
         self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
@@ -76,9 +77,9 @@ class Deployment:
 host = %s
 agent_timeout = %d
 agent_down_time = 5
-agent_retries = 0
+agent_retries = %d
 graceful_shutdown_timeout = %d
-''' % (self.conductor_host, agent_timeout, grace))
+''' % (self.conductor_host, agent_timeout, agent_retries, grace))
         for host, prefix in zip(self.hosts, 'ab', strict=True):
             self._service('hostagent-' + prefix, host, '''
 [hostagent]

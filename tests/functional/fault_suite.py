@@ -22,19 +22,25 @@ nothing.
 """
 
 import contextlib
+import datetime
 import os
 import re
 import subprocess
 import time
 
 import libvirt
+import sqlalchemy as sa
 import yaml
 from pyroute2 import IPRoute
 
 from conductor import faults
 from tenks import exceptions
 from tenks.cli import embedded
+from tenks.db import api as db_api
+from tenks.db import flow_tables
 from tests.functional import cluster_fixtures as cf
+from tests.functional import distributed_fixtures as df
+from tests.functional import libvirt_fixtures as lf
 
 UUID = re.compile('[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
                   '[0-9a-f]{12}')
@@ -79,23 +85,28 @@ def cases(tasks, kinds=(FAIL, KILL)):
     return found
 
 
-def snapshot(env, cluster=None):
-    """The cluster as recorded, without what differs from one run to
-    the next (UUIDs, MACs): None if there is none. The audit proves the
+def snapshot(env, state_dir=None):
+    """``env``'s cluster as its conductor (of ``state_dir``, default
+    ``env``'s) records it, without what differs from one run to the
+    next (UUIDs, MACs): None if there is none. The audit proves the
     record is what exists."""
-    cluster = cluster or env.cluster
-    with embedded.embedded(env.conf) as conductor:
-        record = conductor.db.get_cluster(cluster)
+    state_dir = state_dir or env.state_dir
+    if not os.path.exists(os.path.join(state_dir, 'state.sqlite')):
+        return None
+    db = db_api.StateDB(db_api.create_engine(db_api.default_url(state_dir)))
+    try:
+        record = db.get_cluster(env.cluster)
         if record is None:
             return None
-        nodes = [n.as_dict() for n in conductor.db.list_nodes(
-            cluster=cluster)]
+        nodes = [n.as_dict() for n in db.list_nodes(cluster=env.cluster)]
         names = {n['uuid']: n['name'] for n in nodes}
         resources = sorted(
             (r.hypervisor, r.kind, names.get(r.name, r.name), r.state)
-            for r in conductor.db.list_resources(cluster))
-        running = [o['id'] for o in conductor.list_operations(cluster)
-                   if o['state'] == 'running']
+            for r in db.list_resources(env.cluster))
+        running = [o.id for o in db.list_operations(
+            env.cluster, state=db_api.OPERATION_RUNNING)]
+    finally:
+        db.engine.dispose()
     return generic({
         'state': record.state,
         'nodes': sorted((
@@ -373,3 +384,225 @@ def _remove_unmarked(env):
     cf.remove_libvirt_things(cf.URI, lambda name: name == env.node_name(9))
     with IPRoute() as ipr, contextlib.suppress(Exception):
         ipr.link('del', ifname=env.uplink)
+
+
+# Host maintenance, on the real bus
+
+class TwoHosts:
+    """A conductor and two hostagents on RabbitMQ, which they reach
+    through a proxy (so that the broker can restart under them), hvb on
+    a libvirtd of its own, both in one aggregate: host maintenance moves
+    the nodes of hva to hvb."""
+
+    def __init__(self, tmp_path, agent_timeout=8):
+        self.tmp = tmp_path
+        self.proxy = df.BrokerProxy()
+        self.stack = contextlib.ExitStack()
+        self.agent_timeout = agent_timeout
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def _start(self):
+        self.proxy.start()
+        self.stack.callback(self.proxy.stop)
+        # Everything in that libvirtd is the tests'.
+        self.uri_b = self.stack.enter_context(lf.private_libvirtd(
+            self.tmp / 'libvirt-b', lambda name: True))
+        proxy = self.proxy
+
+        class Proxied(df.Deployment):
+            def service_url(self, host):
+                return proxy.url(self.url)
+
+        d = self.d = Proxied(self.tmp / 'deployment',
+                             agent_timeout=self.agent_timeout,
+                             agent_retries=1)
+        self.hva, self.hvb = d.hosts
+        with open(d.agent(self.hvb).config, 'a') as f:
+            f.write('libvirt_uri = %s\npool_dir = %s\n' % (
+                self.uri_b, self.tmp / 'pool-b'))
+        self.stack.enter_context(d)
+        self.api = d.api
+        self.state_dir = str(self.tmp / 'deployment' / d.conductor_host)
+        self.aggregate = self.api.create_aggregate(
+            df.ADMIN, 'faults-%s' % d.token)['uuid']
+        self.stack.callback(self.api.delete_aggregate, df.ADMIN,
+                            self.aggregate)
+        for host in d.hosts:
+            self.api.add_aggregate_host(df.ADMIN, self.aggregate, host)
+            self.stack.callback(self.api.remove_aggregate_host, df.ADMIN,
+                                self.aggregate, host)
+
+    def __exit__(self, *exc):
+        self.stack.close()
+
+    def env(self, tmp_path, port_base):
+        """A cluster of these hosts."""
+        env = cf.ClusterEnv(tmp_path, port_base,
+                            state_dirs=self.d.state_dirs.values())
+        env.uris.append(self.uri_b)
+        return env
+
+    def restart_conductor(self, fault=None):
+        """Start the conductor again (stopped first, unless it has died),
+        with ``fault`` in its TENKS_FAULT."""
+        self.d.conductor.stop()
+        since = datetime.datetime.now(datetime.timezone.utc)
+        self.d.conductor.start(**({faults.ENV: fault} if fault else {}))
+        self.d.wait_for_agents(self.d.hosts, since=since)
+
+    def restart_broker(self):
+        """What the services see of a RabbitMQ restart: every connection
+        lost, and every queue and message (none is durable)."""
+        self.proxy.stop()
+        df.rabbitmqctl('delete_vhost', self.d.vhost)
+        df.rabbitmqctl('add_vhost', self.d.vhost)
+        self.d.grant()
+        self.proxy.start()
+
+    def deploy(self, spec):
+        operation = self.d.wait(self.api.deploy_cluster(df.ADMIN, spec))
+        assert operation['state'] == 'succeeded', operation['error']
+
+    def teardown(self, env):
+        operation = self.d.wait(self.api.teardown_cluster(df.ADMIN,
+                                                          env.cluster))
+        assert operation['state'] == 'succeeded', operation['error']
+
+    def drift(self, env, removing=()):
+        report = self.api.audit(df.ADMIN, env.cluster)
+        return [e for e in report['drift']
+                if not (e['status'] == 'missing'
+                        and generic(e['name'], env) in removing)]
+
+    def tasks(self, operation_id):
+        """The names of the tasks of an operation's flow, as saved."""
+        engine = sa.create_engine(db_api.default_url(self.state_dir))
+        try:
+            with engine.connect() as conn:
+                return sorted(conn.execute(
+                    sa.select(flow_tables.ATOMS.c.name).where(
+                        flow_tables.ATOMS.c.parent_uuid.in_(
+                            sa.select(flow_tables.FLOWS.c.uuid).where(
+                                flow_tables.FLOWS.c.parent_uuid
+                                == operation_id)))).scalars())
+        finally:
+            engine.dispose()
+
+
+class Maintenance:
+    """Host maintenance of hva: its two nodes (with a NIC each, so that
+    a bridge goes with them) move to hvb."""
+
+    name = 'maintenance'
+
+    def prepare(self, hosts, env):
+        api = hosts.api
+        api.update_hypervisor(df.ADMIN, hosts.hvb, False, 'not yet')
+        try:
+            hosts.deploy(env.spec(count=2))
+        finally:
+            api.update_hypervisor(df.ADMIN, hosts.hvb, True)
+
+    def start(self, hosts):
+        """Start it; the ids of its move operations."""
+        return hosts.api.start_host_maintenance(df.ADMIN, hosts.hva)[
+            'operations']
+
+    def run(self, hosts):
+        """Run it and wait; the error of a move that failed, or None."""
+        for operation_id in self.start(hosts):
+            operation = hosts.d.wait(operation_id)
+            if operation['state'] != 'succeeded':
+                return operation['error']
+        return None
+
+    def end(self, hosts, env):
+        hosts.teardown(env)
+        hosts.api.stop_host_maintenance(df.ADMIN, hosts.hva)
+
+
+class MaintenanceReference:
+    """The reference run of host maintenance: its tasks (as patterns)
+    and the new cluster."""
+
+    def __init__(self, hosts, tmp_path, port_base):
+        operation = Maintenance()
+        env = hosts.env(tmp_path, port_base)
+        try:
+            operation.prepare(hosts, env)
+            [operation_id] = operation.start(hosts)
+            state = hosts.d.wait(operation_id)
+            assert state['state'] == 'succeeded', state['error']
+            self.tasks = [pattern(task, env) for task in hosts.tasks(
+                operation_id)]
+            self.new = snapshot(env, hosts.state_dir)
+            operation.end(hosts, env)
+        finally:
+            left = env.leftovers()
+            env.force_clean()
+        assert left == [], 'the reference run left %s' % left
+
+
+def run_maintenance_case(hosts, reference, kind, argument, tmp_path,
+                         port_base):
+    """A case of host maintenance (see run_case): the fault in the
+    conductor's process, which is started again after it. A failed move
+    leaves the nodes that moved at hvb, the others whole at hva."""
+    operation = Maintenance()
+    env = hosts.env(tmp_path, port_base)
+    try:
+        operation.prepare(hosts, env)
+        old = snapshot(env, hosts.state_dir)
+        if kind == FAIL:
+            hosts.restart_conductor('fail:' + argument.replace(
+                TOKEN, token(env)))
+            try:
+                error = operation.run(hosts)
+            finally:
+                hosts.restart_conductor()
+            assert error and 'Injected fault' in error, error
+            now = snapshot(env, hosts.state_dir)
+            outcome = ('rolled back' if now == old else 'done'
+                       if now == reference.new else 'partial')
+            removing = _removing(now, reference.new)
+            found = hosts.drift(env, removing)
+            assert found == [], 'drift after the fault: %s' % found
+        else:
+            hosts.restart_conductor('kill:%d' % argument)
+            ids = operation.start(hosts)
+            assert hosts.d.conductor.process.wait(120) == -9, (
+                'not killed at boundary %d' % argument)
+            started = time.monotonic()
+            hosts.restart_conductor()
+            for operation_id in ids:
+                state = hosts.d.wait(operation_id)
+                assert state['state'] == 'succeeded', state['error']
+            outcome = 'resumed in %.1f s' % (time.monotonic() - started)
+        if snapshot(env, hosts.state_dir) != reference.new:
+            error = operation.run(hosts)
+            assert error is None, error
+        assert snapshot(env, hosts.state_dir) == reference.new, (
+            'run again: %s, not the new cluster %s' % (
+                snapshot(env, hosts.state_dir), reference.new))
+        found = hosts.drift(env)
+        assert found == [], 'drift after the re-run: %s' % found
+        operation.end(hosts, env)
+    except BaseException:
+        # For the next case: hva back in service, the cluster forgotten.
+        with contextlib.suppress(Exception):
+            hosts.api.stop_host_maintenance(df.ADMIN, hosts.hva)
+        with contextlib.suppress(Exception):
+            hosts.teardown(env)
+        env.force_clean()
+        raise
+    left = env.leftovers()
+    env.force_clean()
+    assert left == [], 'the case left %s' % left
+    return outcome
