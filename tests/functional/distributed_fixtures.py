@@ -126,11 +126,13 @@ heartbeat_interval = 1
             raise
         return self
 
-    def wait_for_agents(self, hosts, timeout=60, since=None):
-        """Wait until the hostagents of ``hosts`` are up. ``since``: a
-        time (UTC) they must have been heard of after, so that an agent
-        started again counts once it has registered, not while its
-        killed predecessor's last heartbeat is still recent."""
+    def wait_for_agents(self, hosts, timeout=60, since=None, states=None):
+        """Wait until the hostagents of ``hosts`` are up (in one of
+        ``states``, default ready_states). ``since``: a time (UTC) they
+        must have been heard of after, so that an agent started again
+        counts once it has registered, not while its killed
+        predecessor's last heartbeat is still recent."""
+        states = states or self.ready_states
         # A call sent before the conductor's queue exists is lost: poll
         # with a short timeout.
         poll = rpcapi.ConductorAPI(self.bus, timeout=2)
@@ -138,7 +140,7 @@ heartbeat_interval = 1
         while True:
             try:
                 up = {h['host'] for h in poll.list_hypervisors(ADMIN)
-                      if h['state'] in self.ready_states
+                      if h['state'] in states
                       and (since is None or heard_after(h, since))}
             except Exception:
                 up = set()

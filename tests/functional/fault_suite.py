@@ -34,7 +34,9 @@ import yaml
 from pyroute2 import IPRoute
 
 from conductor import faults
+from conductor import rpcapi as conductor_rpcapi
 from tenks import exceptions
+from tenks import rpc
 from tenks.cli import embedded
 from tenks.db import api as db_api
 from tenks.db import flow_tables
@@ -432,12 +434,17 @@ class TwoHosts:
         self.state_dir = str(self.tmp / 'deployment' / d.conductor_host)
         self.aggregate = self.api.create_aggregate(
             df.ADMIN, 'faults-%s' % d.token)['uuid']
-        self.stack.callback(self.api.delete_aggregate, df.ADMIN,
-                            self.aggregate)
+        self.stack.callback(lambda: self.api.delete_aggregate(
+            df.ADMIN, self.aggregate))
         for host in d.hosts:
             self.api.add_aggregate_host(df.ADMIN, self.aggregate, host)
-            self.stack.callback(self.api.remove_aggregate_host, df.ADMIN,
-                                self.aggregate, host)
+            self.stack.callback(self._leave, host)
+
+    def _leave(self, host):
+        # Only a disabled host leaves its aggregates.
+        self.api.update_hypervisor(df.ADMIN, host, False)
+        self.api.remove_aggregate_host(df.ADMIN, self.aggregate, host)
+        self.api.update_hypervisor(df.ADMIN, host, True)
 
     def __exit__(self, *exc):
         self.stack.close()
@@ -455,7 +462,9 @@ class TwoHosts:
         self.d.conductor.stop()
         since = datetime.datetime.now(datetime.timezone.utc)
         self.d.conductor.start(**({faults.ENV: fault} if fault else {}))
-        self.d.wait_for_agents(self.d.hosts, since=since)
+        # (hva may be in maintenance)
+        self.d.wait_for_agents(self.d.hosts, since=since,
+                               states={'up', 'maintenance', 'disabled'})
 
     def restart_broker(self):
         """What the services see of a RabbitMQ restart: every connection
@@ -464,7 +473,18 @@ class TwoHosts:
         df.rabbitmqctl('delete_vhost', self.d.vhost)
         df.rabbitmqctl('add_vhost', self.d.vhost)
         self.d.grant()
+        since = datetime.datetime.now(datetime.timezone.utc)
         self.proxy.start()
+        # The test's own client, whose reply queue went too: a new one
+        # (the CLI follows its operations through such an outage), once
+        # the services are back (a call sent before the conductor's
+        # queue is there again is lost).
+        self.d.bus.cleanup()
+        self.d.bus = rpc.Bus(self.d.bus.conf, url=self.d.url)
+        self.api = self.d.api = conductor_rpcapi.ConductorAPI(self.d.bus,
+                                                              timeout=60)
+        self.d.wait_for_agents(self.d.hosts, since=since,
+                               states={'up', 'maintenance', 'disabled'})
 
     def deploy(self, spec):
         operation = self.d.wait(self.api.deploy_cluster(df.ADMIN, spec))
