@@ -40,7 +40,9 @@ def main():
     args = parser.parse_args()
 
     from tenks import runtime
+    from tests.functional import cluster_fixtures
     runtime.use_threads()
+    cluster_fixtures.interrupt_on_sigterm()
     rows = []
     started = time.monotonic()
     kinds = args.kind or (fs.FAIL, fs.KILL)
@@ -64,6 +66,8 @@ def main():
             if error:
                 print(error, flush=True)
 
+    print('%-11s %-44s %-28s %6s' % ('operation', 'case', 'outcome',
+                                     'time (s)'), flush=True)
     with tempfile.TemporaryDirectory(prefix='tenks-faults-') as tmp:
         tmp = pathlib.Path(tmp)
         with fs.Bystanders(tmp / 'bystanders', args.port_base + 10) as by:
@@ -83,13 +87,30 @@ def main():
                 each('maintenance', reference, functools.partial(
                     fs.run_maintenance_case, hosts, reference,
                     port_base=args.port_base))
+    print()
+    summary(rows, time.monotonic() - started)
     failed = [row for row in rows if row[2] == 'FAILED']
-    print('\n%d case(s), %d failed, in %.0f s' % (
-        len(rows), len(failed), time.monotonic() - started))
     for row in failed:
         print('%s %s: %s' % (row[0], row[1], row[4].splitlines()[0]))
     sys.exit(1 if failed else 0)
 
+
+def summary(rows, total):
+    """Print the cases, passed and time of each operation and fault
+    kind, and of all (``total``: the wall time, references included)."""
+    print('%-11s %-5s %6s %7s %8s' % ('operation', 'fault', 'cases',
+                                      'passed', 'time (s)'))
+    groups = {}
+    for name, fault, outcome, seconds, _ in rows:
+        group = groups.setdefault((name, fault.split(':')[0]), [0, 0, 0.0])
+        group[0] += 1
+        group[1] += outcome != 'FAILED'
+        group[2] += seconds
+    for (name, kind), (count, passed, seconds) in groups.items():
+        print('%-11s %-5s %6d %7d %8.0f' % (name, kind, count, passed,
+                                            seconds))
+    print('%-17s %6d %7d %8.0f' % (
+        'all', len(rows), sum(row[2] != 'FAILED' for row in rows), total))
 
 
 if __name__ == '__main__':
