@@ -9,7 +9,8 @@ Placement aggregate memberships. Each difference is an entry
 
 - of a deployment of this conductor: ``missing``, ``differs``,
   ``stopped``, ``smaller`` or ``foreign`` (a recorded thing that is not
-  there, otherwise than recorded, or there but somebody else's), and
+  there, otherwise than recorded, or there but somebody else's; one
+  recorded 'creating', never confirmed, is not missing), and
   ``unrecorded`` (carrying its mark, not in its record);
 - ``leftover``: what carries the mark of a deployment proven dead (see
   DEAD), and processes serving BMCs of a state directory that no longer
@@ -33,6 +34,7 @@ from hostagent import rpcapi as hostagent_rpcapi
 from tenks import names
 from tenks import placement_aggregates
 from tenks import reconcile
+from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
 
@@ -56,6 +58,13 @@ def entry(hypervisor, kind, name, status, cluster=None, mark=None,
     return {'hypervisor': hypervisor, 'kind': kind, 'name': name,
             'status': status, 'cluster': cluster, 'mark': mark,
             'detail': detail}
+
+
+def unconfirmed(row, status):
+    """Whether a thing its record (a resource dict) has as asked for, the
+    request unanswered or answered with an error ('creating'), is found
+    ``status``: missing is no drift then (it was never made)."""
+    return status == 'missing' and row['state'] == db_api.RESOURCE_CREATING
 
 
 def cluster_of(mark):
@@ -246,7 +255,8 @@ class Audit:
         records = self.records.get((host, cluster.name), {})
         for drift in found['nodes'].values():
             for kind, name, what in drift:
-                if (kind, name) in records:
+                row = records.get((kind, name))
+                if row is not None and not unconfirmed(row, what):
                     self._add(host, kind, name, what, cluster.name, owner)
 
     def _recorded(self, host, thing, cluster):
@@ -311,16 +321,17 @@ class Audit:
             for (kind, name), row in sorted(records.items()):
                 owner = row['remove_args'].get('owner')
                 if kind == 'uplink':
-                    self._uplink(host, cluster, owner, row['remove_args'],
-                                 found)
+                    self._uplink(host, cluster, owner, row, found)
                 elif kind in ('pool', 'bridge'):
-                    self._host_resource(host, cluster, owner, kind, name,
+                    self._host_resource(host, cluster, owner, row,
                                         found.get((kind, name)))
 
-    def _host_resource(self, host, cluster, owner, kind, name, thing):
+    def _host_resource(self, host, cluster, owner, row, thing):
+        kind, name = row['kind'], row['name']
         where = (host, kind, name)
         if thing is None:
-            self._add(*where, 'missing', cluster, owner)
+            if not unconfirmed(row, 'missing'):
+                self._add(*where, 'missing', cluster, owner)
         elif names.deployment_mark(thing['mark']) != owner:
             self._add(*where, 'foreign', cluster, owner,
                       'it carries the mark %s' % thing['mark'])
@@ -336,10 +347,12 @@ class Audit:
                           'ports its cluster has no record of: %s'
                           % ', '.join(extra))
 
-    def _uplink(self, host, cluster, owner, args, found):
+    def _uplink(self, host, cluster, owner, row, found):
+        args = row['remove_args']
         bridge = found.get(('bridge', args['bridge']))
         ports = set(bridge['ports']) if bridge else set()
-        if not ports & {args['veth_names'][0], args['source']}:
+        if not ports & {args['veth_names'][0], args['source']} and not (
+                unconfirmed(row, 'missing')):
             self._add(host, 'uplink', args['bridge'], 'missing', cluster,
                       owner, 'bridge %s is not connected to %s' % (
                           args['bridge'], args['source']))

@@ -737,7 +737,7 @@ class Conductor:
         if not force:
             self._check_in_use(name, nodes, resources)
         self.db.set_operation_plan(operation_id, teardown.teardown_plan(
-            name, nodes, resources, force))
+            name, nodes, resources, force, self.db.get_cluster(name).state))
         return self.runner.run(
             operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,
             {'operation_id': operation_id},

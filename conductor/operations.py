@@ -318,6 +318,7 @@ class Operations:
                     'old hypervisor, those moved stay at their new one: %s'
                     % '; '.join(moved_nodes(self.db, plan)))
         removed = removed_things(self.db, plan)
+        whole = self.db.get_cluster(name).state == states.CLUSTER_DEPLOYED
         kept = self.db.list_resources(name, operation=operation_id)
         if kept:
             return ('. %d resource(s) this deploy created could not be '
@@ -326,7 +327,7 @@ class Operations:
                     'finish' % (len(kept), ', '.join(
                         '%s %s' % (r.kind, r.name) for r in kept),
                         _not_undone(removed), name))
-        if before == states.CLUSTER_DEPLOYED and not removed:
+        if before == states.CLUSTER_DEPLOYED and whole and not removed:
             return ('. What this deploy created was rolled back; the '
                     'cluster deployed before is kept')
         if before == states.CLUSTER_DEPLOYED:
@@ -369,10 +370,12 @@ def _not_undone(removed):
 
 
 def where_nodes_are(nodes):
-    """'3 node(s) (hv1: tk0, tk2; hv2: tk1)' of node records."""
+    """'3 node(s) (hv1: tk0, tk2 (failed); hv2: tk1)' of node records."""
     by_host = {}
     for node in nodes:
-        by_host.setdefault(node.hypervisor, []).append(node.name)
+        by_host.setdefault(node.hypervisor, []).append(
+            node.name + (' (failed)' if node.state == states.NODE_FAILED
+                         else ''))
     return '%d node(s) (%s)' % (len(nodes), '; '.join(
         '%s: %s' % (host, ', '.join(sorted(names)))
         for host, names in sorted(by_host.items())))

@@ -12,6 +12,7 @@ from taskflow import exceptions as tf_exceptions
 from taskflow import states
 from taskflow.persistence import models
 
+from conductor import faults
 from conductor import flow_store
 from tenks import exceptions
 
@@ -118,6 +119,9 @@ class FlowRunner:
                     'result': engine.storage.get_execute_result(name)})
         engine.atom_notifier.register(engine.atom_notifier.ANY,
                                       outcome.on_atom)
+        fault = faults.active()
+        if fault is not None:
+            fault.arm(engine)
         try:
             engine.run()
         except tf_exceptions.WrappedFailure as e:

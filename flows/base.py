@@ -44,10 +44,11 @@ class EnsureResource(task.Task):
 
     Reversion strategy: remove only what this operation created: what
     the agent said it created, or what it was asked to create without an
-    answer (a timeout, a crash), removed by owner mark, so a thing the
-    agent finds not ours (ResourceConflict) is left and its record
-    dropped. A record kept because removal failed lets a re-run or a
-    teardown finish the job.
+    answer (a timeout, a crash) or with an error (an agent that failed
+    half way may not have undone it: libvirt gone), removed by owner
+    mark, so a thing the agent finds not ours (ResourceConflict) is left
+    and its record dropped. A record kept because removal failed lets a
+    re-run or a teardown finish the job.
     """
 
     kind = None
@@ -106,11 +107,9 @@ class EnsureResource(task.Task):
         try:
             result = self.ensure(svc, operation_id, cluster,
                                  adopt=before is not None)
-        except exceptions.AgentTimeout:
-            # No answer: it may exist. The record stays for the revert.
-            raise
-        except Exception:
-            # The agent answered: it left nothing this request created.
+        except exceptions.ResourceConflict:
+            # Somebody else's is there: this request made nothing. On any
+            # other error the record stays for the revert.
             if before is None:
                 svc.db.delete_resource(self.host, self.kind, self.resource)
             raise

@@ -6,9 +6,13 @@ clients of their own; the process that runs the flows (the conductor)
 installs these once.
 """
 
+import contextlib
 import dataclasses
+import threading
 
 _installed = None
+# Clients that replace the installed ones in one thread (see replaced).
+_local = threading.local()
 
 
 @dataclasses.dataclass
@@ -25,6 +29,19 @@ def install(clients):
 
 
 def get():
-    if _installed is None:
+    clients = getattr(_local, 'clients', None) or _installed
+    if clients is None:
         raise RuntimeError('No conductor services installed in this process')
-    return _installed
+    return clients
+
+
+@contextlib.contextmanager
+def replaced(**clients):
+    """Within the block, get() in this thread returns the installed
+    clients with ``clients`` instead (conductor.faults: a task whose
+    answers are replaced)."""
+    _local.clients = dataclasses.replace(get(), **clients)
+    try:
+        yield
+    finally:
+        _local.clients = None

@@ -243,7 +243,8 @@ class RemoveNode(task.Task):
 
     ``rows``: the node's recorded resources (dicts). Something found not
     ours (replaced by somebody else's) is left where it is, with a
-    warning; its record goes.
+    warning; its record goes. A removal answered with an error may have
+    removed part of the node: it is marked failed, not whole any more.
 
     Reversion strategy: none. Removals run last, and a removal is not
     undone; what stays recorded lets a re-run or teardown finish.
@@ -261,6 +262,17 @@ class RemoveNode(task.Task):
 
     def execute(self, operation_id, cluster):
         svc = context.get()
+        try:
+            return self._remove(svc, operation_id, cluster)
+        except exceptions.AgentTimeout:
+            # Unanswered: an answer that comes later settles its records
+            # (conductor.late); one that never comes removed nothing.
+            raise
+        except Exception:
+            svc.db.set_node_state(self.node_uuid, states.NODE_FAILED)
+            raise
+
+    def _remove(self, svc, operation_id, cluster):
         warnings = []
         changed = False
         for row in self.rows:

@@ -29,9 +29,11 @@ class MarkCluster(task.Task):
     with its nodes that never started, unless some of its resources could
     not be removed; a deployed cluster whose reconfiguration was rolled
     back whole (nothing this operation made stays recorded) is deployed
-    still; any other is marked failed (a teardown that failed may have
-    removed some of it), so a failed operation never leaves it looking
-    busy or healthy, and a re-run or a teardown can finish.
+    still; one whose state this task failed to change (no later task
+    ran) gets back the state it had; any other is marked failed (a
+    teardown that failed may have removed some of it), so a failed
+    operation never leaves it looking busy or healthy, and a re-run or a
+    teardown can finish.
     """
 
     def __init__(self, state, previous=None):
@@ -53,9 +55,14 @@ class MarkCluster(task.Task):
         for node in db.list_nodes(cluster=cluster):
             if node.state == states.NODE_SCHEDULED:
                 settle_new_node(db, node.uuid)
+        failed_here = not isinstance(result, str)
+        if failed_here:
+            result = self.previous
         if (result == states.CLUSTER_SCHEDULED
                 and not db.list_resources(cluster)):
             db.delete_cluster(cluster)
+        elif failed_here and result is not None:
+            db.set_cluster_state(cluster, result)
         elif (result == states.CLUSTER_DEPLOYED
                 and self.state == states.CLUSTER_DEPLOYING
                 and not db.list_resources(cluster, operation=operation_id)

@@ -85,10 +85,10 @@ def remove(svc, row, request_id, operation_id, cluster):
     return result
 
 
-def teardown_plan(cluster, nodes, resources, force=False):
+def teardown_plan(cluster, nodes, resources, force=False, state=None):
     """What a teardown removes: each node with its recorded resources
     (dicts), then the rest. ``force``: remove nodes Ironic has deployed
-    too (see Conductor.submit_teardown)."""
+    too (see Conductor.submit_teardown); ``state``: the cluster's."""
     planned = {}
     for node in nodes:
         planned[node['uuid']] = {'uuid': node['uuid'], 'name': node['name'],
@@ -102,7 +102,7 @@ def teardown_plan(cluster, nodes, resources, force=False):
         else:
             entry['rows'].append(row)
     return {'cluster': cluster, 'nodes': list(planned.values()),
-            'others': others, 'force': force}
+            'others': others, 'force': force, 'cluster_state': state}
 
 
 def get_teardown_flow(operation_id):
@@ -110,7 +110,9 @@ def get_teardown_flow(operation_id):
     (see teardown_plan)."""
     plan = context.get().db.get_operation(operation_id).plan
     flow = linear_flow.Flow('teardown:%s' % plan['cluster'])
-    flow.add(records.MarkCluster(states.CLUSTER_DELETING))
+    # A plan saved before teardowns kept the cluster's state has none.
+    flow.add(records.MarkCluster(states.CLUSTER_DELETING,
+                                 plan.get('cluster_state')))
     for kinds in REMOVAL_STAGES:
         stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
         if kinds == ('domain',):

@@ -79,11 +79,33 @@ def torn_down(cluster):
 @contextlib.contextmanager
 def checked(cluster):
     """Yield ``cluster``; then remove whatever of it the test left, and
-    fail the test if there was anything."""
-    yield cluster
+    fail the test if there was anything. A block that failed (or was
+    interrupted) has its own error: what it left is removed too, and
+    only printed."""
+    try:
+        yield cluster
+    except BaseException:
+        left = cluster.leftovers()
+        cluster.force_clean()
+        if left:
+            print('The failed block left %s behind (removed)' % left)
+        raise
     left = cluster.leftovers()
     cluster.force_clean()
     assert left == [], 'the test left %s behind' % left
+
+
+def interrupt_on_sigterm():
+    """Make SIGTERM (and SIGHUP), as ``kill`` or a timeout sends it to a
+    test run, interrupt it as Ctrl-C does, so that its with blocks,
+    finally clauses and fixtures tear down what it made; once: a
+    second signal does not interrupt that teardown."""
+    def interrupt(signum, frame):
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt('signal %d' % signum)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
 
 
 def free_tcp_port():
@@ -106,9 +128,13 @@ def ipmi_host_pid(state_dir):
 
 @contextlib.contextmanager
 def bmc_changes_held(state_dir):
-    """Hold the lock of the IPMI BMCs of ``state_dir``: a request that
-    changes a BMC waits until the block ends; reads do not."""
-    fd = os.open(os.path.join(state_dir, 'ipmi', 'lock'), os.O_RDWR)
+    """Hold the lock of the IPMI BMCs of ``state_dir`` (made, as its
+    hostagent makes it, if none has been yet): a request that changes a
+    BMC waits until the block ends; reads do not."""
+    directory = os.path.join(state_dir, 'ipmi')
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(directory, 'lock'), os.O_RDWR | os.O_CREAT,
+                 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -229,7 +255,9 @@ class ClusterEnv:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         for uri in self.uris:
-            remove_libvirt_things(uri, self.ours)
+            # One libvirtd down (a test stopped it) keeps the rest.
+            with contextlib.suppress(libvirt.libvirtError):
+                remove_libvirt_things(uri, self.ours)
         with IPRoute() as ipr:
             for link in self._links(ipr):
                 with contextlib.suppress(Exception):

@@ -17,6 +17,11 @@ def left():
     assert leftovers.clean() == []
 
 
+def pytest_configure(config):
+    # A run stopped by kill or a timeout still tears its fixtures down.
+    cluster_fixtures.interrupt_on_sigterm()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Keep each test's call report, so that its fixtures know at

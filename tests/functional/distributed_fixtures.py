@@ -42,7 +42,8 @@ class Service:
         self.memory = memory
         self.process = None
 
-    def start(self):
+    def start(self, **environ):
+        """``environ``: variables to add to its environment."""
         kind = self.name.split('-')[0]
         if self.memory is None:
             command = [os.path.join(BIN, 'tenks-' + kind)]
@@ -53,7 +54,7 @@ class Service:
             self.process = subprocess.Popen(
                 [*command, '--config-file', self.config],
                 stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                start_new_session=True, env=dict(os.environ, **environ))
 
     def stop(self, sig=signal.SIGTERM, timeout=90):
         if self.process and self.process.poll() is None:
@@ -67,8 +68,8 @@ class Service:
 
 class Deployment:
 
-    def __init__(self, tmp_path, agent_timeout=20, grace=5, probe=False,
-                 threads=None):
+    def __init__(self, tmp_path, agent_timeout=20, grace=5, agent_retries=0,
+                 probe=False, threads=None):
         """``probe``: run each service in a memory_probe. ``threads``:
         the most threads each service's RPC server runs requests in
         ([DEFAULT] executor_thread_pool_size; None: oslo.messaging's
@@ -92,9 +93,9 @@ class Deployment:
 host = %s
 agent_timeout = %d
 agent_down_time = 5
-agent_retries = 0
+agent_retries = %d
 graceful_shutdown_timeout = %d
-''' % (self.conductor_host, agent_timeout, grace))
+''' % (self.conductor_host, agent_timeout, agent_retries, grace))
         for host, prefix in zip(self.hosts, 'ab', strict=True):
             self._service('hostagent-' + prefix, host, '''
 [hostagent]
@@ -154,11 +155,13 @@ heartbeat_interval = 1
         return {host: heaps[service.memory]
                 for host, service in services.items()}
 
-    def wait_for_agents(self, hosts, timeout=60, since=None):
-        """Wait until the hostagents of ``hosts`` are up. ``since``: a
-        time (UTC) they must have been heard of after, so that an agent
-        started again counts once it has registered, not while its
-        killed predecessor's last heartbeat is still recent."""
+    def wait_for_agents(self, hosts, timeout=60, since=None, states=None):
+        """Wait until the hostagents of ``hosts`` are up (in one of
+        ``states``, default ready_states). ``since``: a time (UTC) they
+        must have been heard of after, so that an agent started again
+        counts once it has registered, not while its killed
+        predecessor's last heartbeat is still recent."""
+        states = states or self.ready_states
         # A call sent before the conductor's queue exists is lost: poll
         # with a short timeout.
         poll = rpcapi.ConductorAPI(self.bus, timeout=2)
@@ -166,7 +169,7 @@ heartbeat_interval = 1
         while True:
             try:
                 up = {h['host'] for h in poll.list_hypervisors(ADMIN)
-                      if h['state'] in self.ready_states
+                      if h['state'] in states
                       and (since is None or heard_after(h, since))}
             except Exception:
                 up = set()

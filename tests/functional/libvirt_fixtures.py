@@ -29,9 +29,10 @@ DIRS = {'run': '/run/libvirt', 'lib': '/var/lib/libvirt',
 START = '''set -e
 mount --make-rprivate /
 %s
-virtlogd -d -p "$ROOT/virtlogd.pid"
+%s
 exec libvirtd -d --pid-file "$ROOT/libvirtd.pid"
 '''
+VIRTLOGD = 'virtlogd -d -p "$ROOT/virtlogd.pid"'
 
 
 def _pid(path):
@@ -72,39 +73,56 @@ def private_libvirtd(root, ours, timeout=90):
         shutil.copytree('/var/cache/libvirt/qemu',
                         os.path.join(root, 'cache', 'qemu'),
                         dirs_exist_ok=True)
-    mounts = '\n'.join('mount --bind "$ROOT/%s" %s' % (name, target)
-                       for name, target in DIRS.items())
-    subprocess.run(['unshare', '-m', 'sh', '-c', START % mounts],
-                   check=True, timeout=60, env=dict(os.environ, ROOT=root))
     uri = 'qemu:///system?socket=%s/run/libvirt-sock' % root
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                libvirt.open(uri).close()
-                break
-            except libvirt.libvirtError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        start_libvirtd(root, timeout, virtlogd=True)
         yield uri
     finally:
         _stop(root, uri, ours)
 
 
+def start_libvirtd(root, timeout=90, virtlogd=False):
+    """Start the libvirtd of ``root`` (a private_libvirtd's), stopped by
+    stop_libvirtd, again (with its virtlogd: the first time)."""
+    mounts = '\n'.join('mount --bind "$ROOT/%s" %s' % (name, target)
+                       for name, target in DIRS.items())
+    subprocess.run(['unshare', '-m', 'sh', '-c', START % (
+        mounts, VIRTLOGD if virtlogd else '')], check=True, timeout=60,
+        env=dict(os.environ, ROOT=root))
+    uri = 'qemu:///system?socket=%s/run/libvirt-sock' % root
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            libvirt.open(uri).close()
+            return
+        except libvirt.libvirtError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def stop_libvirtd(root, daemon='libvirtd'):
+    """Stop the libvirtd (or virtlogd) of ``root``, a private_libvirtd's;
+    its domains and pools stay defined."""
+    pid = _pid(os.path.join(str(root), daemon + '.pid'))
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return
+        time.sleep(0.1)
+    raise AssertionError('%s of %s did not stop' % (daemon, root))
+
+
 def _stop(root, uri, ours):
     with contextlib.suppress(libvirt.libvirtError):
         cf.remove_libvirt_things(uri, ours)
-    for name in ('libvirtd.pid', 'virtlogd.pid'):
-        pid = _pid(os.path.join(root, name))
-        if pid is None:
-            continue
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.1)
+    for daemon in ('libvirtd', 'virtlogd'):
+        # One that will not stop is left: the test has its own error.
+        with contextlib.suppress(AssertionError):
+            stop_libvirtd(root, daemon)

@@ -135,8 +135,8 @@ def test_failed_shrink_says_what_it_removed_and_what_remains(
     assert 'deployed before is kept' not in message
     assert message.endswith(
         'What this deploy created was rolled back, not what it removed '
-        '(node tk1); cluster unit now has 2 node(s) (hv1: tk0, tk2): run '
-        'the deploy again to finish')
+        '(node tk1); cluster unit now has 2 node(s) (hv1: tk0, tk2 '
+        '(failed)): run the deploy again to finish')
     assert sorted(n.name for n in conductor.db.list_nodes()) == ['tk0',
                                                                  'tk2']
     monkeypatch.undo()

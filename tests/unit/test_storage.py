@@ -7,6 +7,7 @@ import stat
 import subprocess
 from xml.etree import ElementTree as ET
 
+import libvirt
 import pytest
 
 from flows import host_setup
@@ -469,6 +470,56 @@ def test_logical_volumes_are_ours_by_their_lvm_tag(monkeypatch, tmp_path):
     assert 'tags tenks:c:other' in str(refused.value)
     assert not theirs.deleted
     assert driver.remove_volume('p', 'v0', OWNER) and mine.deleted
+
+
+class NamedPool(FakePool):
+
+    def name(self):
+        return 'p'
+
+
+class UndefinedPool(NamedPool):
+    """A pool undefined by another process once listed."""
+
+    def isActive(self):
+        error = libvirt.libvirtError('Storage pool not found')
+        error.err = (libvirt.VIR_ERR_NO_STORAGE_POOL, 0, 'not found')
+        raise error
+
+
+class RemovedDirPool(NamedPool):
+    """A directory pool whose directory went once listed."""
+
+    def __init__(self, path):
+        super().__init__([])
+        self.path = path
+
+    def XMLDesc(self, flags=0):
+        return ("<pool type='dir'><name>p</name><target><path>%s</path>"
+                "</target></pool>" % self.path)
+
+
+class Pools:
+
+    def __init__(self, *pools):
+        self.pools = pools
+
+    def listAllStoragePools(self):
+        return list(self.pools)
+
+
+def test_a_pool_undefined_while_marks_are_listed_is_not_an_error(
+        monkeypatch, tmp_path):
+    """Found by the fault suite: another deployment's teardown removed a
+    marked pool during an audit, which failed (the hypervisor
+    'unchecked'). Gone, it is not listed."""
+    monkeypatch.setattr(storage, 'vg_tags', lambda vg: [OWNER])
+    monkeypatch.setattr(storage, 'lv_tags', lambda vg: {'v0': [OWNER]})
+    found = libvirt_driver.LibvirtDriver._marked_pools(Pools(
+        UndefinedPool([]), RemovedDirPool(tmp_path / 'gone'),
+        NamedPool([])))
+    assert [(pool['name'], pool['active'], pool['volumes'])
+            for pool in found] == [('p', True, [('v0', OWNER)])]
 
 
 # Devices of a logical pool

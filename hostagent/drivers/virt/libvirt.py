@@ -1405,19 +1405,28 @@ class LibvirtDriver(base.VirtDriver):
                         storage.lv_tags(group).items()) if found) if (
                     mark) else []
             elif kind == 'dir':
-                mark = _tenks_mark([_mark(path)]) if os.path.isdir(
-                    path) else None
+                try:
+                    mark = _tenks_mark([_mark(path)]) if os.path.isdir(
+                        path) else None
+                except FileNotFoundError:
+                    mark = None  # removed since the listing
                 volumes = _marked_files(path) if mark else []
             else:
                 continue
-            if mark:
-                found.append({
-                    'kind': 'pool', 'name': pool.name(), 'mark': mark,
-                    'path': path, 'pool_type': kind,
-                    'devices': [d.get('path')
-                                for d in root.findall('source/device')],
-                    'active': bool(pool.isActive()), 'defined': True,
-                    'volumes': volumes})
+            if not mark:
+                continue
+            active = _lookup(lambda p: p.isActive(), pool,
+                             libvirt.VIR_ERR_NO_STORAGE_POOL)
+            if active is None:
+                # Undefined since the listing (its teardown ran).
+                continue
+            found.append({
+                'kind': 'pool', 'name': pool.name(), 'mark': mark,
+                'path': path, 'pool_type': kind,
+                'devices': [d.get('path')
+                            for d in root.findall('source/device')],
+                'active': bool(active), 'defined': True,
+                'volumes': volumes})
         return found
 
     def domain_state(self, name):
