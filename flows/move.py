@@ -29,8 +29,8 @@ from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
-from tenks import placement_aggregates
 from tenks import reconcile
+from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
 
