@@ -731,7 +731,7 @@ class Conductor:
         resources = [r.as_dict() for r in self.db.list_resources(name)]
         if not force:
             self._check_in_use(name, nodes, resources)
-        self.db.set_operation_plan(operation_id, teardown.teardown_plan(
+        self.db.set_operation_plan(operation_id, planner.teardown_plan(
             name, nodes, resources, force))
         return self.runner.run(
             operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,

@@ -69,16 +69,16 @@ class _KeptWhileUsed:
             super().revert(result, operation_id, cluster, **kwargs)
 
 
-class MovePool(_KeptWhileUsed, host_setup.EnsurePool):
-    pass
+class MovePool(_KeptWhileUsed, base.EnsureResource):
+    kind = 'pool'
 
 
-class MoveBridge(_KeptWhileUsed, host_setup.EnsureBridge):
-    pass
+class MoveBridge(_KeptWhileUsed, base.EnsureResource):
+    kind = 'bridge'
 
 
-class MoveUplink(_KeptWhileUsed, host_setup.EnsureUplink):
-    pass
+class MoveUplink(_KeptWhileUsed, base.EnsureResource):
+    kind = 'uplink'
 
 
 HOST_TASKS = {'pool': MovePool, 'bridge': MoveBridge, 'uplink': MoveUplink}
