@@ -197,8 +197,7 @@ def test_flavor_resized_is_created_again(cloud, prefix):
     # Sizes cannot: a flavor of the same name is made again.
     with pytest.raises(exceptions.ResourceConflict):
         nova.ensure_flavor(cloud, dict(flavor, ram=256), adopt=False)
-    assert nova.ensure_flavor(cloud, dict(flavor, ram=256),
-                                     adopt=True)
+    assert nova.ensure_flavor(cloud, dict(flavor, ram=256), adopt=True)
     resized = cloud.compute.find_flavor(flavor['name'])
     assert (resized.vcpus, resized.ram, resized.disk) == (1, 256, 0)
     assert resized.id != first.id
@@ -206,8 +205,8 @@ def test_flavor_resized_is_created_again(cloud, prefix):
         resized).extra_specs == flavor['extra_specs']
     assert [f.name for f in cloud.compute.flavors()].count(
         flavor['name']) == 1
-    nova.remove_flavor(types.SimpleNamespace(
-        cloud=types.SimpleNamespace(connection=cloud)), flavor['name'])
+    assert nova.delete_flavor(cloud, flavor['name'])
+    assert cloud.compute.find_flavor(flavor['name']) is None
 
 
 @pytest.fixture
