@@ -7,7 +7,7 @@ zone of its aggregates that have one, else the default zone. Every
 change is checked and made under the lock scheduling holds, so a
 deploy never sees half a change.
 
-Placement follows (tenks.placement_aggregates): when a host joins or
+Placement follows (tenks.cloud.placement_aggregates): when a host joins or
 leaves an aggregate, the resource providers of its enrolled nodes join
 or leave the Placement aggregate of the same UUID; a deleted
 aggregate's UUID leaves every provider of Tenks' nodes. That is
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from oslo_log import log as logging
 
 from tenks import exceptions
-from tenks import placement_aggregates
+from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Aggregates:
         if not nodes or not aggregates or self.cloud is None:
             return []
         conn = self.cloud.connection
-        if not conn.endpoint_for('placement'):
+        if not placement_aggregates.reachable(conn):
             return []
         try:
             stale = placement_aggregates.out_of_step(conn, aggregates, nodes)
@@ -181,7 +181,7 @@ class Aggregates:
             return []
         try:
             conn = self.cloud.connection
-            if not conn.endpoint_for('placement'):
+            if not placement_aggregates.reachable(conn):
                 return []
             if gone is not None:
                 members = placement_aggregates.members(conn, gone)

@@ -32,8 +32,10 @@ from oslo_log import log as logging
 
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import names
-from tenks import placement_aggregates
 from tenks import reconcile
+from tenks.cloud import ironic
+from tenks.cloud import nova
+from tenks.cloud import placement_aggregates
 from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -414,10 +416,7 @@ class Audit:
                               service, type(e).__name__, e))
 
     def _ironic(self, conn, clusters, enrolled):
-        current = {n.id: n for n in conn.baremetal.nodes(details=True)}
-        ports = {}
-        for port in conn.baremetal.ports(details=True):
-            ports.setdefault(port.node_id, []).append(port)
+        current, ports = ironic.nodes_and_ports(conn)
         nodes = {n['uuid']: n for n in self.nodes}
         for node_uuid, row in sorted(enrolled.items()):
             cluster = clusters[row['cluster']]
@@ -445,7 +444,7 @@ class Audit:
             wanted = {f['name']: f for f in (
                 reconcile.nova_flavor(cluster.spec, f)
                 for f in cluster.spec['nova_flavors'])}.get(name)
-            current = find_flavor(conn, name)
+            current = nova.find_flavor(conn, name)
             if current is None:
                 self._add(*where, 'missing', cluster.name, owner)
             elif wanted is None:
@@ -453,7 +452,7 @@ class Audit:
                           'the spec of cluster %s has no such flavor'
                           % cluster.name)
             else:
-                changes = flavor_changes(conn, current, wanted)
+                changes = nova.flavor_changes(conn, current, wanted)
                 if changes:
                     self._add(*where, 'differs', cluster.name, owner,
                               ', '.join(changes))
@@ -511,37 +510,19 @@ class Audit:
             for t in survey['things'])
 
 
-def find_flavor(conn, name):
-    # The flows import TaskFlow: only an audit of enrolled nodes pays.
-    from flows import post_deploy
-    return post_deploy.find_flavor(conn, name)
-
-
-def flavor_changes(conn, current, wanted):
-    """What differs of Nova's flavor ``current`` from ``wanted``
-    (reconcile.nova_flavor)."""
-    changes = [key for key in ('vcpus', 'ram', 'disk')
-               if getattr(current, key) != wanted[key]]
-    have = conn.compute.fetch_flavor_extra_specs(current).extra_specs or {}
-    return changes + ['extra spec %s' % key for key in sorted(
-        set(have) | set(wanted['extra_specs']))
-        if have.get(key) != wanted['extra_specs'].get(key)]
-
-
 def ironic_changes(current, ports, view, spec):
     """What differs of the Ironic node ``current`` (with its ``ports``)
     from what registration sets for the node ``view``: its fields, the
     driver_info of its BMC (the password, which reads back masked,
     aside) and its ports by MAC."""
-    from flows import registration
     wanted = view['ironic']
     have = current.driver_info or {}
-    changes = sorted(registration.node_updates(
+    changes = sorted(ironic.node_updates(
         current, dict(wanted['fields'], driver_info=have), {}))
     if sorted(current.traits or []) != sorted(wanted['traits']):
         changes.append('traits')
     changes += ['driver_info %s' % key for key, value in sorted(
-        registration.bmc_driver_info(view['bmc'], spec).items())
+        ironic.bmc_driver_info(view['bmc'], spec).items())
         if not key.endswith('password') and str(have.get(key)) != str(value)]
     macs = {nic['mac'].lower(): nic for nic in view['record']['nics']}
     found = {port.address.lower(): port for port in ports}

@@ -33,17 +33,17 @@ from conductor import preflight
 from conductor import waiters
 from flows import context
 from hostagent import rpcapi as hostagent_rpcapi
-from tenks import cloud
 from tenks import exceptions
 from tenks import fileutils
 from tenks import names
 from tenks import notifier
-from tenks import placement_aggregates
 from tenks import reconcile
 from tenks import resources
 from tenks import rpc
 from tenks import scheduler
 from tenks import states
+from tenks.cloud import connection as cloud_connection
+from tenks.cloud import placement_aggregates
 from tenks.db import api as db_api
 from tenks.db import migrations
 
@@ -87,7 +87,7 @@ class Conductor:
         self.agents = agents.AgentClient(
             bus, self.waiters, self.host, conf.conductor.agent_timeout,
             conf.conductor.agent_retries, self.late_results)
-        self.cloud = cloud.Cloud(conf)
+        self.cloud = cloud_connection.Cloud(conf)
         context.install(context.Clients(
             db=self.db, agents=self.agents, notifier=self.notifier,
             cloud=self.cloud))
@@ -673,13 +673,12 @@ class Conductor:
         uuids = planner.deployed_in_ironic(plan)
         if not uuids:
             return
-        from flows import registration
-        provision = registration.provision_states(self.cloud.connection,
-                                                  uuids)
+        from tenks.cloud import ironic
+        provision = ironic.provision_states(self.cloud.connection, uuids)
         names = {e['uuid']: e['name'] for e in plan['nodes']}
         busy = ['%s (%s)' % (names[uuid], state)
                 for uuid, state in sorted(provision.items())
-                if registration.deployed(state)]
+                if ironic.deployed(state)]
         if busy:
             raise exceptions.NodesDeployed(name=name, nodes=', '.join(busy))
 
@@ -691,17 +690,18 @@ class Conductor:
                  if r['kind'] == 'ironic_node']
         if not uuids:
             return
-        from flows import registration
+        from tenks.cloud import ironic
+        from tenks.cloud import nova
         conn = self.cloud.connection
         names = {n['uuid']: n['name'] for n in nodes}
         in_use = []
-        for node_uuid, (state, server) in sorted(cloud.deployed_nodes(
-                conn, uuids, registration.FREE_STATES).items(),
+        for node_uuid, (state, server) in sorted(ironic.deployed_nodes(
+                conn, uuids, ironic.FREE_STATES).items(),
                 key=lambda item: names.get(item[0], item[0])):
             node = names.get(node_uuid, node_uuid)
             if server:
                 in_use.append('Nova server %s (%s) runs on node %s' % (
-                    cloud.server_name(conn, server) or '(name unknown)',
+                    nova.server_name(conn, server) or '(name unknown)',
                     server, node))
             else:
                 in_use.append('node %s is %s' % (node, state))
@@ -736,7 +736,7 @@ class Conductor:
         resources = [r.as_dict() for r in self.db.list_resources(name)]
         if not force:
             self._check_in_use(name, nodes, resources)
-        self.db.set_operation_plan(operation_id, teardown.teardown_plan(
+        self.db.set_operation_plan(operation_id, planner.teardown_plan(
             name, nodes, resources, force, self.db.get_cluster(name).state))
         return self.runner.run(
             operation_id, 'teardown:%s' % name, teardown.get_teardown_flow,

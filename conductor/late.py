@@ -20,8 +20,8 @@ decides.
 
 from oslo_log import log as logging
 
-from flows import records
 from tenks import exceptions
+from tenks import notifier
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -68,4 +68,4 @@ class LateResults:
         for node in forgotten:
             if node.state == states.NODE_DEPLOYED:
                 self.notifier.emit('tenks.node.delete.end', node.cluster,
-                                   records.node_payload(node))
+                                   notifier.node_payload(node))

@@ -152,3 +152,23 @@ def add_drift(plan, drift, host_resources=None):
                 else '%s %s' % (kind, name),
                 'action': reconcile.REPAIR, 'field': None, 'old': what,
                 'new': None})
+
+
+def teardown_plan(cluster, nodes, resources, force=False, state=None):
+    """What a teardown removes: each node with its recorded resources
+    (dicts), then the rest. ``force``: remove nodes Ironic has deployed
+    too (see Conductor.submit_teardown); ``state``: the cluster's."""
+    planned = {}
+    for node in nodes:
+        planned[node['uuid']] = {'uuid': node['uuid'], 'name': node['name'],
+                                 'hypervisor': node['hypervisor'],
+                                 'rows': []}
+    others = []
+    for row in resources:
+        entry = planned.get(row['node'])
+        if entry is None:
+            others.append(row)
+        else:
+            entry['rows'].append(row)
+    return {'cluster': cluster, 'nodes': list(planned.values()),
+            'others': others, 'force': force, 'cluster_state': state}

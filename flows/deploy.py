@@ -75,8 +75,8 @@ def removal_flow(plan, resources):
                                        force=plan['force']))
     gone = {('nova_flavor', name) for name in plan['flavors']['remove']}
     gone.update(('ironic_node', uuid) for uuid in plan['unenrol'])
-    stage.add(*[teardown.RemoveResource(row.as_dict()) for row in resources
-                if (row.kind, row.name) in gone])
+    stage.add(*teardown.removals([row.as_dict() for row in resources
+                                  if (row.kind, row.name) in gone]))
     if len(stage):
         flow.add(stage)
     flow.add(*host_removal(plan['host_remove']))
@@ -91,6 +91,6 @@ def host_removal(rows):
         mine = [row for row in rows if row['kind'] == kind]
         if mine:
             stage = unordered_flow.Flow('remove:%s' % kind)
-            stage.add(*[teardown.RemoveResource(row) for row in mine])
+            stage.add(*teardown.removals(mine))
             stages.append(stage)
     return stages

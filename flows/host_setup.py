@@ -57,9 +57,9 @@ def host_setup_flow(entries, tasks=None):
             continue
         if entry['old'] is not None:
             # Same veth names, another source: the old link goes first.
-            chain.add(teardown.RemoveResource({
+            chain.add(*teardown.removals([{
                 'hypervisor': host, 'kind': kind, 'name': name,
-                'remove_args': entry['old']}))
+                'remove_args': entry['old']}]))
         chain.add(tasks['uplink'](host, name, entry['args'], entry['args'],
                                   new=entry['old'] is None))
     return flow

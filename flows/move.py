@@ -29,8 +29,8 @@ from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
-from tenks import placement_aggregates
 from tenks import reconcile
+from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
 
@@ -69,16 +69,16 @@ class _KeptWhileUsed:
             super().revert(result, operation_id, cluster, **kwargs)
 
 
-class MovePool(_KeptWhileUsed, host_setup.EnsurePool):
-    pass
+class MovePool(_KeptWhileUsed, base.EnsureResource):
+    kind = 'pool'
 
 
-class MoveBridge(_KeptWhileUsed, host_setup.EnsureBridge):
-    pass
+class MoveBridge(_KeptWhileUsed, base.EnsureResource):
+    kind = 'bridge'
 
 
-class MoveUplink(_KeptWhileUsed, host_setup.EnsureUplink):
-    pass
+class MoveUplink(_KeptWhileUsed, base.EnsureResource):
+    kind = 'uplink'
 
 
 HOST_TASKS = {'pool': MovePool, 'bridge': MoveBridge, 'uplink': MoveUplink}

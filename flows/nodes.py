@@ -16,6 +16,7 @@ from flows import records
 from flows import registration
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
+from tenks import notifier
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class ConvergeNode(task.Task):
             if (records.settle_new_node(svc.db, self.uuid)
                     and node.state == states.NODE_DEPLOYED):
                 svc.notifier.emit('tenks.node.delete.end', cluster,
-                                  records.node_payload(node))
+                                  notifier.node_payload(node))
             return
         old = self.entry['old']
         # The old view back, without what this operation added; what it

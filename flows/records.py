@@ -4,6 +4,7 @@ from taskflow import task
 
 from flows import base
 from flows import context
+from tenks import notifier
 from tenks import states
 
 # What a deploy may change of a node's record.
@@ -73,19 +74,6 @@ class MarkCluster(task.Task):
             db.set_cluster_state(cluster, states.CLUSTER_FAILED)
 
 
-def node_payload(node):
-    """What other services get to know of a node (a record, or its dict)
-    in its events."""
-    if not isinstance(node, dict):
-        node = node.as_dict()
-    return {'name': node['name'], 'uuid': node['uuid'],
-            'hypervisor': node['hypervisor'], 'bmc_type': node['bmc_type'],
-            'bmc_address': node['bmc_address'],
-            'bmc_port': node['bmc_port'],
-            'bmc_system_id': node.get('bmc_system_id'),
-            'macs': [nic['mac'] for nic in node['nics']]}
-
-
 def finish_node(svc, cluster, record, announce):
     """Record a node (a dict) as its operation left it, deployed; announce
     it if this operation created it."""
@@ -93,7 +81,7 @@ def finish_node(svc, cluster, record, announce):
         k: record[k] for k in RECORD_FIELDS})
     if announce:
         svc.notifier.emit('tenks.node.create.end', cluster,
-                          node_payload(record))
+                          notifier.node_payload(record))
 
 
 def forget_node(svc, cluster, node_uuid):
@@ -102,7 +90,8 @@ def forget_node(svc, cluster, node_uuid):
     if node is None:
         return
     svc.db.delete_node(node_uuid)
-    svc.notifier.emit('tenks.node.delete.end', cluster, node_payload(node))
+    svc.notifier.emit('tenks.node.delete.end', cluster,
+                      notifier.node_payload(node))
 
 
 class CommitSpec(task.Task):
@@ -141,7 +130,7 @@ class ForgetCluster(task.Task):
         for node in svc.db.list_nodes(cluster=cluster):
             svc.db.delete_node(node.uuid)
             svc.notifier.emit('tenks.node.delete.end', cluster,
-                              node_payload(node))
+                              notifier.node_payload(node))
         svc.db.delete_cluster(cluster)
 
     def revert(self, result, **kwargs):

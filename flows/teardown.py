@@ -64,6 +64,12 @@ class RemoveResource(task.Task):
         pass
 
 
+def removals(rows):
+    """A RemoveResource for each resource dict of ``rows``, for the
+    flows that remove recorded things (deploy, host setup, move)."""
+    return [RemoveResource(row) for row in rows]
+
+
 def remove(svc, row, request_id, operation_id, cluster):
     """Remove the thing of resource ``row`` (a dict), then its record;
     see RemoveResource. An agent's answer that comes after the request
@@ -85,29 +91,9 @@ def remove(svc, row, request_id, operation_id, cluster):
     return result
 
 
-def teardown_plan(cluster, nodes, resources, force=False, state=None):
-    """What a teardown removes: each node with its recorded resources
-    (dicts), then the rest. ``force``: remove nodes Ironic has deployed
-    too (see Conductor.submit_teardown); ``state``: the cluster's."""
-    planned = {}
-    for node in nodes:
-        planned[node['uuid']] = {'uuid': node['uuid'], 'name': node['name'],
-                                 'hypervisor': node['hypervisor'],
-                                 'rows': []}
-    others = []
-    for row in resources:
-        entry = planned.get(row['node'])
-        if entry is None:
-            others.append(row)
-        else:
-            entry['rows'].append(row)
-    return {'cluster': cluster, 'nodes': list(planned.values()),
-            'others': others, 'force': force, 'cluster_state': state}
-
-
 def get_teardown_flow(operation_id):
     """Flow factory: the teardown planned for operation ``operation_id``
-    (see teardown_plan)."""
+    (see conductor.planner.teardown_plan)."""
     plan = context.get().db.get_operation(operation_id).plan
     flow = linear_flow.Flow('teardown:%s' % plan['cluster'])
     # A plan saved before teardowns kept the cluster's state has none.

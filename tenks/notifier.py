@@ -50,3 +50,16 @@ def listener(bus, endpoint, pool=None):
     return messaging.get_notification_listener(
         bus.notification_transport, [messaging.Target(topic=topic)],
         [endpoint], pool=pool)
+
+
+def node_payload(node):
+    """What other services get to know of a node (a record, or its dict)
+    in its events."""
+    if not isinstance(node, dict):
+        node = node.as_dict()
+    return {'name': node['name'], 'uuid': node['uuid'],
+            'hypervisor': node['hypervisor'], 'bmc_type': node['bmc_type'],
+            'bmc_address': node['bmc_address'],
+            'bmc_port': node['bmc_port'],
+            'bmc_system_id': node.get('bmc_system_id'),
+            'macs': [nic['mac'] for nic in node['nics']]}

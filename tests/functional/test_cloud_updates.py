@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from flows import post_deploy
-from flows import registration
 from tenks import exceptions
+from tenks.cloud import ironic as tenks_ironic
+from tenks.cloud import nova
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
 
@@ -68,7 +68,7 @@ def ports_of(cloud, node_id):
 
 def test_fields_traits_and_ports_change_in_place(cloud, prefix):
     node = fake_node(prefix, deploy_interface='direct')
-    assert registration.ensure_node(
+    assert tenks_ironic.ensure_node(
         cloud, CONF, node, ['CUSTOM_A'], [port(MAC1), port(MAC2, tap='t2')],
         adopt=False)
 
@@ -78,7 +78,7 @@ def test_fields_traits_and_ports_change_in_place(cloud, prefix):
                    properties={'cpus': 2, 'memory_mb': 256})
     del changed['deploy_interface']
     wanted_ports = [port(MAC1, physnet='physnet2', tap='t9')]
-    assert registration.ensure_node(
+    assert tenks_ironic.ensure_node(
         cloud, CONF, changed, ['CUSTOM_B', 'CUSTOM_C'], wanted_ports,
         adopt=True)
     ironic = cloud.baremetal.get_node(node['id'])
@@ -92,13 +92,13 @@ def test_fields_traits_and_ports_change_in_place(cloud, prefix):
     assert ports_of(cloud, node['id']) == {MAC1: ('physnet2', 't9')}
 
     # Converged: nothing more to do.
-    assert not registration.ensure_node(
+    assert not tenks_ironic.ensure_node(
         cloud, CONF, changed, ['CUSTOM_C', 'CUSTOM_B'], wanted_ports,
         adopt=True)
 
     # The BMC credentials (password masked on read) and a new NIC.
     info = dict(node['driver_info'], ipmi_port=8601, ipmi_password='other')
-    assert registration.ensure_node(
+    assert tenks_ironic.ensure_node(
         cloud, CONF, dict(changed, driver_info=info), ['CUSTOM_B'],
         wanted_ports + [port(MAC2)], adopt=True)
     ironic = cloud.baremetal.get_node(node['id'])
@@ -107,21 +107,21 @@ def test_fields_traits_and_ports_change_in_place(cloud, prefix):
     assert sorted(ports_of(cloud, node['id'])) == [MAC1, MAC2]
 
     # Another hardware type: its default interfaces, but those named.
-    assert registration.ensure_node(
+    assert tenks_ironic.ensure_node(
         cloud, CONF, dict(changed, driver_info=info, driver='ipmi',
                           deploy_interface='ramdisk'),
         ['CUSTOM_B'], wanted_ports + [port(MAC2)], adopt=True)
     ironic = cloud.baremetal.get_node(node['id'])
     assert (ironic.driver, ironic.power_interface, ironic.boot_interface,
             ironic.deploy_interface) == ('ipmi', 'ipmitool', 'pxe', 'ramdisk')
-    assert registration.delete_node(cloud, CONF, node['id'])
+    assert tenks_ironic.delete_node(cloud, CONF, node['id'])
 
 
 def test_node_of_someone_else_is_left_alone(cloud, prefix):
     node = fake_node(prefix)
     cloud.baremetal.create_node(**node)
     with pytest.raises(exceptions.ResourceConflict):
-        registration.ensure_node(cloud, CONF, dict(
+        tenks_ironic.ensure_node(cloud, CONF, dict(
             node, resource_class='tenks-b'), [], [port(MAC1)], adopt=False)
     ironic = cloud.baremetal.get_node(node['id'])
     assert ironic.resource_class == 'tenks-a'
@@ -132,13 +132,13 @@ def test_node_of_someone_else_is_left_alone(cloud, prefix):
 
 def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
     node = fake_node(prefix)
-    registration.ensure_node(cloud, CONF, node, ['CUSTOM_A'], [port(MAC1)],
+    tenks_ironic.ensure_node(cloud, CONF, node, ['CUSTOM_A'], [port(MAC1)],
                              adopt=False)
     of.adopt(cloud, node['id'])
     missing = str(uuid.uuid4())
-    assert registration.provision_states(cloud, [node['id'], missing]) == {
+    assert tenks_ironic.provision_states(cloud, [node['id'], missing]) == {
         node['id']: 'active', missing: None}
-    assert registration.deployed('active')
+    assert tenks_ironic.deployed('active')
 
     # Refused before anything changes: the traits stay as they were.
     for fields, ports, what in (
@@ -147,7 +147,7 @@ def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
              'deploy_interface'),
             ({}, [port(MAC1, physnet='physnet2')], 'ports %s' % MAC1)):
         with pytest.raises(exceptions.CloudError) as raised:
-            registration.ensure_node(cloud, CONF, dict(node, **fields),
+            tenks_ironic.ensure_node(cloud, CONF, dict(node, **fields),
                                      ['CUSTOM_B'], ports, adopt=True)
         message = str(raised.value)
         assert node['name'] in message and node['id'] in message
@@ -158,7 +158,7 @@ def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
         assert ironic.resource_class == 'tenks-a'
 
     # What Ironic allows on an active node is done, and it stays active.
-    assert registration.ensure_node(
+    assert tenks_ironic.ensure_node(
         cloud, CONF, dict(node, properties={'cpus': 4}), ['CUSTOM_B'],
         [port(MAC1), port(MAC2)], adopt=True)
     ironic = cloud.baremetal.get_node(node['id'])
@@ -171,34 +171,33 @@ def test_active_node_refuses_what_ironic_refuses(cloud, prefix):
     cloud.baremetal.set_node_provision_state(node['id'], 'deleted')
     assert of.wait_for_node(cloud, node['id']).provision_state == (
         'available')
-    assert registration.provision_states(cloud, [node['id']]) == {
+    assert tenks_ironic.provision_states(cloud, [node['id']]) == {
         node['id']: 'available'}
-    assert registration.delete_node(cloud, CONF, node['id'])
+    assert tenks_ironic.delete_node(cloud, CONF, node['id'])
 
 
 def test_provision_states_of_no_nodes_ask_nothing():
-    assert registration.provision_states(None, []) == {}
+    assert tenks_ironic.provision_states(None, []) == {}
 
 
 def test_flavor_resized_is_created_again(cloud, prefix):
     flavor = {'name': prefix + '-gold', 'vcpus': 1, 'ram': 128, 'disk': 0,
               'extra_specs': {'resources:CUSTOM_GOLD': '1',
                               'trait:CUSTOM_A': 'required'}}
-    assert post_deploy.ensure_flavor(cloud, flavor, adopt=False)
+    assert nova.ensure_flavor(cloud, flavor, adopt=False)
     first = cloud.compute.find_flavor(flavor['name'])
 
     # Extra specs change in place.
     flavor['extra_specs'] = {'resources:CUSTOM_GOLD': '1',
                              'trait:CUSTOM_B': 'required'}
-    assert post_deploy.ensure_flavor(cloud, flavor, adopt=True)
+    assert nova.ensure_flavor(cloud, flavor, adopt=True)
     assert cloud.compute.find_flavor(flavor['name']).id == first.id
-    assert not post_deploy.ensure_flavor(cloud, flavor, adopt=True)
+    assert not nova.ensure_flavor(cloud, flavor, adopt=True)
 
     # Sizes cannot: a flavor of the same name is made again.
     with pytest.raises(exceptions.ResourceConflict):
-        post_deploy.ensure_flavor(cloud, dict(flavor, ram=256), adopt=False)
-    assert post_deploy.ensure_flavor(cloud, dict(flavor, ram=256),
-                                     adopt=True)
+        nova.ensure_flavor(cloud, dict(flavor, ram=256), adopt=False)
+    assert nova.ensure_flavor(cloud, dict(flavor, ram=256), adopt=True)
     resized = cloud.compute.find_flavor(flavor['name'])
     assert (resized.vcpus, resized.ram, resized.disk) == (1, 256, 0)
     assert resized.id != first.id
@@ -206,8 +205,8 @@ def test_flavor_resized_is_created_again(cloud, prefix):
         resized).extra_specs == flavor['extra_specs']
     assert [f.name for f in cloud.compute.flavors()].count(
         flavor['name']) == 1
-    post_deploy.remove_flavor(types.SimpleNamespace(
-        cloud=types.SimpleNamespace(connection=cloud)), flavor['name'])
+    assert nova.delete_flavor(cloud, flavor['name'])
+    assert cloud.compute.find_flavor(flavor['name']) is None
 
 
 @pytest.fixture
@@ -239,24 +238,24 @@ def test_adopting_an_ipmi_node(env, cloud):
               'local_link_connection': p.local_link_connection}
              for p in cloud.baremetal.ports(node_id=node['uuid'],
                                             details=True)]
-    assert registration.ensure_node(cloud, CONF, wanted, ['CUSTOM_NEW'],
+    assert tenks_ironic.ensure_node(cloud, CONF, wanted, ['CUSTOM_NEW'],
                                     ports, adopt=True)
     ironic = cloud.baremetal.get_node(node['uuid'])
     assert ironic.provision_state == 'available'
     assert (ironic.resource_class, ironic.traits) == (
         'tenks-silver', ['CUSTOM_NEW'])
     assert ironic.properties['vendor'] == 'tenks'
-    assert not registration.ensure_node(cloud, CONF, wanted, ['CUSTOM_NEW'],
+    assert not tenks_ironic.ensure_node(cloud, CONF, wanted, ['CUSTOM_NEW'],
                                         ports, adopt=True)
 
     of.adopt(cloud, node['uuid'],
              kernel='http://127.0.0.1:8080/tenks.kernel',
              ramdisk='http://127.0.0.1:8080/tenks.initramfs')
-    assert registration.provision_states(cloud, [node['uuid']]) == {
+    assert tenks_ironic.provision_states(cloud, [node['uuid']]) == {
         node['uuid']: 'active'}
     with pytest.raises(exceptions.CloudError, match='resource_class cannot '
                        'change in provision state active'):
-        registration.ensure_node(cloud, CONF, dict(
+        tenks_ironic.ensure_node(cloud, CONF, dict(
             wanted, resource_class='tenks-gold'), [], ports, adopt=True)
     assert cloud.baremetal.get_node(node['uuid']).traits == ['CUSTOM_NEW']
     # Back to available the way Ironic tears an instance down (cleaning

@@ -20,6 +20,7 @@ from hostagent import deployments
 from hostagent import nodes
 from hostagent.drivers.bmc import processes
 from tenks import names
+from tenks.cloud import nova
 from tenks.db import api as db_api
 from tests.unit import conftest
 from tests.unit.conftest import make_spec
@@ -415,10 +416,10 @@ def test_a_flavor_is_compared_with_its_spec():
     wanted = {'name': 'gold', 'vcpus': 1, 'ram': 128, 'disk': 0,
               'extra_specs': extra}
     flavor = types.SimpleNamespace(vcpus=1, ram=128, disk=0, extra=extra)
-    assert audit.flavor_changes(conn, flavor, wanted) == []
+    assert nova.flavor_changes(conn, flavor, wanted) == []
     flavor = types.SimpleNamespace(vcpus=2, ram=128, disk=0,
                                    extra={'trait:X': 'required'})
-    assert audit.flavor_changes(conn, flavor, wanted) == [
+    assert nova.flavor_changes(conn, flavor, wanted) == [
         'vcpus', 'extra spec resources:CUSTOM_GOLD', 'extra spec trait:X']
 
 

@@ -11,13 +11,13 @@ from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
 from conductor import preflight
-from flows import post_deploy
 from hostagent import manager
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
 from tenks import scheduler
 from tenks import spec as tenks_spec
+from tenks.cloud import coexistence
 from tests.unit.conftest import make_spec
 from tests.unit.test_scheduler import facts
 
@@ -445,7 +445,7 @@ NOVA_UNCHECKED = ('; did not check whether bare-metal flavors ask for '
 ])
 def test_unexpected_placement_answers_become_warnings(answer, warning):
     conn = Conn(Placement(answer), Compute())
-    assert post_deploy.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
+    assert coexistence.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
         warning + PLACEMENT_UNCHECKED]
 
 
@@ -453,7 +453,7 @@ def test_unexpected_nova_answers_become_warnings():
     error = sdk_exceptions.HttpException(
         'Forbidden', http_status=403)
     conn = Conn(Placement(Response(404, {})), Compute(error=error))
-    assert post_deploy.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
+    assert coexistence.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
         'Nova answered HTTP 403 to a flavor list' + NOVA_UNCHECKED]
 
 
@@ -465,7 +465,7 @@ def test_coexistence_findings_are_still_reported():
     conn = Conn(Placement(Response(200, {'inventories': {
         'VCPU': {'total': 2}, 'CUSTOM_X': {'total': 1}}})),
         Compute(flavors=[Flavor]))
-    assert post_deploy.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
+    assert coexistence.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
         'Placement provider of node n1 still offers VCPU: VM flavors can '
         'land on it',
         'Bare-metal flavor bm does not zero DISK_GB, MEMORY_MB: it also '
@@ -474,7 +474,7 @@ def test_coexistence_findings_are_still_reported():
 
 def test_a_failing_check_does_not_hide_the_other():
     conn = Conn(Placement(RuntimeError('boom')), Compute())
-    assert post_deploy.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
+    assert coexistence.coexistence_warnings(conn, ['n1'], ['CUSTOM_X']) == [
         'Placement could not be asked (RuntimeError: boom)'
         + PLACEMENT_UNCHECKED]
 

@@ -9,9 +9,11 @@ import pytest
 import yaml
 from openstack import exceptions as sdk
 
-from tenks import cloud
 from tenks import conf as tenks_conf
 from tenks import exceptions
+from tenks.cloud import connection
+from tenks.cloud import ironic
+from tenks.cloud import nova
 
 IRONIC = 'http://192.0.2.1:6385'
 
@@ -38,7 +40,7 @@ def make_cloud(**openstack):
     conf([], default_config_files=[])
     for option, value in openstack.items():
         conf.set_override(option, value, group='openstack')
-    return cloud.Cloud(conf)
+    return connection.Cloud(conf)
 
 
 def test_os_cloud_chooses_from_clouds_yaml(environ):
@@ -144,15 +146,15 @@ def test_deployed_nodes_are_those_of_ours_outside_the_free_states():
     conn = FakeConnection([('n1', 'active', 's1'), ('n2', 'available', None),
                            ('n3', 'deploy failed', None),
                            ('other', 'active', 's9')], {})
-    assert cloud.deployed_nodes(conn, ['n1', 'n2', 'n3', 'gone'],
+    assert ironic.deployed_nodes(conn, ['n1', 'n2', 'n3', 'gone'],
                                 {'available'}) == {
         'n1': ('active', 's1'), 'n3': ('deploy failed', None)}
-    assert cloud.deployed_nodes(conn, [], {'available'}) == {}
+    assert ironic.deployed_nodes(conn, [], {'available'}) == {}
 
 
 def test_server_name_is_none_when_nova_cannot_say():
     conn = FakeConnection([], {'s1': 'web-1'})
-    assert cloud.server_name(conn, 's1') == 'web-1'
-    assert cloud.server_name(conn, 's2') is None
+    assert nova.server_name(conn, 's1') == 'web-1'
+    assert nova.server_name(conn, 's2') is None
     conn.compute_endpoint = None
-    assert cloud.server_name(conn, 's1') is None
+    assert nova.server_name(conn, 's1') is None

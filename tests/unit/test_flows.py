@@ -13,6 +13,7 @@ from flows import post_deploy
 from tenks import exceptions
 from tenks import reconcile
 from tenks import states
+from tenks.cloud import nova
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 from tests.unit.test_scheduler import facts
@@ -287,7 +288,7 @@ def test_a_flavor_whose_extra_specs_fail_is_not_left_behind():
     flavor = {'name': 'gold', 'vcpus': 1, 'ram': 128, 'disk': 0,
               'extra_specs': {'resources:CUSTOM_GOLD': '1'}}
     with pytest.raises(RuntimeError, match='extra specs refused'):
-        post_deploy.ensure_flavor(conn, flavor, adopt=False)
+        nova.ensure_flavor(conn, flavor, adopt=False)
     assert conn.compute.flavors == {}
 
 

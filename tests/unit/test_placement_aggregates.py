@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from flows import registration
-from tenks import placement_aggregates as pa
 from tenks.cli import embedded
+from tenks.cloud import ironic
+from tenks.cloud import placement_aggregates as pa
 from tests.unit.conftest import make_spec
 
 FOREIGN = str(uuid.uuid4())
@@ -272,7 +273,7 @@ def test_a_removed_node_leaves_tenks_aggregates_only(conductor, cloud,
                                                       nodes, monkeypatch):
     a1 = conductor.create_aggregate('a1')
     conductor.add_aggregate_host('a1', 'hv1')
-    monkeypatch.setattr(registration, 'delete_node',
+    monkeypatch.setattr(ironic, 'delete_node',
                         lambda conn, conf, uuid, force: True)
     svc = type('Svc', (), {'db': conductor.db, 'cloud': conductor.cloud})
     assert cloud.aggregates(nodes[0]) == {FOREIGN, a1['uuid']}

@@ -7,13 +7,13 @@ import os
 import pytest
 
 from conductor import planner
-from flows import registration
 from hostagent.drivers.bmc import allowlist
 from hostagent.drivers.bmc import sushy
 from tenks import exceptions
 from tenks import node_records
 from tenks import reconcile
 from tenks import scheduler
+from tenks.cloud import ironic
 from tests.unit import test_nodes
 from tests.unit.conftest import make_spec
 from tests.unit.test_reconcile import deployed
@@ -158,10 +158,10 @@ def test_driver_info_of_each_type():
     nodes = scheduler.schedule(spec, {'hv1': facts(redfish_port=9100)}, [])
     views = [reconcile.view(spec, 'd', n, facts(redfish_tls=True))
              for n in nodes]
-    assert registration.bmc_driver_info(views[0]['bmc'], spec) == {
+    assert ironic.bmc_driver_info(views[0]['bmc'], spec) == {
         'ipmi_address': '127.0.0.1', 'ipmi_port': 6230,
         'ipmi_username': 'admin', 'ipmi_password': 'password'}
-    assert registration.bmc_driver_info(views[1]['bmc'], spec) == {
+    assert ironic.bmc_driver_info(views[1]['bmc'], spec) == {
         'redfish_address': 'https://127.0.0.1:9100',
         'redfish_system_id': '/redfish/v1/Systems/%s' % nodes[1]['uuid'],
         'redfish_username': 'admin', 'redfish_password': 'password',

@@ -73,6 +73,11 @@ def _wanted(db, uuid, host, gone):
     return wanted(db, host, gone)
 
 
+def reachable(conn):
+    """Whether the cloud's catalogue has a Placement endpoint."""
+    return bool(conn.endpoint_for('placement'))
+
+
 def _path(uuid):
     return '/resource_providers/%s/aggregates' % uuid
 

@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from flows import registration
 from tenks import exceptions
+from tenks.cloud import ironic
 
 INFO = {'ipmi_address': '127.0.0.1', 'ipmi_port': 6230,
         'ipmi_username': 'admin', 'ipmi_password': 'secret'}
@@ -29,14 +29,14 @@ def ironic_node(**fields):
 
 def test_a_converged_node_needs_nothing():
     # Ironic may give the port back as a string; the password masked.
-    assert registration.node_updates(ironic_node(), WANTED, DEFAULTS) == {}
+    assert ironic.node_updates(ironic_node(), WANTED, DEFAULTS) == {}
 
 
 def test_each_differing_field_is_updated():
     current = ironic_node(resource_class='silver', properties={'cpus': 2},
                           conductor_group='g1', shard='s1',
                           deploy_interface='ramdisk')
-    assert registration.node_updates(current, WANTED, DEFAULTS) == {
+    assert ironic.node_updates(current, WANTED, DEFAULTS) == {
         'resource_class': 'gold', 'properties': {'cpus': 1},
         'conductor_group': '', 'shard': None,
         # Not named by the spec: back to the driver's default.
@@ -47,17 +47,17 @@ def test_driver_info_is_sent_whole_when_it_differs():
     for current in (
             ironic_node(driver_info=dict(INFO, ipmi_port='6231')),
             ironic_node(driver_info=dict(INFO, deploy_kernel='k'))):
-        assert registration.node_updates(current, WANTED, DEFAULTS) == {
+        assert ironic.node_updates(current, WANTED, DEFAULTS) == {
             'driver_info': INFO}
     # A new password cannot be seen: the caller says so.
-    assert registration.node_updates(
+    assert ironic.node_updates(
         ironic_node(), WANTED, DEFAULTS, password_changed=True) == {
             'driver_info': INFO}
 
 
 def test_a_new_driver_leaves_interfaces_to_its_reset():
     current = ironic_node(driver='redfish', boot_interface='redfish-virtual')
-    assert registration.node_updates(current, WANTED, {}) == {
+    assert ironic.node_updates(current, WANTED, {}) == {
         'driver': 'ipmi'}
 
 
@@ -68,7 +68,7 @@ def port_changes(update=()):
 
 @pytest.mark.parametrize('state', ['enroll', 'manageable', 'available'])
 def test_resting_states_allow_every_change(state):
-    registration._check_state(
+    ironic._check_state(
         ironic_node(provision_state=state),
         {'resource_class': 'x', 'driver': 'y', 'boot_interface': 'z'},
         port_changes(update=['m1']))
@@ -76,7 +76,7 @@ def test_resting_states_allow_every_change(state):
 
 def test_an_active_node_refuses_class_interfaces_and_port_moves():
     with pytest.raises(exceptions.CloudError) as raised:
-        registration._check_state(
+        ironic._check_state(
             ironic_node(provision_state='active'),
             {'resource_class': 'x', 'boot_interface': 'z', 'properties': {}},
             port_changes(update=['m1']))
@@ -85,9 +85,9 @@ def test_an_active_node_refuses_class_interfaces_and_port_moves():
         'resource_class, ports m1 (physical_network, local_link_connection) '
         'cannot change in provision state active')
     # What Ironic allows there passes, and anything in maintenance.
-    registration._check_state(ironic_node(provision_state='active'), {
+    ironic._check_state(ironic_node(provision_state='active'), {
         'properties': {}, 'driver_info': {}, 'name': 'n'}, port_changes())
-    registration._check_state(
+    ironic._check_state(
         ironic_node(provision_state='active', is_maintenance=True),
         {'resource_class': 'x'}, port_changes(update=['m1']))
 
@@ -96,11 +96,11 @@ def test_deployed_states():
     for state in ('active', 'deploying', 'wait call-back', 'deploy failed',
                   'error', 'rescue', 'adopt failed', 'cleaning',
                   'a state of a newer Ironic'):
-        assert registration.deployed(state), state
+        assert ironic.deployed(state), state
     for state in (None, 'enroll', 'manageable', 'available',
                   'inspect failed', 'clean failed'):
-        assert not registration.deployed(state), state
-    assert registration.DEPLOYED_STATES.isdisjoint(registration.FREE_STATES)
+        assert not ironic.deployed(state), state
+    assert ironic.DEPLOYED_STATES.isdisjoint(ironic.FREE_STATES)
 
 
 def test_provision_states_come_from_one_list():
@@ -113,6 +113,6 @@ def test_provision_states_come_from_one_list():
 
     conn = types.SimpleNamespace(baremetal=types.SimpleNamespace(
         nodes=nodes))
-    assert registration.provision_states(conn, ['u1', 'u2']) == {
+    assert ironic.provision_states(conn, ['u1', 'u2']) == {
         'u1': 'active', 'u2': None}
     assert calls == [{'fields': ('uuid', 'provision_state')}]

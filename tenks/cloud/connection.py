@@ -173,31 +173,6 @@ class Cloud:
                     service=name, endpoint=endpoint, reason=str(e)) from e
 
 
-def deployed_nodes(conn, uuids, free_states):
-    """{uuid: (provision state, instance uuid or None)} of the Ironic
-    nodes among ``uuids`` in a provision state not in ``free_states``,
-    from one node list."""
-    wanted = set(uuids)
-    if not wanted:
-        return {}
-    return {n.id: (n.provision_state, n.instance_id)
-            for n in conn.baremetal.nodes(
-                fields=('uuid', 'provision_state', 'instance_uuid'))
-            if n.id in wanted and n.provision_state not in free_states}
-
-
-def server_name(conn, server_id):
-    """The name of Nova server ``server_id``; None when Nova cannot say
-    (no compute endpoint, no such server, an error)."""
-    sdk = sdk_exceptions()
-    try:
-        if not conn.endpoint_for('compute'):
-            return None
-        return conn.compute.get_server(server_id).name
-    except sdk.SDKException:
-        return None
-
-
 def sdk_exceptions():
     """openstacksdk's exceptions module, imported when first needed."""
     from openstack import exceptions as sdk
