@@ -33,10 +33,10 @@ from oslo_log import log as logging
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import names
 from tenks import reconcile
+from tenks import states
 from tenks.cloud import ironic
 from tenks.cloud import nova
 from tenks.cloud import placement_aggregates
-from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def unconfirmed(row, status):
     """Whether a thing its record (a resource dict) has as asked for, the
     request unanswered or answered with an error ('creating'), is found
     ``status``: missing is no drift then (it was never made)."""
-    return status == 'missing' and row['state'] == db_api.RESOURCE_CREATING
+    return status == 'missing' and row['state'] == states.RESOURCE_CREATING
 
 
 def cluster_of(mark):

@@ -356,7 +356,7 @@ class Conductor:
     def _moving(self):
         """Records of the nodes running moves take to their new hosts."""
         return moves.in_flight(self.db.list_operations(
-            state=db_api.OPERATION_RUNNING))
+            state=states.OPERATION_RUNNING))
 
     # Operations
 
@@ -452,7 +452,7 @@ class Conductor:
             interrupted = self.operations.interrupted(name)
             if interrupted is not None:
                 self.db.finish_operation(interrupted.id,
-                                         operations.INTERRUPTED)
+                                         states.OPERATION_INTERRUPTED)
             operation_id = self.operations.create('teardown', name)
             return self.operations.submit(operation_id, 'teardown', name,
                                           cluster.state, False,
@@ -473,7 +473,7 @@ class Conductor:
         until then a host it has not heard from yet looks down (or
         unverified), and a resumed deploy would find no hypervisor to
         inspect."""
-        if not self.db.list_operations(state=db_api.OPERATION_RUNNING,
+        if not self.db.list_operations(state=states.OPERATION_RUNNING,
                                        conductor=self.host):
             return
         if not self.bus.embedded:
@@ -696,7 +696,7 @@ class Conductor:
         names = {n['uuid']: n['name'] for n in nodes}
         in_use = []
         for node_uuid, (state, server) in sorted(ironic.deployed_nodes(
-                conn, uuids, ironic.FREE_STATES).items(),
+                conn, uuids, states.IRONIC_FREE_STATES).items(),
                 key=lambda item: names.get(item[0], item[0])):
             node = names.get(node_uuid, node_uuid)
             if server:

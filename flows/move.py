@@ -30,6 +30,7 @@ from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import exceptions
 from tenks import reconcile
+from tenks import states
 from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
@@ -241,7 +242,7 @@ class PlaceNode(_MoveTask):
         credits = {}
         for kind, name, _ in wanted:
             row = before.get((kind, name))
-            if row is not None and row['state'] == 'present':
+            if row is not None and row['state'] == states.RESOURCE_PRESENT:
                 credits[(kind, name)] = row['operation']
             elif (kind, name) in created or row is not None and (
                     row['operation'] == operation_id):

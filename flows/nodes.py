@@ -141,9 +141,10 @@ class ConvergeNode(task.Task):
         credits = {}
         for kind, name, _ in wanted:
             row = before.get((kind, name))
-            asked_before = (row is not None and row['operation'] ==
-                            operation_id and row['state'] == 'creating')
-            if row is not None and row['state'] == 'present':
+            asked_before = (row is not None
+                            and row['operation'] == operation_id
+                            and row['state'] == states.RESOURCE_CREATING)
+            if row is not None and row['state'] == states.RESOURCE_PRESENT:
                 credits[(kind, name)] = row['operation']
             elif (kind, name) in created or asked_before:
                 credits[(kind, name)] = operation_id

@@ -15,6 +15,7 @@ from tenks import exceptions
 from tenks import names
 from tenks import node_records
 from tenks import spec as tenks_spec
+from tenks import states
 
 GIB = 1024 ** 3
 STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
@@ -651,7 +652,7 @@ def _host_entries(spec, deployment, hosts, facts, resources, changes):
                        'not remade: tear the cluster down first' % (
                            name, host, _pool_words(row['remove_args']),
                            _pool_words(args)))
-        if row is None or row['state'] != 'present':
+        if row is None or row['state'] != states.RESOURCE_PRESENT:
             ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
                            'args': args, 'old': None})
             changes.append(_host_line(host, kind, name, CREATE, *(
