@@ -31,6 +31,7 @@ from concurrent import futures
 from oslo_log import log as logging
 
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import names
 from tenks import reconcile
 from tenks import states
@@ -44,7 +45,6 @@ OTHER = 'other'
 LEFTOVER = 'leftover'
 UNCHECKED = 'unchecked'
 # Where the records of Ironic nodes and Nova flavors are.
-CLOUD = placement_aggregates.CLOUD_HOST
 # The hostagents' verdicts on a deployment (hostagent.deployments) that
 # prove it dead when this conductor has no record of it either: every
 # state directory noted for it is gone or no longer records it, or the
@@ -133,7 +133,8 @@ class Audit:
              detail=None):
         # The cloud's questions run beside the hostagents' requests: its
         # entries are kept apart.
-        entries = self.cloud_entries if hypervisor == CLOUD else self.entries
+        entries = (self.cloud_entries if hypervisor == constants.CLOUD_HOST
+                   else self.entries)
         entries.setdefault((hypervisor, kind, name, status), entry(
             hypervisor, kind, name, status, cluster, mark, detail))
 
@@ -155,7 +156,8 @@ class Audit:
     def run(self):
         """{'drift': [entries], 'other': [entries]}, each sorted."""
         recorded = ({host for host, _ in self.records}
-                    | {n['hypervisor'] for n in self.nodes}) - {CLOUD}
+                    | {n['hypervisor'] for n in self.nodes}) - {
+                        constants.CLOUD_HOST}
         try:
             hosts = sorted(self.conductor.hypervisors())
         except Exception as e:
@@ -391,7 +393,7 @@ class Audit:
 
     def _cloud(self):
         rows = {kind: {name: row for (host, _), records in
-                       self.records.items() if host == CLOUD
+                       self.records.items() if host == constants.CLOUD_HOST
                        for (k, name), row in records.items() if k == kind}
                 for kind in ('ironic_node', 'nova_flavor')}
         if not any(rows.values()):
@@ -399,7 +401,8 @@ class Audit:
         try:
             conn = self.conductor.cloud.connection
         except Exception as e:
-            self._add(CLOUD, 'cloud', CLOUD, UNCHECKED, detail=str(e))
+            self._add(constants.CLOUD_HOST, 'cloud', constants.CLOUD_HOST,
+                      UNCHECKED, detail=str(e))
             return
         clusters = {c.name: c for c in self.clusters.values()}
         for service, check, records in (
@@ -411,8 +414,8 @@ class Audit:
             try:
                 check(conn, clusters, records)
             except Exception as e:
-                self._add(CLOUD, service.lower(), service, UNCHECKED,
-                          detail='%s could not be asked: %s: %s' % (
+                self._add(constants.CLOUD_HOST, service.lower(), service,
+                          UNCHECKED, detail='%s could not be asked: %s: %s' % (
                               service, type(e).__name__, e))
 
     def _ironic(self, conn, clusters, enrolled):
@@ -421,7 +424,7 @@ class Audit:
         for node_uuid, row in sorted(enrolled.items()):
             cluster = clusters[row['cluster']]
             node = nodes.get(node_uuid)
-            where = (CLOUD, 'ironic node', node['name'] if node
+            where = (constants.CLOUD_HOST, 'ironic node', node['name'] if node
                      else node_uuid, cluster.name, self._owner(cluster))
             if node_uuid not in current:
                 self._add(*where[:3], 'missing', *where[3:],
@@ -439,7 +442,7 @@ class Audit:
     def _flavors(self, conn, clusters, flavors):
         for name, row in sorted(flavors.items()):
             cluster = clusters[row['cluster']]
-            where = (CLOUD, 'nova flavor', name)
+            where = (constants.CLOUD_HOST, 'nova flavor', name)
             owner = self._owner(cluster)
             wanted = {f['name']: f for f in (
                 reconcile.nova_flavor(cluster.spec, f)
@@ -467,8 +470,9 @@ class Audit:
                                    for u, n in nodes.items()})):
             node = nodes[node_uuid]
             cluster = clusters[node['cluster']]
-            self._add(CLOUD, 'placement aggregates', node['name'], 'differs',
-                      cluster.name, self._owner(cluster),
+            self._add(constants.CLOUD_HOST, 'placement aggregates',
+                      node['name'], 'differs', cluster.name,
+                      self._owner(cluster),
                       'the resource provider %s is not in exactly the '
                       'aggregates of hypervisor %s' % (node_uuid,
                                                        node['hypervisor']))

@@ -33,6 +33,7 @@ from conductor import preflight
 from conductor import waiters
 from flows import context
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import fileutils
 from tenks import names
@@ -657,7 +658,7 @@ class Conductor:
         the plan leaves as they are: {uuid: [[kind, name, what]]}."""
         by_host = {}
         for entry in plan['nodes']:
-            if entry['action'] == reconcile.KEEP:
+            if entry['action'] == constants.KEEP:
                 by_host.setdefault(entry['hypervisor'], []).append(
                     hostagent_rpcapi.node_request(
                         entry['new'], reconcile.bmc_passwords(spec)))

@@ -5,12 +5,11 @@ A node keeps its name, UUID, MACs and volumes' contents; its BMC,
 bridges, taps and console log are those of its new host.
 """
 
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
 from tenks import scheduler
-
-HOST_KINDS = ('pool', 'bridge', 'uplink')
 
 
 def peers(host, placement):
@@ -135,7 +134,7 @@ def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
         'moves': moves,
         'host_ensure': host_ensure,
         'host_remove': [r for r in resources if r['hypervisor'] in emptied
-                        and r['kind'] in HOST_KINDS],
+                        and r['kind'] in constants.HOST_REMOVAL],
     }
 
 

@@ -11,6 +11,7 @@ import uuid
 
 from conductor import inspection
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
@@ -123,7 +124,7 @@ def check_new_nodes(agents, plan, passwords, operation=None):
     a plan)."""
     by_host = {}
     for entry in plan['nodes']:
-        if entry['action'] == reconcile.CREATE:
+        if entry['action'] == constants.CREATE:
             by_host.setdefault(entry['hypervisor'], []).append(entry)
     problems = []
     drift = {}

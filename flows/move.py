@@ -28,6 +28,7 @@ from flows import records
 from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import reconcile
 from tenks import states
@@ -108,7 +109,7 @@ class LeftHosts(task.Task):
                 if not has_nodes(svc, cluster, row['hypervisor'])
                 and svc.db.get_resource(row['hypervisor'], row['kind'],
                                         row['name']) is not None]
-        rows.sort(key=lambda row: deploy.HOST_REMOVAL.index(row['kind']))
+        rows.sort(key=lambda row: constants.HOST_REMOVAL.index(row['kind']))
         for row in rows:
             thing = '%s:%s:%s' % (row['kind'], row['hypervisor'], row['name'])
             try:

@@ -18,6 +18,7 @@ from concurrent import futures
 from oslo_log import log as logging
 
 from hostagent import deployments
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 
@@ -28,7 +29,6 @@ LOG = logging.getLogger(__name__)
 # volumes before their pool.
 ORDER = ('bmc', 'emulator', 'domain', 'nvram', 'volume', 'port', 'veth',
          'bridge', 'ovs port', 'pool')
-DEFAULT_BRIDGE_TYPE = 'linuxbridge'
 MARKED = operator.methodcaller('marked')
 DAEMONS = operator.methodcaller('daemons')
 
@@ -87,7 +87,7 @@ class Audit:
                 del found[key]
         for thing in found.values():
             if thing['kind'] in ('bridge', 'port'):
-                thing.setdefault('bridge_type', DEFAULT_BRIDGE_TYPE)
+                thing.setdefault('bridge_type', constants.DEFAULT_BRIDGE_TYPE)
         return sorted(found.values(),
                       key=lambda t: (t['kind'], t['name'], t.get('pool')))
 
@@ -195,7 +195,8 @@ class Audit:
                                          thing['pool_type'],
                                          thing['devices'])
         if kind == 'veth':
-            return self._network(DEFAULT_BRIDGE_TYPE).remove_veth(name, mark)
+            return self._network(
+                constants.DEFAULT_BRIDGE_TYPE).remove_veth(name, mark)
         if kind == 'ovs port':
             return self._network('openvswitch').remove_port(name, mark)
         network = self._network(thing['bridge_type'])

@@ -24,6 +24,7 @@ import jsonschema
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from tenks import constants
 from tenks import exceptions
 from tenks import names as tenks_names
 
@@ -38,7 +39,6 @@ MISSING = 'missing'
 PARTS = ('volume', 'bridge', 'port', 'domain', 'bmc')
 DIFFERS = 'differs'
 # The network driver of a NIC (or port) whose request names none.
-DEFAULT_BRIDGE_TYPE = 'linuxbridge'
 _BRIDGE_TYPE = {'type': 'string', 'minLength': 1}
 
 _NAMES = {'type': 'array', 'items': {'type': 'string', 'minLength': 1}}
@@ -330,7 +330,7 @@ class _Outcome:
 
 
 def bridge_type(nic):
-    return nic.get('bridge_type', DEFAULT_BRIDGE_TYPE)
+    return nic.get('bridge_type', constants.DEFAULT_BRIDGE_TYPE)
 
 
 class Nodes:
@@ -574,7 +574,8 @@ class Nodes:
             remove = node.get('remove') or {}
             types = remove.get('port_types', {})
             for tap in remove.get('ports', []):
-                network = self.network(types.get(tap, DEFAULT_BRIDGE_TYPE))
+                network = self.network(
+                    types.get(tap, constants.DEFAULT_BRIDGE_TYPE))
                 if network.remove_port(tap, mark):
                     outcome.removed.append(['port', tap])
             for vname in remove.get('volumes', []):

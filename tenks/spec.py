@@ -17,6 +17,7 @@ import re
 import jsonschema
 import yaml
 
+from tenks import constants
 from tenks import exceptions
 from tenks import node_records
 from tenks import units
@@ -252,7 +253,7 @@ SCHEMA = {
         'allow_host_uplinks': dict(_PHYSNET_LIST, default=[]),
         'bridge_type': {
             'enum': ['linuxbridge', 'openvswitch'],
-            'default': 'linuxbridge',
+            'default': constants.DEFAULT_BRIDGE_TYPE,
         },
         'bridge_prefix': _pattern(
             '^[a-z][a-z0-9]{0,11}',
