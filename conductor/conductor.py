@@ -197,7 +197,7 @@ class Conductor:
         usages, traits, each node's allocations, aggregates and zone."""
         hypervisor = self.registry.get_hypervisor(host)
         nodes = [n.as_dict() for n in self.db.list_nodes(hypervisor=host)]
-        where = self.aggregates.placement().get(host, {})
+        where = self.aggregates.host_views().get(host, {})
         return dict(hypervisor, **resources.provider(hypervisor['facts'],
                                                      nodes),
                     aggregates=[a['name'] for a in where.get('aggregates',
@@ -282,7 +282,7 @@ class Conductor:
         clusters = {}
         if rebalance:
             nodes = [n.as_dict() for n in self.db.list_nodes()]
-            for node in moves.rebalance(host, self.aggregates.placement(),
+            for node in moves.rebalance(host, self.aggregates.host_views(),
                                         nodes):
                 clusters.setdefault(node['cluster'], []).append(node['uuid'])
         return self._submit_moves(host, clusters, host)
@@ -327,7 +327,7 @@ class Conductor:
         facts = inspection.inspect(self.agents, self.hypervisors(), spec,
                                    operation_id)
         with self._allocating():
-            placement = self.aggregates.placement()
+            views = self.aggregates.host_views()
             recorded = [n.as_dict() for n in self.db.list_nodes()]
             # Only deployed nodes still where the request found them: a
             # node half made or removed is its next deploy's business.
@@ -338,11 +338,11 @@ class Conductor:
             if not moving:
                 return NOTHING_MOVED
             allowed = ({target} if target is not None
-                       else moves.peers(host, placement))
+                       else moves.peers(host, views))
             plan = moves.plan_move(
                 spec, cluster, facts, recorded + self._moving(),
                 [r.as_dict() for r in self.db.list_resources(cluster.name)],
-                moving, allowed, placement, self.scheduler_options)
+                moving, allowed, views, self.scheduler_options)
             preflight.check_pools(self.agents, plan, operation_id)
             self.db.set_operation_plan(operation_id, plan)
         from flows import move
@@ -606,7 +606,7 @@ class Conductor:
         plan, missing = planner.plan_deploy(
             spec, cluster, facts, recorded + self._moving(),
             [r for r in resources if r['cluster'] == name], force,
-            self.aggregates.placement, self.scheduler_options)
+            self.aggregates.host_views, self.scheduler_options)
         drift = self._drift(plan, spec, operation)
         preflight.check_existing(plan, drift)
         planner.add_drift(plan, drift,

@@ -11,13 +11,13 @@ from tenks.scheduler import host_state
 
 
 def plan_deploy(spec, cluster, facts, nodes, resources, force,
-                placement=None, options=None):
+                views=None, options=None):
     """The plan of a deploy of ``spec``, and the nodes it schedules.
 
     ``cluster``: the cluster's record (its spec is the old one, unless
     it is new: state 'scheduled'); ``facts``: {host: inspect result};
     ``nodes``: node records (dicts) of every cluster; ``resources``: this
-    cluster's recorded resources (dicts); ``placement`` and ``options``:
+    cluster's recorded resources (dicts); ``views`` and ``options``:
     see tenks.scheduler.schedule. Returns (plan, new nodes).
     """
     name = spec['cluster']
@@ -56,7 +56,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
         kept.append(reconcile.reshaped(spec, node, host_facts, taken_macs,
                                        taken_ports))
     new_nodes = scheduler.schedule(spec, facts, others + kept + gone,
-                                   placement, options)
+                                   views, options)
     check_redfish_endpoints(facts, kept + new_nodes,
                             names.owner(name, cluster.uuid))
     plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,

@@ -58,7 +58,7 @@ def hypervisors(count, rng):
             'availability_zone': ZONES[n % len(ZONES)],
             'hosts': hosts[start:start + 50],
             'metadata': {'rack': 'r%d' % (n % 5)}})
-    views = aggregates.placement(
+    views = aggregates.host_views(
         aggs, [{'host': h, 'enabled': i % 97 != 0}
                for i, h in enumerate(sorted(facts))], 'nova')
     return facts, views
