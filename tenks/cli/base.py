@@ -17,6 +17,8 @@ from tenks import exceptions
 from tenks import states
 from tenks.cli import client
 
+# The standard library's logging, which cliff sets up: oslo.log imports
+# oslo.config, which the CLI's start-up leaves out (test_cli_startup).
 LOG = logging.getLogger(__name__)
 
 

@@ -35,7 +35,6 @@ import fcntl
 import hashlib
 import ipaddress
 import json
-import logging
 import os
 import shutil
 import signal
@@ -43,6 +42,8 @@ import socket
 import subprocess
 import sys
 import threading
+
+from oslo_log import log as logging
 
 from hostagent.drivers import base
 from hostagent.drivers.bmc import htpasswd

@@ -12,7 +12,6 @@ its last BMC goes.
 import contextlib
 import fcntl
 import json
-import logging
 import os
 import signal
 import socket
@@ -20,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from oslo_log import log as logging
 
 from hostagent.drivers import base
 from hostagent.drivers.bmc import ipmi_store

@@ -5,7 +5,6 @@ import collections
 import contextlib
 import errno
 import glob
-import logging
 import os
 import re
 import shutil
@@ -16,6 +15,7 @@ import uuid
 from xml.etree import ElementTree as ET
 
 import libvirt
+from oslo_log import log as logging
 
 from hostagent.drivers import base
 from hostagent.drivers.virt import firmware
