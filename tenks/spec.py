@@ -22,6 +22,9 @@ from tenks import exceptions
 from tenks import node_records
 from tenks import units
 
+# The standard library's logging: the CLI reads specs and the state
+# database without oslo.log, which would bring oslo.config into its
+# start-up (~0.15 s); the services' oslo.log set-up takes it in.
 LOG = logging.getLogger(__name__)
 
 TOP_LEVEL = '(top level)'

@@ -17,8 +17,8 @@ from tenks import exceptions
 from tenks import states
 from tenks.cli import client
 
-# The standard library's logging, which cliff sets up: oslo.log imports
-# oslo.config, which the CLI's start-up leaves out (test_cli_startup).
+# The standard library's logging, which cliff sets up: oslo.log would
+# bring oslo.config into the CLI's start-up (test_cli_startup).
 LOG = logging.getLogger(__name__)
 
 
