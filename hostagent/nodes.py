@@ -297,7 +297,7 @@ def _what(changes):
     return DIFFERS if changes else None
 
 
-class _Outcome:
+class _RequestChanges:
     """What a request did, and how to undo what it created."""
 
     def __init__(self):
@@ -537,7 +537,7 @@ class Nodes:
         if running and changes and not force:
             raise exceptions.NodeRunning(node=name,
                                          changes='; '.join(changes))
-        outcome = _Outcome()
+        outcome = _RequestChanges()
         stopped = False
         try:
             if running and changes:
@@ -671,7 +671,7 @@ class Nodes:
         """
         check(node, REMOVE_SCHEMA)
         name, pool, mark = node['name'], node['pool'], self.mark(owner)
-        outcome = _Outcome()
+        outcome = _RequestChanges()
         kept = []
         steps = [('bmc', name, lambda: self.remove_bmc(name, owner)),
                  ('domain', name, lambda: self.virt.remove_domain(name,

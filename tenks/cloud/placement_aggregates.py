@@ -170,7 +170,7 @@ def merge(conn, uuid, want):
 
 
 @dataclasses.dataclass
-class Outcome:
+class SyncResult:
     """What a sync did: ``changed`` and ``missing`` (no provider yet)
     node UUIDs, and ``warnings``."""
 
@@ -185,11 +185,11 @@ def sync(db, conn, nodes, gone=(), names=None):
     deleted. ``names``: {node uuid: name}, for the warnings. Nothing is
     asked of Placement while Tenks has no aggregate.
 
-    Returns an Outcome (``missing``: nodes that should be in an
+    Returns a SyncResult (``missing``: nodes that should be in an
     aggregate and have no provider yet); never raises for Placement's
     answers.
     """
-    outcome = Outcome()
+    outcome = SyncResult()
     names = names or {}
     if not nodes or not (gone or db.list_aggregates()):
         return outcome
