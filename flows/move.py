@@ -36,8 +36,6 @@ from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
 
-# Domain states in which a node counts as powered off.
-POWERED_OFF = (None, 'shut off', 'crashed')
 
 
 def get_move_flow(operation_id):
@@ -192,7 +190,7 @@ class ExportNode(_MoveTask):
             self.request(svc, source, 'close_export', operation_id,
                          'revert', name=name)
             if isinstance(result, dict) and (result['power_state']
-                                             not in POWERED_OFF):
+                                             not in states.DOMAIN_STOPPED):
                 self.request(svc, source, 'power_node', operation_id,
                              'revert-power', name=name,
                              owner=self.move['old']['owner'], on=True)
@@ -375,7 +373,7 @@ class StartNode(_MoveTask):
         super().__init__(move, rebind={'export': export_key(move)})
 
     def execute(self, operation_id, cluster, export):
-        if export['power_state'] in POWERED_OFF:
+        if export['power_state'] in states.DOMAIN_STOPPED:
             return {'changed': False}
         new = self.move['new']
         return self.request(context.get(), self.move['target'],

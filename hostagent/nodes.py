@@ -27,11 +27,10 @@ from hostagent.drivers import base
 from tenks import constants
 from tenks import exceptions
 from tenks import names as tenks_names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
-# Domain states in which a domain's definition can change at once.
-STOPPED = (None, 'shut off', 'crashed')
 # What inspect says of a part (besides base.FOREIGN, 'stopped' of a BMC
 # that is as asked but does not run, 'smaller' of a volume to grow).
 MISSING = 'missing'
@@ -533,7 +532,7 @@ class Nodes:
             self.network(bridge_type(nic))
         name, pool = node['name'], node['pool']
         changes, grow, found = self._plan(node, mark)
-        running = self.virt.domain_state(name) not in STOPPED
+        running = self.virt.domain_state(name) not in states.DOMAIN_STOPPED
         if running and changes and not force:
             raise exceptions.NodeRunning(node=name,
                                          changes='; '.join(changes))

@@ -37,6 +37,11 @@ NODE_FAILED = 'failed'
 RESOURCE_CREATING = 'creating'
 RESOURCE_PRESENT = 'present'
 
+# A domain's power states (as virsh words them) in which it does not
+# run, None when it is not defined: its definition can change at once,
+# and a node that moves counts as powered off.
+DOMAIN_STOPPED = (None, 'shut off', 'crashed')
+
 # Ironic's provision states Tenks drives a node through.
 IRONIC_ENROLL = 'enroll'
 IRONIC_MANAGEABLE = 'manageable'
