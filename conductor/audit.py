@@ -66,7 +66,8 @@ def unconfirmed(row, status):
     """Whether a thing its record (a resource dict) has as asked for, the
     request unanswered or answered with an error ('creating'), is found
     ``status``: missing is no drift then (it was never made)."""
-    return status == 'missing' and row['state'] == states.RESOURCE_CREATING
+    return (status == states.PART_MISSING
+            and row['state'] == states.RESOURCE_CREATING)
 
 
 def cluster_of(mark):
@@ -334,20 +335,20 @@ class Audit:
         kind, name = row['kind'], row['name']
         where = (host, kind, name)
         if thing is None:
-            if not unconfirmed(row, 'missing'):
-                self._add(*where, 'missing', cluster, owner)
+            if not unconfirmed(row, states.PART_MISSING):
+                self._add(*where, states.PART_MISSING, cluster, owner)
         elif names.deployment_mark(thing['mark']) != owner:
-            self._add(*where, 'foreign', cluster, owner,
+            self._add(*where, states.PART_FOREIGN, cluster, owner,
                       'it carries the mark %s' % thing['mark'])
         elif kind == 'pool' and not thing['active']:
-            self._add(*where, 'stopped', cluster, owner,
+            self._add(*where, states.PART_STOPPED, cluster, owner,
                       'its pool is not active' if thing['defined'] else
                       'its directory is there, not its libvirt pool')
         elif kind == 'bridge':
             extra = sorted(set(thing['ports'])
                            - self._bridge_ports(host, cluster, name))
             if extra:
-                self._add(*where, 'differs', cluster, owner,
+                self._add(*where, states.PART_DIFFERS, cluster, owner,
                           'ports its cluster has no record of: %s'
                           % ', '.join(extra))
 
@@ -356,9 +357,9 @@ class Audit:
         bridge = found.get(('bridge', args['bridge']))
         ports = set(bridge['ports']) if bridge else set()
         if not ports & {args['veth_names'][0], args['source']} and not (
-                unconfirmed(row, 'missing')):
-            self._add(host, 'uplink', args['bridge'], 'missing', cluster,
-                      owner, 'bridge %s is not connected to %s' % (
+                unconfirmed(row, states.PART_MISSING)):
+            self._add(host, 'uplink', args['bridge'], states.PART_MISSING,
+                      cluster, owner, 'bridge %s is not connected to %s' % (
                           args['bridge'], args['source']))
 
     def _bridge_ports(self, host, cluster, bridge):
@@ -427,7 +428,7 @@ class Audit:
             where = (constants.CLOUD_HOST, 'ironic node', node['name'] if node
                      else node_uuid, cluster.name, self._owner(cluster))
             if node_uuid not in current:
-                self._add(*where[:3], 'missing', *where[3:],
+                self._add(*where[:3], states.PART_MISSING, *where[3:],
                           'Ironic has no node %s' % node_uuid)
             elif node is not None:
                 changes = ironic_changes(
@@ -436,7 +437,7 @@ class Audit:
                                    self._facts(node['hypervisor'])),
                     cluster.spec)
                 if changes:
-                    self._add(*where[:3], 'differs', *where[3:],
+                    self._add(*where[:3], states.PART_DIFFERS, *where[3:],
                               ', '.join(changes))
 
     def _flavors(self, conn, clusters, flavors):
@@ -449,7 +450,7 @@ class Audit:
                 for f in cluster.spec['nova_flavors'])}.get(name)
             current = nova.find_flavor(conn, name)
             if current is None:
-                self._add(*where, 'missing', cluster.name, owner)
+                self._add(*where, states.PART_MISSING, cluster.name, owner)
             elif wanted is None:
                 self._add(*where, 'unrecorded', cluster.name, owner,
                           'the spec of cluster %s has no such flavor'
@@ -457,7 +458,7 @@ class Audit:
             else:
                 changes = nova.flavor_changes(conn, current, wanted)
                 if changes:
-                    self._add(*where, 'differs', cluster.name, owner,
+                    self._add(*where, states.PART_DIFFERS, cluster.name, owner,
                               ', '.join(changes))
 
     def _placement(self, conn, clusters, enrolled):
@@ -471,7 +472,7 @@ class Audit:
             node = nodes[node_uuid]
             cluster = clusters[node['cluster']]
             self._add(constants.CLOUD_HOST, 'placement aggregates',
-                      node['name'], 'differs', cluster.name,
+                      node['name'], states.PART_DIFFERS, cluster.name,
                       self._owner(cluster),
                       'the resource provider %s is not in exactly the '
                       'aggregates of hypervisor %s' % (node_uuid,

@@ -31,12 +31,8 @@ from tenks import states
 
 LOG = logging.getLogger(__name__)
 
-# What inspect says of a part (besides base.FOREIGN, 'stopped' of a BMC
-# that is as asked but does not run, 'smaller' of a volume to grow).
-MISSING = 'missing'
 # The kinds of a node's parts that inspect reads.
 PARTS = ('volume', 'bridge', 'port', 'domain', 'bmc')
-DIFFERS = 'differs'
 # The network driver of a NIC (or port) whose request names none.
 _BRIDGE_TYPE = {'type': 'string', 'minLength': 1}
 
@@ -288,12 +284,12 @@ def volume_change(node, vol, info):
 def _what(changes):
     """One word for a batch read's answer on one thing; None: as asked."""
     if changes is None:
-        return MISSING
-    if changes == base.FOREIGN:
-        return base.FOREIGN
-    if changes == ['stopped']:
-        return 'stopped'
-    return DIFFERS if changes else None
+        return states.PART_MISSING
+    if changes == states.PART_FOREIGN:
+        return states.PART_FOREIGN
+    if changes == [states.PART_STOPPED]:
+        return states.PART_STOPPED
+    return states.PART_DIFFERS if changes else None
 
 
 class _RequestChanges:
@@ -509,19 +505,20 @@ class Nodes:
         """[['volume', name, what]] of ``node``'s volumes, from the
         volume_infos of its pool and its existing volumes read."""
         # An existing volume missing: not ours to make.
-        found = [['volume', name, MISSING]
+        found = [['volume', name, states.PART_MISSING]
                  for key, name in sorted(existing(node))
                  if attached[(key, name)] is None]
         for vol in ours(node):
             info = volumes[node['pool']][vol['name']]
-            if info is None or info == base.FOREIGN:
-                found.append(['volume', vol['name'], info or MISSING])
+            if info is None or info == states.PART_FOREIGN:
+                found.append(['volume', vol['name'],
+                              info or states.PART_MISSING])
                 continue
             try:
                 if volume_change(node, vol, info):
-                    found.append(['volume', vol['name'], 'smaller'])
+                    found.append(['volume', vol['name'], states.PART_SMALLER])
             except exceptions.ResourceConflict:
-                found.append(['volume', vol['name'], DIFFERS])
+                found.append(['volume', vol['name'], states.PART_DIFFERS])
         return found
 
     def ensure(self, node, owner, force):

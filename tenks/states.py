@@ -37,6 +37,17 @@ NODE_FAILED = 'failed'
 RESOURCE_CREATING = 'creating'
 RESOURCE_PRESENT = 'present'
 
+# What is found of a thing against what is asked or recorded (a node's
+# parts in inspect_nodes, the entries of tenks audit): missing; somebody
+# else's (no mark, or another owner's: also what the drivers' batch
+# reads give for it); otherwise than asked; a BMC as asked that does not
+# run; a volume to grow.
+PART_MISSING = 'missing'
+PART_FOREIGN = 'foreign'
+PART_DIFFERS = 'differs'
+PART_STOPPED = 'stopped'
+PART_SMALLER = 'smaller'
+
 # A domain's power states (as virsh words them) in which it does not
 # run, None when it is not defined: its definition can change at once,
 # and a node that moves counts as powered off.

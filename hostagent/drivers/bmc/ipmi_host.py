@@ -52,6 +52,7 @@ from virtualbmc import utils as vbmc_utils
 from virtualbmc import vbmc
 
 from hostagent.drivers.bmc import ipmi_store
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -388,7 +389,7 @@ class Host:
             found = [key for key in sorted(wanted)
                      if served.definition[key] != wanted[key]]
             if served.status != RUNNING:
-                found.append('stopped')
+                found.append(states.PART_STOPPED)
             changes[wanted['domain']] = found
         return {'changes': changes}
 

@@ -49,6 +49,7 @@ from hostagent.drivers import base
 from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class SushyDriver(base.RedfishDriver):
                 if not credentials[key]:
                     found.append('credentials')
                 if not running:
-                    found.append('stopped')
+                    found.append(states.PART_STOPPED)
                 changes[domain] = found
         return changes
 

@@ -24,6 +24,7 @@ from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import fileutils
 from tenks import names as tenks_names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -899,7 +900,7 @@ class LibvirtDriver(base.VirtDriver):
                         # Missing, or half made (made again by ensure).
                         infos[name] = None
                     elif not marks[name]:
-                        infos[name] = base.FOREIGN
+                        infos[name] = states.PART_FOREIGN
                     elif vol is None:
                         unlisted.append(name)
                     else:
@@ -1170,7 +1171,7 @@ class LibvirtDriver(base.VirtDriver):
                     changes[name] = None
                     continue
                 if not tenks_names.owns(owner, mark):
-                    changes[name] = base.FOREIGN
+                    changes[name] = states.PART_FOREIGN
                     continue
                 try:
                     wanted = _summary(self._domain_xml(domain, owner))
