@@ -24,7 +24,7 @@ from tenks import states
 
 
 def get_deploy_flow(operation_id):
-    """Flow factory (module level: a jobboard saves it by import path)."""
+    """Flow factory (module level: it is saved by import path)."""
     db = context.get().db
     operation = db.get_operation(operation_id)
     plan, spec = operation.plan, operation.spec
