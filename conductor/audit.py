@@ -44,12 +44,12 @@ LOG = logging.getLogger(__name__)
 OTHER = 'other'
 LEFTOVER = 'leftover'
 UNCHECKED = 'unchecked'
-# Where the records of Ironic nodes and Nova flavors are.
+UNRECORDED = 'unrecorded'
 # The hostagents' verdicts on a deployment (hostagent.deployments) that
 # prove it dead when this conductor has no record of it either: every
 # state directory noted for it is gone or no longer records it, or the
 # only ones left are the hostagent's own, whose conductor is this one.
-DEAD = ('dead', 'here')
+DEAD = (states.DEPLOYMENT_DEAD, states.DEPLOYMENT_HERE)
 DAEMONS = ('ipmi host', 'redfish emulator')
 # The hostagent requests and cloud questions an audit has out at once.
 MAX_REQUESTS = 16
@@ -303,13 +303,14 @@ class Audit:
         cluster = self.clusters.get(owner)
         if cluster is not None:
             if not self._recorded(at, thing, cluster):
-                self._add(*where, 'unrecorded', cluster.name, mark,
+                self._add(*where, UNRECORDED, cluster.name, mark,
                           detail + 'it carries the mark of cluster %s, '
                           'whose record does not have it' % cluster.name)
             return
-        verdict, reason = verdicts.get(owner, ('unknown', 'no verdict'))
+        verdict, reason = verdicts.get(owner, (states.DEPLOYMENT_UNKNOWN,
+                                               'no verdict'))
         dead = verdict in DEAD
-        if verdict == 'here':
+        if verdict == states.DEPLOYMENT_HERE:
             reason += ', and this conductor has no record of it'
         self._add(*where, LEFTOVER if dead else OTHER, cluster_of(mark),
                   mark, detail + 'deployment %s: %s' % (
@@ -452,7 +453,7 @@ class Audit:
             if current is None:
                 self._add(*where, states.PART_MISSING, cluster.name, owner)
             elif wanted is None:
-                self._add(*where, 'unrecorded', cluster.name, owner,
+                self._add(*where, UNRECORDED, cluster.name, owner,
                           'the spec of cluster %s has no such flavor'
                           % cluster.name)
             else:

@@ -17,10 +17,10 @@ from concurrent import futures
 
 from oslo_log import log as logging
 
-from hostagent import deployments
 from tenks import constants
 from tenks import exceptions
 from tenks import names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Audit:
         wanted = set()
         for owner in owners:
             verdict, why = self.registry.verdict(owner, read)
-            if verdict in (deployments.DEAD, deployments.HERE):
+            if verdict in (states.DEPLOYMENT_DEAD, states.DEPLOYMENT_HERE):
                 wanted.add(owner)
             else:
                 failed.append(['deployment', owner, 'not proven dead: %s'
@@ -167,7 +167,7 @@ class Audit:
         read = {}
         for owner in self.registry.owners() - left:
             if owner in dead or self.registry.verdict(
-                    owner, read)[0] == deployments.DEAD:
+                    owner, read)[0] == states.DEPLOYMENT_DEAD:
                 self.registry.forget(owner)
 
     def _network(self, bridge_type):

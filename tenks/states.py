@@ -48,6 +48,15 @@ PART_DIFFERS = 'differs'
 PART_STOPPED = 'stopped'
 PART_SMALLER = 'smaller'
 
+# What a hostagent's notes say of a deployment (hostagent.deployments),
+# weakest proof of death last. 'here': noted only through the
+# hostagent's own state directory, which holds no state database: its
+# conductor, whose database is elsewhere, knows.
+DEPLOYMENT_LIVE = 'live'
+DEPLOYMENT_UNKNOWN = 'unknown'
+DEPLOYMENT_HERE = 'here'
+DEPLOYMENT_DEAD = 'dead'
+
 # A domain's power states (as virsh words them) in which it does not
 # run, None when it is not defined: its definition can change at once,
 # and a node that moves counts as powered off.
