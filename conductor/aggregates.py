@@ -89,7 +89,7 @@ def host_zones(aggregates, host, skip=None):
             and a['id'] != skip}
 
 
-def placement(aggregates, hypervisors, default_zone):
+def host_views(aggregates, hypervisors, default_zone):
     """{host: {'enabled', 'maintenance', 'availability_zone',
     'aggregates': [{name, uuid, metadata}]}}: what the scheduler needs to
     know of each host."""
@@ -351,7 +351,7 @@ class Aggregates:
             return dict(self.get(aggregate['id']),
                         warnings=self._mirror(host))
 
-    def placement(self):
+    def host_views(self):
         """The scheduler's view of every registered hypervisor."""
         aggregates, hypervisors = self.db.list_memberships()
-        return placement(aggregates, hypervisors, self.default_zone)
+        return host_views(aggregates, hypervisors, self.default_zone)

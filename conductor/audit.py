@@ -31,25 +31,25 @@ from concurrent import futures
 from oslo_log import log as logging
 
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import names
 from tenks import reconcile
+from tenks import states
 from tenks.cloud import ironic
 from tenks.cloud import nova
 from tenks.cloud import placement_aggregates
-from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
 
 OTHER = 'other'
 LEFTOVER = 'leftover'
 UNCHECKED = 'unchecked'
-# Where the records of Ironic nodes and Nova flavors are.
-CLOUD = placement_aggregates.CLOUD_HOST
+UNRECORDED = 'unrecorded'
 # The hostagents' verdicts on a deployment (hostagent.deployments) that
 # prove it dead when this conductor has no record of it either: every
 # state directory noted for it is gone or no longer records it, or the
 # only ones left are the hostagent's own, whose conductor is this one.
-DEAD = ('dead', 'here')
+DEAD = (states.DEPLOYMENT_DEAD, states.DEPLOYMENT_HERE)
 DAEMONS = ('ipmi host', 'redfish emulator')
 # The hostagent requests and cloud questions an audit has out at once.
 MAX_REQUESTS = 16
@@ -66,7 +66,8 @@ def unconfirmed(row, status):
     """Whether a thing its record (a resource dict) has as asked for, the
     request unanswered or answered with an error ('creating'), is found
     ``status``: missing is no drift then (it was never made)."""
-    return status == 'missing' and row['state'] == db_api.RESOURCE_CREATING
+    return (status == states.PART_MISSING
+            and row['state'] == states.RESOURCE_CREATING)
 
 
 def cluster_of(mark):
@@ -133,7 +134,8 @@ class Audit:
              detail=None):
         # The cloud's questions run beside the hostagents' requests: its
         # entries are kept apart.
-        entries = self.cloud_entries if hypervisor == CLOUD else self.entries
+        entries = (self.cloud_entries if hypervisor == constants.CLOUD_HOST
+                   else self.entries)
         entries.setdefault((hypervisor, kind, name, status), entry(
             hypervisor, kind, name, status, cluster, mark, detail))
 
@@ -155,7 +157,8 @@ class Audit:
     def run(self):
         """{'drift': [entries], 'other': [entries]}, each sorted."""
         recorded = ({host for host, _ in self.records}
-                    | {n['hypervisor'] for n in self.nodes}) - {CLOUD}
+                    | {n['hypervisor'] for n in self.nodes}) - {
+                        constants.CLOUD_HOST}
         try:
             hosts = sorted(self.conductor.hypervisors())
         except Exception as e:
@@ -300,13 +303,14 @@ class Audit:
         cluster = self.clusters.get(owner)
         if cluster is not None:
             if not self._recorded(at, thing, cluster):
-                self._add(*where, 'unrecorded', cluster.name, mark,
+                self._add(*where, UNRECORDED, cluster.name, mark,
                           detail + 'it carries the mark of cluster %s, '
                           'whose record does not have it' % cluster.name)
             return
-        verdict, reason = verdicts.get(owner, ('unknown', 'no verdict'))
+        verdict, reason = verdicts.get(owner, (states.DEPLOYMENT_UNKNOWN,
+                                               'no verdict'))
         dead = verdict in DEAD
-        if verdict == 'here':
+        if verdict == states.DEPLOYMENT_HERE:
             reason += ', and this conductor has no record of it'
         self._add(*where, LEFTOVER if dead else OTHER, cluster_of(mark),
                   mark, detail + 'deployment %s: %s' % (
@@ -332,20 +336,20 @@ class Audit:
         kind, name = row['kind'], row['name']
         where = (host, kind, name)
         if thing is None:
-            if not unconfirmed(row, 'missing'):
-                self._add(*where, 'missing', cluster, owner)
+            if not unconfirmed(row, states.PART_MISSING):
+                self._add(*where, states.PART_MISSING, cluster, owner)
         elif names.deployment_mark(thing['mark']) != owner:
-            self._add(*where, 'foreign', cluster, owner,
+            self._add(*where, states.PART_FOREIGN, cluster, owner,
                       'it carries the mark %s' % thing['mark'])
         elif kind == 'pool' and not thing['active']:
-            self._add(*where, 'stopped', cluster, owner,
+            self._add(*where, states.PART_STOPPED, cluster, owner,
                       'its pool is not active' if thing['defined'] else
                       'its directory is there, not its libvirt pool')
         elif kind == 'bridge':
             extra = sorted(set(thing['ports'])
                            - self._bridge_ports(host, cluster, name))
             if extra:
-                self._add(*where, 'differs', cluster, owner,
+                self._add(*where, states.PART_DIFFERS, cluster, owner,
                           'ports its cluster has no record of: %s'
                           % ', '.join(extra))
 
@@ -354,9 +358,9 @@ class Audit:
         bridge = found.get(('bridge', args['bridge']))
         ports = set(bridge['ports']) if bridge else set()
         if not ports & {args['veth_names'][0], args['source']} and not (
-                unconfirmed(row, 'missing')):
-            self._add(host, 'uplink', args['bridge'], 'missing', cluster,
-                      owner, 'bridge %s is not connected to %s' % (
+                unconfirmed(row, states.PART_MISSING)):
+            self._add(host, 'uplink', args['bridge'], states.PART_MISSING,
+                      cluster, owner, 'bridge %s is not connected to %s' % (
                           args['bridge'], args['source']))
 
     def _bridge_ports(self, host, cluster, bridge):
@@ -391,7 +395,7 @@ class Audit:
 
     def _cloud(self):
         rows = {kind: {name: row for (host, _), records in
-                       self.records.items() if host == CLOUD
+                       self.records.items() if host == constants.CLOUD_HOST
                        for (k, name), row in records.items() if k == kind}
                 for kind in ('ironic_node', 'nova_flavor')}
         if not any(rows.values()):
@@ -399,7 +403,8 @@ class Audit:
         try:
             conn = self.conductor.cloud.connection
         except Exception as e:
-            self._add(CLOUD, 'cloud', CLOUD, UNCHECKED, detail=str(e))
+            self._add(constants.CLOUD_HOST, 'cloud', constants.CLOUD_HOST,
+                      UNCHECKED, detail=str(e))
             return
         clusters = {c.name: c for c in self.clusters.values()}
         for service, check, records in (
@@ -411,8 +416,8 @@ class Audit:
             try:
                 check(conn, clusters, records)
             except Exception as e:
-                self._add(CLOUD, service.lower(), service, UNCHECKED,
-                          detail='%s could not be asked: %s: %s' % (
+                self._add(constants.CLOUD_HOST, service.lower(), service,
+                          UNCHECKED, detail='%s could not be asked: %s: %s' % (
                               service, type(e).__name__, e))
 
     def _ironic(self, conn, clusters, enrolled):
@@ -421,10 +426,10 @@ class Audit:
         for node_uuid, row in sorted(enrolled.items()):
             cluster = clusters[row['cluster']]
             node = nodes.get(node_uuid)
-            where = (CLOUD, 'ironic node', node['name'] if node
+            where = (constants.CLOUD_HOST, 'ironic node', node['name'] if node
                      else node_uuid, cluster.name, self._owner(cluster))
             if node_uuid not in current:
-                self._add(*where[:3], 'missing', *where[3:],
+                self._add(*where[:3], states.PART_MISSING, *where[3:],
                           'Ironic has no node %s' % node_uuid)
             elif node is not None:
                 changes = ironic_changes(
@@ -433,28 +438,28 @@ class Audit:
                                    self._facts(node['hypervisor'])),
                     cluster.spec)
                 if changes:
-                    self._add(*where[:3], 'differs', *where[3:],
+                    self._add(*where[:3], states.PART_DIFFERS, *where[3:],
                               ', '.join(changes))
 
     def _flavors(self, conn, clusters, flavors):
         for name, row in sorted(flavors.items()):
             cluster = clusters[row['cluster']]
-            where = (CLOUD, 'nova flavor', name)
+            where = (constants.CLOUD_HOST, 'nova flavor', name)
             owner = self._owner(cluster)
             wanted = {f['name']: f for f in (
                 reconcile.nova_flavor(cluster.spec, f)
                 for f in cluster.spec['nova_flavors'])}.get(name)
             current = nova.find_flavor(conn, name)
             if current is None:
-                self._add(*where, 'missing', cluster.name, owner)
+                self._add(*where, states.PART_MISSING, cluster.name, owner)
             elif wanted is None:
-                self._add(*where, 'unrecorded', cluster.name, owner,
+                self._add(*where, UNRECORDED, cluster.name, owner,
                           'the spec of cluster %s has no such flavor'
                           % cluster.name)
             else:
                 changes = nova.flavor_changes(conn, current, wanted)
                 if changes:
-                    self._add(*where, 'differs', cluster.name, owner,
+                    self._add(*where, states.PART_DIFFERS, cluster.name, owner,
                               ', '.join(changes))
 
     def _placement(self, conn, clusters, enrolled):
@@ -467,8 +472,9 @@ class Audit:
                                    for u, n in nodes.items()})):
             node = nodes[node_uuid]
             cluster = clusters[node['cluster']]
-            self._add(CLOUD, 'placement aggregates', node['name'], 'differs',
-                      cluster.name, self._owner(cluster),
+            self._add(constants.CLOUD_HOST, 'placement aggregates',
+                      node['name'], states.PART_DIFFERS, cluster.name,
+                      self._owner(cluster),
                       'the resource provider %s is not in exactly the '
                       'aggregates of hypervisor %s' % (node_uuid,
                                                        node['hypervisor']))

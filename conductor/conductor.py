@@ -33,6 +33,7 @@ from conductor import preflight
 from conductor import waiters
 from flows import context
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import fileutils
 from tenks import names
@@ -196,7 +197,7 @@ class Conductor:
         usages, traits, each node's allocations, aggregates and zone."""
         hypervisor = self.registry.get_hypervisor(host)
         nodes = [n.as_dict() for n in self.db.list_nodes(hypervisor=host)]
-        where = self.aggregates.placement().get(host, {})
+        where = self.aggregates.host_views().get(host, {})
         return dict(hypervisor, **resources.provider(hypervisor['facts'],
                                                      nodes),
                     aggregates=[a['name'] for a in where.get('aggregates',
@@ -281,7 +282,7 @@ class Conductor:
         clusters = {}
         if rebalance:
             nodes = [n.as_dict() for n in self.db.list_nodes()]
-            for node in moves.rebalance(host, self.aggregates.placement(),
+            for node in moves.rebalance(host, self.aggregates.host_views(),
                                         nodes):
                 clusters.setdefault(node['cluster'], []).append(node['uuid'])
         return self._submit_moves(host, clusters, host)
@@ -326,7 +327,7 @@ class Conductor:
         facts = inspection.inspect(self.agents, self.hypervisors(), spec,
                                    operation_id)
         with self._allocating():
-            placement = self.aggregates.placement()
+            views = self.aggregates.host_views()
             recorded = [n.as_dict() for n in self.db.list_nodes()]
             # Only deployed nodes still where the request found them: a
             # node half made or removed is its next deploy's business.
@@ -337,11 +338,11 @@ class Conductor:
             if not moving:
                 return NOTHING_MOVED
             allowed = ({target} if target is not None
-                       else moves.peers(host, placement))
+                       else moves.peers(host, views))
             plan = moves.plan_move(
                 spec, cluster, facts, recorded + self._moving(),
                 [r.as_dict() for r in self.db.list_resources(cluster.name)],
-                moving, allowed, placement, self.scheduler_options)
+                moving, allowed, views, self.scheduler_options)
             preflight.check_pools(self.agents, plan, operation_id)
             self.db.set_operation_plan(operation_id, plan)
         from flows import move
@@ -356,7 +357,7 @@ class Conductor:
     def _moving(self):
         """Records of the nodes running moves take to their new hosts."""
         return moves.in_flight(self.db.list_operations(
-            state=db_api.OPERATION_RUNNING))
+            state=states.OPERATION_RUNNING))
 
     # Operations
 
@@ -452,7 +453,7 @@ class Conductor:
             interrupted = self.operations.interrupted(name)
             if interrupted is not None:
                 self.db.finish_operation(interrupted.id,
-                                         operations.INTERRUPTED)
+                                         states.OPERATION_INTERRUPTED)
             operation_id = self.operations.create('teardown', name)
             return self.operations.submit(operation_id, 'teardown', name,
                                           cluster.state, False,
@@ -473,7 +474,7 @@ class Conductor:
         until then a host it has not heard from yet looks down (or
         unverified), and a resumed deploy would find no hypervisor to
         inspect."""
-        if not self.db.list_operations(state=db_api.OPERATION_RUNNING,
+        if not self.db.list_operations(state=states.OPERATION_RUNNING,
                                        conductor=self.host):
             return
         if not self.bus.embedded:
@@ -605,7 +606,7 @@ class Conductor:
         plan, missing = planner.plan_deploy(
             spec, cluster, facts, recorded + self._moving(),
             [r for r in resources if r['cluster'] == name], force,
-            self.aggregates.placement, self.scheduler_options)
+            self.aggregates.host_views, self.scheduler_options)
         drift = self._drift(plan, spec, operation)
         preflight.check_existing(plan, drift)
         planner.add_drift(plan, drift,
@@ -657,7 +658,7 @@ class Conductor:
         the plan leaves as they are: {uuid: [[kind, name, what]]}."""
         by_host = {}
         for entry in plan['nodes']:
-            if entry['action'] == reconcile.KEEP:
+            if entry['action'] == constants.KEEP:
                 by_host.setdefault(entry['hypervisor'], []).append(
                     hostagent_rpcapi.node_request(
                         entry['new'], reconcile.bmc_passwords(spec)))
@@ -696,7 +697,7 @@ class Conductor:
         names = {n['uuid']: n['name'] for n in nodes}
         in_use = []
         for node_uuid, (state, server) in sorted(ironic.deployed_nodes(
-                conn, uuids, ironic.FREE_STATES).items(),
+                conn, uuids, states.IRONIC_FREE_STATES).items(),
                 key=lambda item: names.get(item[0], item[0])):
             node = names.get(node_uuid, node_uuid)
             if server:

@@ -19,11 +19,10 @@ import uuid
 from oslo_log import log as logging
 
 from tenks import exceptions
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
-DOWN = 'down'
-UNVERIFIED = 'unverified'
 # The inspect that checks a registration: it asks about no spec.
 CHECK = {'physnet_mappings': {}, 'ipmi_address': None, 'ipmi_ports': [],
          'interfaces': [], 'owner': None}
@@ -113,12 +112,13 @@ class HypervisorRegistry:
 
     def hypervisor_state(self, row):
         if self._down(row):
-            return DOWN
+            return states.HYPERVISOR_DOWN
         if row.answered_at is None and not self.bus.embedded:
-            return UNVERIFIED
+            return states.HYPERVISOR_UNVERIFIED
         if row.maintenance:
-            return 'maintenance'
-        return 'up' if row.enabled else 'disabled'
+            return states.HYPERVISOR_MAINTENANCE
+        return (states.HYPERVISOR_UP if row.enabled
+                else states.HYPERVISOR_DISABLED)
 
     def list_hypervisors(self):
         counts = {}
@@ -142,10 +142,11 @@ class HypervisorRegistry:
             return [self.conf.hostagent.host]
         listed = self.list_hypervisors()
         hosts = [h['host'] for h in listed
-                 if h['state'] not in (DOWN, UNVERIFIED)]
+                 if h['state'] not in (states.HYPERVISOR_DOWN,
+                                       states.HYPERVISOR_UNVERIFIED)]
         if not hosts:
             unverified = [h['host'] for h in listed
-                          if h['state'] == UNVERIFIED]
+                          if h['state'] == states.HYPERVISOR_UNVERIFIED]
             raise exceptions.NoValidHost(
                 what='any node', reason='no hostagent is up' + (
                     '; %s registered but never answered a request the '
@@ -158,7 +159,7 @@ class HypervisorRegistry:
         """Forget hypervisor ``host``: it must be down and host nothing."""
         hypervisor = self.get_hypervisor(host)
         reasons = []
-        if hypervisor['state'] != DOWN:
+        if hypervisor['state'] != states.HYPERVISOR_DOWN:
             reasons.append('its hostagent is %s (last heard of at %s)' % (
                 hypervisor['state'], hypervisor['last_seen']))
         clusters = sorted({n.cluster for n in

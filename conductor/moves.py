@@ -5,32 +5,31 @@ A node keeps its name, UUID, MACs and volumes' contents; its BMC,
 bridges, taps and console log are those of its new host.
 """
 
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
 from tenks import scheduler
 
-HOST_KINDS = ('pool', 'bridge', 'uplink')
 
-
-def peers(host, placement):
-    """The hosts that share an aggregate with ``host`` (``placement``:
-    the conductor's view, see conductor.aggregates.placement), ``host``
-    included; every host when it is in no aggregate."""
-    mine = {a['uuid'] for a in placement.get(host, {}).get('aggregates', ())}
+def peers(host, views):
+    """The hosts that share an aggregate with ``host`` (``views``: the
+    conductor's view of each host, see conductor.aggregates.host_views),
+    ``host`` included; every host when it is in no aggregate."""
+    mine = {a['uuid'] for a in views.get(host, {}).get('aggregates', ())}
     if not mine:
-        return set(placement) | {host}
-    return {h for h, view in placement.items()
+        return set(views) | {host}
+    return {h for h, view in views.items()
             if mine & {a['uuid'] for a in view['aggregates']}} | {host}
 
 
-def rebalance(host, placement, nodes):
+def rebalance(host, views, nodes):
     """The nodes (records) to move to ``host`` so that it and the
     enabled hosts of its aggregates differ by at most one node: taken
     from the fullest host, newest first, one at a time."""
-    group = {h for h in peers(host, placement)
-             if h == host or (placement.get(h, {}).get('enabled')
-                              and not placement[h].get('maintenance'))}
+    group = {h for h in peers(host, views)
+             if h == host or (views.get(h, {}).get('enabled')
+                              and not views[h].get('maintenance'))}
     by_host = {h: [] for h in group}
     for node in nodes:
         if node['hypervisor'] in by_host:
@@ -83,7 +82,7 @@ def moved_record(spec, node, host, endpoint, host_facts):
 
 
 def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
-              placement=None, options=None):
+              views=None, options=None):
     """The plan of moving ``moving`` (node records of the cluster) to
     hosts of ``allowed``, the scheduler choosing.
 
@@ -103,7 +102,7 @@ def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
                 'hostagent is up on %s to serve its volumes' % (
                     node['name'], node['hypervisor']))
     targets = scheduler.hosts_for_moves(spec, facts, nodes, moving, allowed,
-                                    placement, options)
+                                    views, options)
     deployment = cluster.uuid
     moves = []
     for node in moving:
@@ -135,7 +134,7 @@ def plan_move(spec, cluster, facts, nodes, resources, moving, allowed,
         'moves': moves,
         'host_ensure': host_ensure,
         'host_remove': [r for r in resources if r['hypervisor'] in emptied
-                        and r['kind'] in HOST_KINDS],
+                        and r['kind'] in constants.HOST_REMOVAL],
     }
 
 

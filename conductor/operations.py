@@ -15,14 +15,9 @@ from oslo_log import log as logging
 from conductor import progress
 from tenks import exceptions
 from tenks import states
-from tenks.db import api as db_api
 from tenks.db import models as db_models
 
 LOG = logging.getLogger(__name__)
-
-SUCCEEDED = 'succeeded'
-FAILED = 'failed'
-INTERRUPTED = 'interrupted'
 
 
 class Operations:
@@ -121,14 +116,15 @@ class Operations:
         older ones are closed as interrupted.
         """
         running = self.db.list_operations(
-            cluster=name, state=db_api.OPERATION_RUNNING)
+            cluster=name, state=states.OPERATION_RUNNING)
         for operation in running[:-1]:
-            self.db.finish_operation(operation.id, INTERRUPTED)
+            self.db.finish_operation(operation.id,
+                                     states.OPERATION_INTERRUPTED)
         if not running:
             return None
         last = running[-1]
         if last.kind != 'deploy':
-            self.db.finish_operation(last.id, INTERRUPTED)
+            self.db.finish_operation(last.id, states.OPERATION_INTERRUPTED)
             return None
         return last
 
@@ -161,10 +157,10 @@ class Operations:
     def _ended(self, operation_id):
         """What wait gives of an operation that has ended already."""
         operation = self.db.get_operation(operation_id)
-        if operation is None or operation.state == db_api.OPERATION_RUNNING:
+        if operation is None or operation.state == states.OPERATION_RUNNING:
             # Unknown, or another process runs it.
             raise exceptions.OperationNotFound(id=operation_id)
-        if operation.state != SUCCEEDED:
+        if operation.state != states.OPERATION_SUCCEEDED:
             raise exceptions.OperationFailed(operation.error or (
                 'operation %s ended %s' % (operation_id, operation.state)))
         return dict(operation.result or {}, operation=operation_id)
@@ -176,7 +172,7 @@ class Operations:
         ids of those submitted."""
         submitted = []
         for operation in self.db.list_operations(
-                state=db_api.OPERATION_RUNNING, conductor=self.host):
+                state=states.OPERATION_RUNNING, conductor=self.host):
             if which is not None and not which(operation):
                 continue
             try:
@@ -184,7 +180,7 @@ class Operations:
             except exceptions.ClusterBusy:
                 continue
             if self.db.get_operation(operation.id).state != \
-                    db_api.OPERATION_RUNNING:
+                    states.OPERATION_RUNNING:
                 # Ended by its process since it was listed.
                 self.locks.release(operation.cluster)
                 continue
@@ -262,8 +258,8 @@ class Operations:
                 result['moved'] = outcome.moved
             for warning in outcome.warnings:
                 LOG.warning('Cluster %s: %s', name, warning)
-            self._finish(operation_id, SUCCEEDED, result=result,
-                         event=self.notifier.event(
+            self._finish(operation_id, states.OPERATION_SUCCEEDED,
+                         result=result, event=self.notifier.event(
                              'tenks.cluster.%s.end' % kind, name,
                              {'operation': operation_id,
                               'changed': len(outcome.changed)}))
@@ -298,7 +294,7 @@ class Operations:
             operation=kind.capitalize(), cluster=name, reason=reason))
 
     def _fail(self, operation_id, kind, name, error):
-        self._finish(operation_id, FAILED, str(error),
+        self._finish(operation_id, states.OPERATION_FAILED, str(error),
                      event=self.notifier.event(
                          'tenks.cluster.%s.error' % kind, name,
                          {'operation': operation_id, 'error': str(error)},

@@ -1,6 +1,7 @@
 """A deploy's plan: the spec against the records, on the hypervisors'
 facts, with the nodes it adds scheduled (see tenks.reconcile)."""
 
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
@@ -10,13 +11,13 @@ from tenks.scheduler import host_state
 
 
 def plan_deploy(spec, cluster, facts, nodes, resources, force,
-                placement=None, options=None):
+                views=None, options=None):
     """The plan of a deploy of ``spec``, and the nodes it schedules.
 
     ``cluster``: the cluster's record (its spec is the old one, unless
     it is new: state 'scheduled'); ``facts``: {host: inspect result};
     ``nodes``: node records (dicts) of every cluster; ``resources``: this
-    cluster's recorded resources (dicts); ``placement`` and ``options``:
+    cluster's recorded resources (dicts); ``views`` and ``options``:
     see tenks.scheduler.schedule. Returns (plan, new nodes).
     """
     name = spec['cluster']
@@ -55,7 +56,7 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
         kept.append(reconcile.reshaped(spec, node, host_facts, taken_macs,
                                        taken_ports))
     new_nodes = scheduler.schedule(spec, facts, others + kept + gone,
-                                   placement, options)
+                                   views, options)
     check_redfish_endpoints(facts, kept + new_nodes,
                             names.owner(name, cluster.uuid))
     plan = reconcile.plan(spec, old_spec, cluster.uuid, kept, gone,
@@ -134,11 +135,11 @@ def add_drift(plan, drift, host_resources=None):
     from ``host_resources(host)`` (tenks.reconcile.host_resources)."""
     for entry in plan['nodes']:
         found = drift.get(entry['uuid'])
-        if not found or entry['action'] != reconcile.KEEP:
+        if not found or entry['action'] != constants.KEEP:
             continue
         # A BMC made again may serve otherwise (HTTPS now): Ironic's
         # driver_info follows.
-        entry.update(action=reconcile.UPDATE, agent=True,
+        entry.update(action=constants.UPDATE, agent=True,
                      enrol=entry['enrol'] or (
                          entry['new']['ironic'] is not None
                          and any(kind == 'bmc' for kind, _, _ in found)))
@@ -150,7 +151,7 @@ def add_drift(plan, drift, host_resources=None):
                 'node': entry['name'], 'hypervisor': entry['hypervisor'],
                 'resource': kind if kind in ('domain', 'bmc')
                 else '%s %s' % (kind, name),
-                'action': reconcile.REPAIR, 'field': None, 'old': what,
+                'action': constants.REPAIR, 'field': None, 'old': what,
                 'new': None})
 
 

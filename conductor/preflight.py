@@ -11,9 +11,11 @@ import uuid
 
 from conductor import inspection
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import reconcile
+from tenks import states
 from tenks.scheduler import host_state
 
 
@@ -104,10 +106,6 @@ def interface_conflicts(spec, wanted, facts, recorded):
     return list(dict.fromkeys(problems))
 
 
-# inspect_nodes' words for a thing of that name that is not the owner's,
-# and for one that is not there.
-FOREIGN = 'foreign'
-MISSING = 'missing'
 # The spec field that names each kind of a node's parts.
 NAMED_BY = {'volume': 'vol_name_prefix'}
 
@@ -123,7 +121,7 @@ def check_new_nodes(agents, plan, passwords, operation=None):
     a plan)."""
     by_host = {}
     for entry in plan['nodes']:
-        if entry['action'] == reconcile.CREATE:
+        if entry['action'] == constants.CREATE:
             by_host.setdefault(entry['hypervisor'], []).append(entry)
     problems = []
     drift = {}
@@ -142,7 +140,7 @@ def check_new_nodes(agents, plan, passwords, operation=None):
                     field % NAMED_BY.get(kind, 'node_name_prefix'), kind,
                     name, host)
                 for kind, name, what in found[entry['uuid']]
-                if what == FOREIGN]
+                if what == states.PART_FOREIGN]
     if problems:
         raise exceptions.NameConflict(conflicts='; '.join(problems))
     check_existing(plan, drift)
@@ -161,7 +159,8 @@ def check_existing(plan, drift):
         gone += ['volume %s of storage pool %s (of node %s on %s)' % (
                      name, pools[name], entry['name'], entry['hypervisor'])
                  for kind, name, what in drift.get(entry['uuid'], ())
-                 if kind == 'volume' and what == MISSING and name in pools]
+                 if kind == 'volume' and what == states.PART_MISSING
+                 and name in pools]
     if gone:
         raise exceptions.ExistingVolumesGone(volumes='; '.join(gone))
 

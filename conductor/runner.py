@@ -22,7 +22,7 @@ def stage(atom_name):
     return atom_name.split(':', 1)[0]
 
 
-class Outcome:
+class RunReport:
     """What the atoms of one run did, gathered from engine events.
 
     ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end;
@@ -67,7 +67,7 @@ class FlowRunner:
 
     def run(self, operation_id, name, factory, factory_kwargs, store,
             on_progress=None):
-        """Run a new flow from ``factory``; return its Outcome."""
+        """Run a new flow from ``factory``; return its RunReport."""
         book = models.LogBook(name, uuid=operation_id)
         engine = engines.load_from_factory(
             factory, factory_kwargs=factory_kwargs, store=store, book=book,
@@ -109,7 +109,7 @@ class FlowRunner:
         graph = engine.compilation.execution_graph
         names = [node.name for node, data in graph.nodes(data=True)
                  if data['kind'] == 'task']
-        outcome = Outcome(names, on_progress)
+        outcome = RunReport(names, on_progress)
         # A resumed flow: what its atoms did before counts too.
         done = engine.storage.get_atoms_states(names)
         for name in names:

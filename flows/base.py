@@ -5,6 +5,7 @@ from taskflow import task
 
 from flows import context
 from tenks import exceptions
+from tenks import states
 from tenks.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class EnsureResource(task.Task):
         # agent may since have forgotten that it created it.
         asked_before = (before is not None and before['operation'] ==
                         operation_id and before['state'] ==
-                        db_api.RESOURCE_CREATING)
+                        states.RESOURCE_CREATING)
         try:
             result = self.ensure(svc, operation_id, cluster,
                                  adopt=before is not None)
@@ -115,7 +116,7 @@ class EnsureResource(task.Task):
             raise
         created = result['created']
         if before is not None and (
-                before['state'] == db_api.RESOURCE_PRESENT or not created
+                before['state'] == states.RESOURCE_PRESENT or not created
                 and not asked_before):
             # Recorded before: a thing re-created because it had gone
             # only restores what the record says, and stays.

@@ -18,15 +18,13 @@ from flows import post_deploy
 from flows import records
 from flows import registration
 from flows import teardown
+from tenks import constants
 from tenks import reconcile
 from tenks import states
 
-# Removal order among host things: uplinks, then bridges, then pools.
-HOST_REMOVAL = ('uplink', 'bridge', 'pool')
-
 
 def get_deploy_flow(operation_id):
-    """Flow factory (module level: a jobboard saves it by import path)."""
+    """Flow factory (module level: it is saved by import path)."""
     db = context.get().db
     operation = db.get_operation(operation_id)
     plan, spec = operation.plan, operation.spec
@@ -85,9 +83,9 @@ def removal_flow(plan, resources):
 
 def host_removal(rows):
     """Stages removing the host things ``rows`` (resource dicts), in
-    HOST_REMOVAL order."""
+    constants.HOST_REMOVAL order."""
     stages = []
-    for kind in HOST_REMOVAL:
+    for kind in constants.HOST_REMOVAL:
         mine = [row for row in rows if row['kind'] == kind]
         if mine:
             stage = unordered_flow.Flow('remove:%s' % kind)

@@ -28,14 +28,14 @@ from flows import records
 from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import reconcile
+from tenks import states
 from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
 
-# Domain states in which a node counts as powered off.
-POWERED_OFF = (None, 'shut off', 'crashed')
 
 
 def get_move_flow(operation_id):
@@ -107,7 +107,7 @@ class LeftHosts(task.Task):
                 if not has_nodes(svc, cluster, row['hypervisor'])
                 and svc.db.get_resource(row['hypervisor'], row['kind'],
                                         row['name']) is not None]
-        rows.sort(key=lambda row: deploy.HOST_REMOVAL.index(row['kind']))
+        rows.sort(key=lambda row: constants.HOST_REMOVAL.index(row['kind']))
         for row in rows:
             thing = '%s:%s:%s' % (row['kind'], row['hypervisor'], row['name'])
             try:
@@ -190,7 +190,7 @@ class ExportNode(_MoveTask):
             self.request(svc, source, 'close_export', operation_id,
                          'revert', name=name)
             if isinstance(result, dict) and (result['power_state']
-                                             not in POWERED_OFF):
+                                             not in states.DOMAIN_STOPPED):
                 self.request(svc, source, 'power_node', operation_id,
                              'revert-power', name=name,
                              owner=self.move['old']['owner'], on=True)
@@ -241,7 +241,7 @@ class PlaceNode(_MoveTask):
         credits = {}
         for kind, name, _ in wanted:
             row = before.get((kind, name))
-            if row is not None and row['state'] == 'present':
+            if row is not None and row['state'] == states.RESOURCE_PRESENT:
                 credits[(kind, name)] = row['operation']
             elif (kind, name) in created or row is not None and (
                     row['operation'] == operation_id):
@@ -373,7 +373,7 @@ class StartNode(_MoveTask):
         super().__init__(move, rebind={'export': export_key(move)})
 
     def execute(self, operation_id, cluster, export):
-        if export['power_state'] in POWERED_OFF:
+        if export['power_state'] in states.DOMAIN_STOPPED:
             return {'changed': False}
         new = self.move['new']
         return self.request(context.get(), self.move['target'],

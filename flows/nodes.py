@@ -15,17 +15,16 @@ from flows import context
 from flows import records
 from flows import registration
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import constants
 from tenks import exceptions
 from tenks import notifier
 from tenks import states
 
 LOG = logging.getLogger(__name__)
 
-CREATE = 'create'
 # What a hostagent refuses a node request with before changing anything.
 REFUSALS = (exceptions.ResourceConflict, exceptions.NodeRunning,
             exceptions.InvalidNodeRequest)
-UPDATE = 'update'
 
 
 def node_resources(view):
@@ -49,7 +48,8 @@ def port_args(nic, owner):
     """The remove args of a NIC's port; the default bridge_type left
     out, as in the records made before there was a choice."""
     args = {'name': nic['tap'], 'owner': owner}
-    if nic.get('bridge_type', 'linuxbridge') != 'linuxbridge':
+    if nic.get('bridge_type', constants.DEFAULT_BRIDGE_TYPE) != (
+            constants.DEFAULT_BRIDGE_TYPE):
         args['bridge_type'] = nic['bridge_type']
     return args
 
@@ -57,7 +57,8 @@ def port_args(nic, owner):
 def _nic(args):
     """A NIC of a request that removes it, from its port's remove args."""
     return {'tap': args['name'],
-            'bridge_type': args.get('bridge_type', 'linuxbridge')}
+            'bridge_type': args.get('bridge_type',
+                                    constants.DEFAULT_BRIDGE_TYPE)}
 
 
 def parts_of(rows):
@@ -118,7 +119,7 @@ class ConvergeNode(task.Task):
         wanted = node_resources(new)
         before = svc.db.begin_resources(
             cluster, self.host, operation_id, wanted, node=self.uuid,
-            new=self.entry['action'] == CREATE)
+            new=self.entry['action'] == constants.CREATE)
         try:
             result = svc.agents.request(
                 self.host, 'ensure_node',
@@ -141,9 +142,10 @@ class ConvergeNode(task.Task):
         credits = {}
         for kind, name, _ in wanted:
             row = before.get((kind, name))
-            asked_before = (row is not None and row['operation'] ==
-                            operation_id and row['state'] == 'creating')
-            if row is not None and row['state'] == 'present':
+            asked_before = (row is not None
+                            and row['operation'] == operation_id
+                            and row['state'] == states.RESOURCE_CREATING)
+            if row is not None and row['state'] == states.RESOURCE_PRESENT:
                 credits[(kind, name)] = row['operation']
             elif (kind, name) in created or asked_before:
                 credits[(kind, name)] = operation_id
@@ -153,7 +155,8 @@ class ConvergeNode(task.Task):
         svc.db.finish_resources(self.host, credits, removed)
         if self.finishes:
             records.finish_node(svc, cluster, new['record'],
-                                announce=self.entry['action'] == CREATE)
+                                announce=(self.entry['action']
+                                          == constants.CREATE))
         else:
             self._record(svc, new['record'])
         return {'changed': result['changed'],
@@ -168,7 +171,7 @@ class ConvergeNode(task.Task):
         svc = context.get()
         mine = [r.as_dict() for r in svc.db.list_resources(
             node=self.uuid, operation=operation_id)]
-        if self.entry['action'] == CREATE:
+        if self.entry['action'] == constants.CREATE:
             if mine:
                 self._remove(svc, operation_id, cluster, mine)
             node = svc.db.get_node(self.uuid)

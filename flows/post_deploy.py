@@ -10,7 +10,7 @@ from taskflow.patterns import unordered_flow
 
 from flows import base
 from flows import context
-from flows import registration
+from tenks import constants
 from tenks import reconcile
 from tenks.cloud import coexistence
 from tenks.cloud import nova
@@ -36,7 +36,7 @@ class EnsureFlavor(base.EnsureResource):
     kind = 'nova_flavor'
 
     def __init__(self, flavor, old=None):
-        super().__init__(registration.CLOUD_HOST, flavor['name'], flavor,
+        super().__init__(constants.CLOUD_HOST, flavor['name'], flavor,
                          {'name': flavor['name']})
         self.old = old
 

@@ -6,11 +6,11 @@ from oslo_log import log as logging
 from flows import base
 from flows import context
 from flows import records
+from tenks import constants
 from tenks.cloud import ironic
 from tenks.cloud import placement_aggregates
 
 LOG = logging.getLogger(__name__)
-CLOUD_HOST = 'openstack'
 
 
 def remove_node(svc, uuid, force=False):
@@ -20,7 +20,7 @@ def remove_node(svc, uuid, force=False):
     record, no pass of the aggregate mirror puts it back."""
     conn = svc.cloud.connection
     changed = ironic.delete_node(conn, svc.cloud.conf, uuid, force)
-    svc.db.delete_resource(CLOUD_HOST, 'ironic_node', uuid)
+    svc.db.delete_resource(constants.CLOUD_HOST, 'ironic_node', uuid)
     return {'changed': changed,
             'warnings': placement_aggregates.leave(svc.db, conn, uuid)}
 
@@ -41,8 +41,9 @@ class EnsureIronicNode(base.EnsureResource):
     kind = 'ironic_node'
 
     def __init__(self, entry, finishes):
-        super().__init__(CLOUD_HOST, entry['uuid'], entry['new']['ironic'],
-                         {'uuid': entry['uuid']}, entry['uuid'])
+        super().__init__(constants.CLOUD_HOST, entry['uuid'],
+                         entry['new']['ironic'], {'uuid': entry['uuid']},
+                         entry['uuid'])
         self.entry = entry
         self.finishes = finishes
 

@@ -10,24 +10,9 @@ from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
+from tenks import constants
 from tenks import exceptions
 from tenks import states
-
-# What goes first: flavors before the nodes they schedule to, Ironic
-# nodes (with their ports) before their BMC, a BMC before its domain, a
-# domain before its disks and ports, ports before their bridge, volumes
-# before their pool.
-REMOVAL_STAGES = (
-    ('nova_flavor',),
-    ('ironic_node',),
-    ('bmc',),
-    ('domain',),
-    ('volume', 'port'),
-    ('uplink',),
-    ('bridge',),
-    ('pool',),
-)
-
 
 # What lives in the cloud rather than on a hypervisor, by kind:
 # remover(svc, **remove_args) -> {'changed': bool}.
@@ -99,7 +84,7 @@ def get_teardown_flow(operation_id):
     # A plan saved before teardowns kept the cluster's state has none.
     flow.add(records.MarkCluster(states.CLUSTER_DELETING,
                                  plan.get('cluster_state')))
-    for kinds in REMOVAL_STAGES:
+    for kinds in constants.REMOVAL_STAGES:
         stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
         if kinds == ('domain',):
             # A plan saved before teardowns took --force has no 'force'.

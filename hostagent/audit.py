@@ -17,9 +17,10 @@ from concurrent import futures
 
 from oslo_log import log as logging
 
-from hostagent import deployments
+from tenks import constants
 from tenks import exceptions
 from tenks import names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -28,7 +29,6 @@ LOG = logging.getLogger(__name__)
 # volumes before their pool.
 ORDER = ('bmc', 'emulator', 'domain', 'nvram', 'volume', 'port', 'veth',
          'bridge', 'ovs port', 'pool')
-DEFAULT_BRIDGE_TYPE = 'linuxbridge'
 MARKED = operator.methodcaller('marked')
 DAEMONS = operator.methodcaller('daemons')
 
@@ -87,7 +87,7 @@ class Audit:
                 del found[key]
         for thing in found.values():
             if thing['kind'] in ('bridge', 'port'):
-                thing.setdefault('bridge_type', DEFAULT_BRIDGE_TYPE)
+                thing.setdefault('bridge_type', constants.DEFAULT_BRIDGE_TYPE)
         return sorted(found.values(),
                       key=lambda t: (t['kind'], t['name'], t.get('pool')))
 
@@ -130,7 +130,7 @@ class Audit:
         wanted = set()
         for owner in owners:
             verdict, why = self.registry.verdict(owner, read)
-            if verdict in (deployments.DEAD, deployments.HERE):
+            if verdict in (states.DEPLOYMENT_DEAD, states.DEPLOYMENT_HERE):
                 wanted.add(owner)
             else:
                 failed.append(['deployment', owner, 'not proven dead: %s'
@@ -167,7 +167,7 @@ class Audit:
         read = {}
         for owner in self.registry.owners() - left:
             if owner in dead or self.registry.verdict(
-                    owner, read)[0] == deployments.DEAD:
+                    owner, read)[0] == states.DEPLOYMENT_DEAD:
                 self.registry.forget(owner)
 
     def _network(self, bridge_type):
@@ -195,7 +195,8 @@ class Audit:
                                          thing['pool_type'],
                                          thing['devices'])
         if kind == 'veth':
-            return self._network(DEFAULT_BRIDGE_TYPE).remove_veth(name, mark)
+            return self._network(
+                constants.DEFAULT_BRIDGE_TYPE).remove_veth(name, mark)
         if kind == 'ovs port':
             return self._network('openvswitch').remove_port(name, mark)
         network = self._network(thing['bridge_type'])

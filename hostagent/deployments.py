@@ -27,15 +27,8 @@ import urllib.parse
 from tenks import exceptions
 from tenks import fileutils
 from tenks import names
+from tenks import states
 
-# What the notes say of a deployment (Registry.verdict), weakest proof
-# of death last.
-LIVE = 'live'
-UNKNOWN = 'unknown'
-# Noted only through this hostagent's own state directory, which holds
-# no state database: its conductor, whose database is elsewhere, knows.
-HERE = 'here'
-DEAD = 'dead'
 DATABASE = 'state.sqlite'
 SUFFIX = '.json'
 
@@ -132,26 +125,30 @@ class Registry:
         return found
 
     def verdict(self, owner, read=None):
-        """(verdict, reason) of deployment ``owner``: LIVE when a state
-        directory noted for it records it; UNKNOWN when one cannot be
-        asked, or none is noted; HERE when the only ones that are not
-        DEAD are this hostagent's own, without a state database; DEAD
-        when every one is gone or no longer records it. ``read``: a
+        """(verdict, reason) of deployment ``owner``: live when a state
+        directory noted for it records it; unknown when one cannot be
+        asked, or none is noted; here when the only ones that are not
+        dead are this hostagent's own, without a state database; dead
+        when every one is gone or no longer records it (tenks.states'
+        DEPLOYMENT_*). ``read``: a
         dict caching what each state directory records."""
         owner = names.deployment_mark(owner)
         read = {} if read is None else read
         judged = [self._judge(owner, state_dir, read)
                   for state_dir in self.state_dirs(owner)]
         if not judged:
-            return UNKNOWN, 'no state directory is noted for it'
-        for verdict in (LIVE, UNKNOWN, HERE, DEAD):
+            return (states.DEPLOYMENT_UNKNOWN,
+                    'no state directory is noted for it')
+        for verdict in (states.DEPLOYMENT_LIVE, states.DEPLOYMENT_UNKNOWN,
+                        states.DEPLOYMENT_HERE, states.DEPLOYMENT_DEAD):
             reasons = [reason for found, reason in judged if found == verdict]
             if reasons:
                 return verdict, '; '.join(reasons)
 
     def _judge(self, owner, state_dir, read):
         if not os.path.isdir(state_dir):
-            return DEAD, 'its state directory %s is gone' % state_dir
+            return (states.DEPLOYMENT_DEAD,
+                    'its state directory %s is gone' % state_dir)
         if state_dir not in read:
             try:
                 read[state_dir] = recorded(state_dir)
@@ -159,17 +156,21 @@ class Registry:
                 read[state_dir] = e
         owners = read[state_dir]
         if isinstance(owners, sqlite3.Error):
-            return UNKNOWN, 'the state database of %s cannot be read (%s)' % (
-                state_dir, owners)
+            return (states.DEPLOYMENT_UNKNOWN,
+                    'the state database of %s cannot be read (%s)' % (
+                        state_dir, owners))
         if owners is None:
             if state_dir == self.state_dir:
-                return HERE, ('noted by this hostagent, whose state directory '
-                              '%s holds no state database' % state_dir)
-            return UNKNOWN, 'state directory %s holds no state database' % (
-                state_dir)
+                return (states.DEPLOYMENT_HERE,
+                        'noted by this hostagent, whose state directory %s '
+                        'holds no state database' % state_dir)
+            return (states.DEPLOYMENT_UNKNOWN,
+                    'state directory %s holds no state database' % state_dir)
         if owner in owners:
-            return LIVE, 'state directory %s records it' % state_dir
-        return DEAD, 'state directory %s no longer records it' % state_dir
+            return (states.DEPLOYMENT_LIVE,
+                    'state directory %s records it' % state_dir)
+        return (states.DEPLOYMENT_DEAD,
+                'state directory %s no longer records it' % state_dir)
 
     def forget(self, owner):
         """Drop the notes of deployment ``owner`` (nothing of it is left

@@ -64,6 +64,7 @@ from hostagent import nodes
 from hostagent import rpcapi
 from hostagent import transfer
 from tenks import conf as tenks_conf
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import policy
@@ -77,7 +78,6 @@ RECENT_RESULTS = 4096
 # Seconds the outcome of a request without a deadline is kept: as long
 # as a conductor with the default agent_timeout and agent_retries waits.
 KEEP_UNDATED = 240
-GIB = 1024 ** 3
 
 
 def load_driver(namespace, name, conf):
@@ -350,7 +350,7 @@ class HostAgentManager:
         pool_dir = self.conf.hostagent.pool_dir
         return dict(self.virt.facts(), host=self.host,
                     pool_dir=pool_dir,
-                    pool_free_gb=pool_free_bytes(pool_dir) // GIB,
+                    pool_free_gb=pool_free_bytes(pool_dir) // constants.GIB,
                     physnet_mappings=self.conf.hostagent.physnet_mappings,
                     ipmi_address=self.conf.hostagent.ipmi_address,
                     resource_prefix=self.conf.hostagent.resource_prefix,
@@ -363,7 +363,7 @@ class HostAgentManager:
                     redfish_port=self.conf.hostagent.redfish_port,
                     redfish_tls=bool(
                         self.conf.hostagent.redfish_tls_certificate),
-                    disk_gb=pool_total_bytes(pool_dir) // GIB,
+                    disk_gb=pool_total_bytes(pool_dir) // constants.GIB,
                     **self.provider_facts)
 
     def _inspect(self, physnet_mappings, ipmi_address, ipmi_ports,
@@ -496,7 +496,7 @@ class HostAgentManager:
         return call
 
     def ensure_bridge(self, context, request_id, reply_to, name, owner,
-                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+                      bridge_type=constants.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to,
                   [('bridge', name)],
                   self._making(owner, self._network(bridge_type,
@@ -504,7 +504,7 @@ class HostAgentManager:
                   name, self._mark(owner))
 
     def remove_bridge(self, context, request_id, reply_to, name, owner,
-                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+                      bridge_type=constants.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to,
                   [('bridge', name)],
                   self._network(bridge_type, 'remove_bridge'), name,
@@ -512,7 +512,7 @@ class HostAgentManager:
 
     def ensure_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
-                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+                      bridge_type=constants.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('uplink', bridge)],
                   self._making(owner, self._network(bridge_type,
                                                     'ensure_uplink')),
@@ -520,20 +520,20 @@ class HostAgentManager:
 
     def remove_uplink(self, context, request_id, reply_to, bridge, source,
                       veth_names, owner,
-                      bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+                      bridge_type=constants.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('uplink', bridge)],
                   self._network(bridge_type, 'remove_uplink'), bridge,
                   source, veth_names, self._mark(owner))
 
     def ensure_port(self, context, request_id, reply_to, bridge, name,
-                    owner, bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+                    owner, bridge_type=constants.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to, [('port', name)],
                   self._making(owner, self._network(bridge_type,
                                                     'ensure_port')),
                   bridge, name, self._mark(owner))
 
     def remove_port(self, context, request_id, reply_to, name, owner,
-                    bridge_type=nodes.DEFAULT_BRIDGE_TYPE):
+                    bridge_type=constants.DEFAULT_BRIDGE_TYPE):
         self._run(context, request_id, reply_to,
                   [('port', name)],
                   self._network(bridge_type, 'remove_port'), name,

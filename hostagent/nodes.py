@@ -24,21 +24,16 @@ import jsonschema
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from tenks import constants
 from tenks import exceptions
 from tenks import names as tenks_names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
-# Domain states in which a domain's definition can change at once.
-STOPPED = (None, 'shut off', 'crashed')
-# What inspect says of a part (besides base.FOREIGN, 'stopped' of a BMC
-# that is as asked but does not run, 'smaller' of a volume to grow).
-MISSING = 'missing'
 # The kinds of a node's parts that inspect reads.
 PARTS = ('volume', 'bridge', 'port', 'domain', 'bmc')
-DIFFERS = 'differs'
 # The network driver of a NIC (or port) whose request names none.
-DEFAULT_BRIDGE_TYPE = 'linuxbridge'
 _BRIDGE_TYPE = {'type': 'string', 'minLength': 1}
 
 _NAMES = {'type': 'array', 'items': {'type': 'string', 'minLength': 1}}
@@ -289,15 +284,15 @@ def volume_change(node, vol, info):
 def _what(changes):
     """One word for a batch read's answer on one thing; None: as asked."""
     if changes is None:
-        return MISSING
-    if changes == base.FOREIGN:
-        return base.FOREIGN
-    if changes == ['stopped']:
-        return 'stopped'
-    return DIFFERS if changes else None
+        return states.PART_MISSING
+    if changes == states.PART_FOREIGN:
+        return states.PART_FOREIGN
+    if changes == [states.PART_STOPPED]:
+        return states.PART_STOPPED
+    return states.PART_DIFFERS if changes else None
 
 
-class _Outcome:
+class _RequestChanges:
     """What a request did, and how to undo what it created."""
 
     def __init__(self):
@@ -330,7 +325,7 @@ class _Outcome:
 
 
 def bridge_type(nic):
-    return nic.get('bridge_type', DEFAULT_BRIDGE_TYPE)
+    return nic.get('bridge_type', constants.DEFAULT_BRIDGE_TYPE)
 
 
 class Nodes:
@@ -510,19 +505,20 @@ class Nodes:
         """[['volume', name, what]] of ``node``'s volumes, from the
         volume_infos of its pool and its existing volumes read."""
         # An existing volume missing: not ours to make.
-        found = [['volume', name, MISSING]
+        found = [['volume', name, states.PART_MISSING]
                  for key, name in sorted(existing(node))
                  if attached[(key, name)] is None]
         for vol in ours(node):
             info = volumes[node['pool']][vol['name']]
-            if info is None or info == base.FOREIGN:
-                found.append(['volume', vol['name'], info or MISSING])
+            if info is None or info == states.PART_FOREIGN:
+                found.append(['volume', vol['name'],
+                              info or states.PART_MISSING])
                 continue
             try:
                 if volume_change(node, vol, info):
-                    found.append(['volume', vol['name'], 'smaller'])
+                    found.append(['volume', vol['name'], states.PART_SMALLER])
             except exceptions.ResourceConflict:
-                found.append(['volume', vol['name'], DIFFERS])
+                found.append(['volume', vol['name'], states.PART_DIFFERS])
         return found
 
     def ensure(self, node, owner, force):
@@ -533,11 +529,11 @@ class Nodes:
             self.network(bridge_type(nic))
         name, pool = node['name'], node['pool']
         changes, grow, found = self._plan(node, mark)
-        running = self.virt.domain_state(name) not in STOPPED
+        running = self.virt.domain_state(name) not in states.DOMAIN_STOPPED
         if running and changes and not force:
             raise exceptions.NodeRunning(node=name,
                                          changes='; '.join(changes))
-        outcome = _Outcome()
+        outcome = _RequestChanges()
         stopped = False
         try:
             if running and changes:
@@ -574,7 +570,8 @@ class Nodes:
             remove = node.get('remove') or {}
             types = remove.get('port_types', {})
             for tap in remove.get('ports', []):
-                network = self.network(types.get(tap, DEFAULT_BRIDGE_TYPE))
+                network = self.network(
+                    types.get(tap, constants.DEFAULT_BRIDGE_TYPE))
                 if network.remove_port(tap, mark):
                     outcome.removed.append(['port', tap])
             for vname in remove.get('volumes', []):
@@ -670,7 +667,7 @@ class Nodes:
         """
         check(node, REMOVE_SCHEMA)
         name, pool, mark = node['name'], node['pool'], self.mark(owner)
-        outcome = _Outcome()
+        outcome = _RequestChanges()
         kept = []
         steps = [('bmc', name, lambda: self.remove_bmc(name, owner)),
                  ('domain', name, lambda: self.virt.remove_domain(name,

@@ -148,6 +148,7 @@ API version history:
   directory]], 'failed': [[kind, name, error]]}``.
 """
 
+from tenks import constants
 from tenks import rpc
 
 RPC_API_VERSION = '1.10'
@@ -221,7 +222,8 @@ def node_request(view, passwords, gone=None):
     if view['console_log'] is not None or not view['console_log_enabled']:
         node['console_log'] = view['console_log']
     node['nics'] = [dict({k: nic[k] for k in ('mac', 'tap', 'bridge')},
-                         bridge_type=nic.get('bridge_type', 'linuxbridge'))
+                         bridge_type=nic.get(
+                             'bridge_type', constants.DEFAULT_BRIDGE_TYPE))
                     for nic in view['nics']]
     bmc = view['bmc']
     node['bmc'] = dict(bmc, password=passwords[bmc['type']])
@@ -239,8 +241,9 @@ def node_request(view, passwords, gone=None):
                         and not v.get('existing')],
             'ports': [n['tap'] for n in ports],
             'port_types': {n['tap']: n['bridge_type'] for n in ports
-                           if n.get('bridge_type', 'linuxbridge')
-                           != 'linuxbridge'}}
+                           if n.get('bridge_type',
+                                    constants.DEFAULT_BRIDGE_TYPE)
+                           != constants.DEFAULT_BRIDGE_TYPE}}
     return node
 
 

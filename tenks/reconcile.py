@@ -11,22 +11,12 @@ remove, the flavors, and ``changes``, one line per resource and field.
 import os
 import re
 
+from tenks import constants
 from tenks import exceptions
 from tenks import names
 from tenks import node_records
 from tenks import spec as tenks_spec
-
-GIB = 1024 ** 3
-STANDARD_CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
-
-CREATE = 'create'
-UPDATE = 'update'
-DELETE = 'delete'
-REPLACE = 'replace'
-# A thing found otherwise than recorded, made as recorded again.
-REPAIR = 'repair'
-# Node actions besides those: nothing to do.
-KEEP = 'keep'
+from tenks import states
 
 
 def match_entries(old_specs, new_specs):
@@ -221,7 +211,7 @@ def ironic_node(spec, node):
         'cpus': node['vcpus'],
         'memory_mb': node['memory_mb'],
         # GiB, rounded down: a root disk never bigger than the volume.
-        'local_gb': root_disk_bytes(node_type) // GIB,
+        'local_gb': root_disk_bytes(node_type) // constants.GIB,
         'cpu_arch': 'x86_64',
         'capabilities': capabilities,
     }
@@ -259,7 +249,8 @@ def flavor_extra_specs(flavor):
     and only by that class."""
     specs = {'resources:%s' % normalise_resource_class(
         flavor['resource_class']): '1'}
-    specs.update({'resources:%s' % rc: '0' for rc in STANDARD_CLASSES})
+    specs.update({'resources:%s' % rc: '0'
+                  for rc in constants.RESOURCE_CLASSES})
     specs.update({'trait:%s' % t: 'required'
                   for t in flavor['required_traits']})
     specs.update({'trait:%s' % t: 'forbidden'
@@ -275,7 +266,7 @@ def nova_flavor(spec, flavor):
         'name': flavor['name'],
         'vcpus': node_type['vcpus'],
         'ram': node_type['memory_mb'],
-        'disk': root_disk_bytes(node_type) // GIB,
+        'disk': root_disk_bytes(node_type) // constants.GIB,
         'extra_specs': flavor_extra_specs(flavor),
     }
 
@@ -338,7 +329,7 @@ def host_resources(spec, deployment, host, host_facts):
                dict(setup['pool'], owner=owner))]
     # The default bridge_type is left out: the records of bridges made
     # before there was a choice stay equal to what is wanted.
-    typed = ({} if spec['bridge_type'] == 'linuxbridge'
+    typed = ({} if spec['bridge_type'] == constants.DEFAULT_BRIDGE_TYPE
              else {'bridge_type': spec['bridge_type']})
     for bridge in setup['bridges']:
         wanted.append(('bridge', bridge['name'],
@@ -402,7 +393,8 @@ def node_changes(old, new):
     """Lines of what changes on a node from view ``old`` to ``new``
     (either None: the node is created or removed)."""
     if old is None or new is None:
-        action, state = (CREATE, new) if old is None else (DELETE, old)
+        action, state = ((constants.CREATE, new) if old is None
+                         else (constants.DELETE, old))
         lines = [('domain', None, _size(state))]
         lines += [('volume %s' % v['name'], 'existing', v['pool'])
                   if v.get('existing') else
@@ -430,38 +422,38 @@ def node_changes(old, new):
                 # Recorded before Tenks recorded the path: unknown.
                 field == 'console_log' and old.get(field) is None
                 and old['console_log_enabled']):
-            changes.append(_line(new, 'domain', UPDATE, field, old[field],
-                                 new[field]))
+            changes.append(_line(new, 'domain', constants.UPDATE, field,
+                                 old[field], new[field]))
     before = {v['name']: v for v in old['volumes']}
     after = {v['name']: v for v in new['volumes']}
     for name in after.keys() - before.keys():
-        changes.append(_line(new, 'volume %s' % name, CREATE, 'capacity',
-                             None, after[name].get('capacity')))
+        changes.append(_line(new, 'volume %s' % name, constants.CREATE,
+                             'capacity', None, after[name].get('capacity')))
     for name in before.keys() - after.keys():
-        changes.append(_line(new, 'volume %s' % name, DELETE, 'capacity',
-                             before[name].get('capacity'), None))
+        changes.append(_line(new, 'volume %s' % name, constants.DELETE,
+                             'capacity', before[name].get('capacity'), None))
     for name in before.keys() & after.keys():
         if before[name].get('capacity') != after[name].get('capacity'):
-            changes.append(_line(new, 'volume %s' % name, UPDATE,
+            changes.append(_line(new, 'volume %s' % name, constants.UPDATE,
                                  'capacity', before[name]['capacity'],
                                  after[name]['capacity']))
     before = {n['tap']: n for n in old['nics']}
     after = {n['tap']: n for n in new['nics']}
     for tap in after.keys() - before.keys():
-        changes.append(_line(new, 'port %s' % tap, CREATE, 'physnet',
+        changes.append(_line(new, 'port %s' % tap, constants.CREATE, 'physnet',
                              None, after[tap]['physnet']))
     for tap in before.keys() - after.keys():
-        changes.append(_line(new, 'port %s' % tap, DELETE, 'physnet',
+        changes.append(_line(new, 'port %s' % tap, constants.DELETE, 'physnet',
                              before[tap]['physnet'], None))
     for tap in before.keys() & after.keys():
         if before[tap]['bridge'] != after[tap]['bridge']:
-            changes.append(_line(new, 'port %s' % tap, UPDATE, 'bridge',
-                                 before[tap]['bridge'],
+            changes.append(_line(new, 'port %s' % tap, constants.UPDATE,
+                                 'bridge', before[tap]['bridge'],
                                  after[tap]['bridge']))
     for field in ('type', 'address', 'port', 'username', 'system_id',
                   'tls'):
         if old['bmc'].get(field) != new['bmc'].get(field):
-            changes.append(_line(new, 'bmc', UPDATE, field,
+            changes.append(_line(new, 'bmc', constants.UPDATE, field,
                                  old['bmc'].get(field),
                                  new['bmc'].get(field)))
     changes += _ironic_changes(old, new)
@@ -473,12 +465,12 @@ def _ironic_changes(old, new):
     if before == after:
         return []
     if before is None or after is None:
-        action = CREATE if before is None else DELETE
+        action = constants.CREATE if before is None else constants.DELETE
         return [_line(new, 'ironic node', action, 'resource_class',
                       before and before['rc'], after and after['rc'])]
     changes = []
     if sorted(before['traits']) != sorted(after['traits']):
-        changes.append(_line(new, 'ironic node', UPDATE, 'traits',
+        changes.append(_line(new, 'ironic node', constants.UPDATE, 'traits',
                              sorted(before['traits']),
                              sorted(after['traits'])))
     fields = before['fields'].keys() | after['fields'].keys()
@@ -486,8 +478,8 @@ def _ironic_changes(old, new):
         was = before['fields'].get(field)
         now = after['fields'].get(field)
         if was != now:
-            changes.append(_line(new, 'ironic node', UPDATE, field, was,
-                                 now))
+            changes.append(_line(new, 'ironic node', constants.UPDATE,
+                                 field, was, now))
     return changes
 
 
@@ -531,7 +523,7 @@ def moved(plan):
     recorded with theirs."""
     return {e['uuid']: e['new']['record']['spec_index']
             for e in plan['nodes']
-            if e['new'] is not None and e['action'] != CREATE
+            if e['new'] is not None and e['action'] != constants.CREATE
             and (e['old'] is None
                  or e['old']['record']['spec_index']
                  != e['new']['record']['spec_index'])}
@@ -561,17 +553,17 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
                             new_nodes, facts, passwords)
     changes = []
     for node in planned:
-        if node['action'] == DELETE and 'uuid' not in node['old']:
-            changes.append(_line(node['old'], 'node', DELETE, None, None,
-                                 None))
-        elif node['action'] != KEEP:
+        if node['action'] == constants.DELETE and 'uuid' not in node['old']:
+            changes.append(_line(node['old'], 'node', constants.DELETE,
+                                 None, None, None))
+        elif node['action'] != constants.KEEP:
             changes += node_changes(node['old'], node['new'])
-        if node['action'] == UPDATE and node['password_changed']:
-            changes.append(_line(node['new'], 'bmc', UPDATE,
+        if node['action'] == constants.UPDATE and node['password_changed']:
+            changes.append(_line(node['new'], 'bmc', constants.UPDATE,
                                  password_key(node['new']['bmc']['type']),
                                  '***', '***'))
     hosts = sorted({n['hypervisor'] for n in planned
-                    if n['action'] != DELETE})
+                    if n['action'] != constants.DELETE})
     host_ensure, host_remove = _host_entries(spec, deployment, hosts, facts,
                                              resources, changes)
     return {
@@ -579,7 +571,8 @@ def plan(spec, old_spec, deployment, kept, gone, old_views, new_nodes,
         'owner': names.owner(spec['cluster'], deployment),
         'nodes': planned,
         # Ironic nodes of nodes that stay but lose their ironic_config.
-        'unenrol': [n['uuid'] for n in planned if n['action'] == UPDATE
+        'unenrol': [n['uuid'] for n in planned
+                    if n['action'] == constants.UPDATE
                     and n['old']['ironic'] and not n['new']['ironic']],
         'host_ensure': host_ensure,
         'host_remove': host_remove,
@@ -598,7 +591,8 @@ def _node_entries(spec, deployment, kept, gone, old_views, new_nodes, facts,
     planned = []
     for node in gone:
         planned.append({'uuid': node['uuid'], 'name': node['name'],
-                        'hypervisor': node['hypervisor'], 'action': DELETE,
+                        'hypervisor': node['hypervisor'],
+                        'action': constants.DELETE,
                         'agent': False, 'enrol': False,
                         'old': old_views.get(node['uuid'])
                         or {'name': node['name'],
@@ -612,14 +606,16 @@ def _node_entries(spec, deployment, kept, gone, old_views, new_nodes, facts,
         if old is None:
             # New, or its first deploy never finished: a revert removes
             # only what this operation makes.
-            entry = {'action': CREATE, 'agent': True,
+            entry = {'action': constants.CREATE, 'agent': True,
                      'enrol': new['ironic'] is not None}
         else:
             changes = node_changes(old, new)
             agent = password or any(c['resource'] != 'ironic node'
                                     for c in changes)
             changed = agent or bool(changes)
-            entry = {'action': UPDATE if changed else KEEP, 'agent': agent,
+            entry = {'action': (constants.UPDATE if changed
+                                else constants.KEEP),
+                     'agent': agent,
                      'enrol': changed and new['ironic'] is not None}
         planned.append(dict(entry, uuid=node['uuid'], name=node['name'],
                             hypervisor=node['hypervisor'], old=old,
@@ -651,22 +647,22 @@ def _host_entries(spec, deployment, hosts, facts, resources, changes):
                        'not remade: tear the cluster down first' % (
                            name, host, _pool_words(row['remove_args']),
                            _pool_words(args)))
-        if row is None or row['state'] != 'present':
+        if row is None or row['state'] != states.RESOURCE_PRESENT:
             ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
                            'args': args, 'old': None})
-            changes.append(_host_line(host, kind, name, CREATE, *(
+            changes.append(_host_line(host, kind, name, constants.CREATE, *(
                 ('wipe', None, args['wipe']) if 'wipe' in args else ())))
         elif row['remove_args'] != recorded_args(args):
             ensure.append({'hypervisor': host, 'kind': kind, 'name': name,
                            'args': args, 'old': row['remove_args']})
             changes.append(_host_line(
-                host, kind, name, REPLACE, 'source',
+                host, kind, name, constants.REPLACE, 'source',
                 row['remove_args'].get('source'), args.get('source')))
     for key, row in recorded.items():
         if key not in wanted:
             remove.append(row)
             changes.append(_host_line(row['hypervisor'], row['kind'],
-                                      row['name'], DELETE))
+                                      row['name'], constants.DELETE))
     return ensure, remove
 
 
@@ -697,13 +693,15 @@ def _flavor_entries(spec, old_spec, changes):
                 flavors['old'][name] = old[name]
             changes.append({'node': None, 'hypervisor': None,
                             'resource': 'flavor %s' % name,
-                            'action': UPDATE if name in old else CREATE,
+                            'action': (constants.UPDATE if name in old
+                                       else constants.CREATE),
                             'field': None, 'old': old.get(name),
                             'new': flavor})
     for name in sorted(old.keys() - new.keys()):
         flavors['remove'].append(name)
         changes.append({'node': None, 'hypervisor': None,
-                        'resource': 'flavor %s' % name, 'action': DELETE,
+                        'resource': 'flavor %s' % name,
+                        'action': constants.DELETE,
                         'field': None, 'old': old[name], 'new': None})
     return flavors
 
@@ -722,5 +720,6 @@ def _passwords_changed(old_spec, spec):
 def destructive(plan):
     """The changes that lose something: removals, replacements, and
     pools made on devices they may wipe."""
-    return [c for c in plan['changes'] if c['action'] in (DELETE, REPLACE)
+    return [c for c in plan['changes']
+            if c['action'] in (constants.DELETE, constants.REPLACE)
             or c['field'] == 'wipe']

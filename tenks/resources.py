@@ -12,21 +12,17 @@ import math
 import platform
 import re
 
+from tenks import constants
 from tenks import exceptions
 
-VCPU = 'VCPU'
-MEMORY_MB = 'MEMORY_MB'
-DISK_GB = 'DISK_GB'
-RESOURCE_CLASSES = (VCPU, MEMORY_MB, DISK_GB)
-GIB = 1024 ** 3
-
 # The fact holding each class's total.
-TOTAL_FACTS = {VCPU: 'cpus', MEMORY_MB: 'memory_mb', DISK_GB: 'disk_gb'}
+TOTAL_FACTS = {constants.VCPU: 'cpus', constants.MEMORY_MB: 'memory_mb',
+               constants.DISK_GB: 'disk_gb'}
 # Placement's defaults, but for VCPU: virtual nodes mostly idle.
 DEFAULTS = {
-    VCPU: {'allocation_ratio': 16.0},
-    MEMORY_MB: {'allocation_ratio': 1.0},
-    DISK_GB: {'allocation_ratio': 1.0},
+    constants.VCPU: {'allocation_ratio': 16.0},
+    constants.MEMORY_MB: {'allocation_ratio': 1.0},
+    constants.DISK_GB: {'allocation_ratio': 1.0},
 }
 FIELDS = {'allocation_ratio': float, 'reserved': int, 'min_unit': int,
           'max_unit': int, 'step_size': int}
@@ -80,7 +76,7 @@ def inventories(facts):
     class whose total the facts lack is left out."""
     configured = facts.get('inventory') or {}
     result = {}
-    for rc in RESOURCE_CLASSES:
+    for rc in constants.RESOURCE_CLASSES:
         total = facts.get(TOTAL_FACTS[rc])
         if total is None:
             continue
@@ -103,15 +99,16 @@ def allocations(node):
     with vcpus, memory_mb, volumes) consumes; zero amounts left out. An
     existing volume (somebody else's, attached as it is) takes none."""
     disk = math.ceil(sum(v.get('capacity', 0)
-                         for v in node.get('volumes') or ()) / GIB)
-    amounts = {VCPU: node['vcpus'], MEMORY_MB: node['memory_mb'],
-               DISK_GB: disk}
+                         for v in node.get('volumes') or ()) / constants.GIB)
+    amounts = {constants.VCPU: node['vcpus'],
+               constants.MEMORY_MB: node['memory_mb'],
+               constants.DISK_GB: disk}
     return {rc: amount for rc, amount in amounts.items() if amount}
 
 
 def usages(nodes):
     """{resource class: amount used} by ``nodes`` (records)."""
-    used = dict.fromkeys(RESOURCE_CLASSES, 0)
+    used = dict.fromkeys(constants.RESOURCE_CLASSES, 0)
     for node in nodes:
         for rc, amount in allocations(node).items():
             used[rc] += amount
@@ -181,7 +178,7 @@ def hostagent_facts(group):
     return {
         'inventory': inventory_options(
             {rc: group['%s_inventory' % rc.lower()]
-             for rc in RESOURCE_CLASSES}),
+             for rc in constants.RESOURCE_CLASSES}),
         'traits': sorted(group.traits),
         'cpu_arch': platform.machine(),
         'enable_on_register': group.enable_on_register,

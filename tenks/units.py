@@ -1,4 +1,4 @@
-"""Disk capacities: "2GiB"-style strings to bytes and back.
+"""Disk capacities: "2GiB"-style strings to bytes.
 
 Arithmetic is exact and nothing is rounded: a capacity that is not a
 whole number of disk sectors is an error, not a surprise later.
@@ -69,13 +69,3 @@ def _parse_string(value):
                          % (value, size))
     return int(size)
 
-
-def format_capacity(size):
-    """Show ``size`` bytes with the unit that gives the smallest whole
-    number, e.g. 2147483648 -> "2GiB", 2000000000 -> "2GB", 1000 -> "1KB".
-    """
-    count, unit = min(((size // factor, unit)
-                       for unit, factor in UNITS.items()
-                       if size % factor == 0),
-                      key=lambda candidate: candidate[0])
-    return '%d%s' % (count, unit)

@@ -25,9 +25,9 @@ import uuid
 from hostagent import manager
 from hostagent import nodes as hostagent_nodes
 from tenks import conf as tenks_conf
+from tenks import constants
 
 OWNER = 'tenks:bench:%s' % uuid.uuid4()
-GIB = 1024 ** 3
 
 
 def parallel(function, items):
@@ -79,7 +79,7 @@ class Bench:
             'uuid': str(uuid.uuid4()), 'name': name, 'domain_type': 'qemu',
             'vcpus': 1, 'memory_mb': 128, 'console_log_enabled': False,
             'pool': self.pool,
-            'volumes': [{'name': name + '-v0', 'capacity': GIB,
+            'volumes': [{'name': name + '-v0', 'capacity': constants.GIB,
                          'format': 'qcow2'}],
             'nics': [{'mac': '52:54:00:be:%02x:%02x' % (
                 secrets.randbits(8), index),

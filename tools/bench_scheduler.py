@@ -19,13 +19,13 @@ import time
 
 from conductor import aggregates
 from tenks import conf as tenks_conf
+from tenks import constants
 from tenks import exceptions
 from tenks import resources
 from tenks import scheduler
 from tenks import spec as tenks_spec
 from tenks.scheduler import host_state
 
-GIB = 1024 ** 3
 ZONES = ('az1', 'az2', 'az3', 'az4')
 
 
@@ -47,7 +47,7 @@ def hypervisors(count, rng):
             'missing_interfaces': [], 'pool_dir': '/p',
             'ipmi_address': '10.%d.%d.1' % (i // 250, i % 250),
             'resource_prefix': '', 'physnet_mappings': {'physnet1': 'e1'},
-            'pool_free_bytes': 1000 * size * GIB,
+            'pool_free_bytes': 1000 * size * constants.GIB,
             'network_driver': 'linuxbridge', 'foreign_interfaces': []}
     hosts = sorted(facts)
     rng.shuffle(hosts)
@@ -58,7 +58,7 @@ def hypervisors(count, rng):
             'availability_zone': ZONES[n % len(ZONES)],
             'hosts': hosts[start:start + 50],
             'metadata': {'rack': 'r%d' % (n % 5)}})
-    views = aggregates.placement(
+    views = aggregates.host_views(
         aggs, [{'host': h, 'enabled': i % 97 != 0}
                for i, h in enumerate(sorted(facts))], 'nova')
     return facts, views

@@ -24,18 +24,16 @@ database is somebody else.
 
 import abc
 
-SECTOR = 512
+from tenks import units
+
 # The header of a download that carries a ``source``'s token (a volume
 # that another hostagent serves for a move: hostagent.transfer).
 TOKEN_HEADER = 'X-Tenks-Transfer-Token'
-# What the batch reads (volume_infos, domains_changes, port_changes,
-# bmc_changes) give for a thing of that name that is not the owner's.
-FOREIGN = 'foreign'
 
 
 def whole_sectors(capacity):
     """``capacity`` bytes rounded up to whole sectors, as volumes get."""
-    return -(-int(capacity) // SECTOR) * SECTOR
+    return -(-int(capacity) // units.SECTOR_SIZE) * units.SECTOR_SIZE
 
 
 def ensured(created, changed=False, **facts):
@@ -130,7 +128,7 @@ class VirtDriver(abc.ABC):
 
     @abc.abstractmethod
     def volume_infos(self, pool, names, owner):
-        """{name: volume_info or FOREIGN} of the volumes ``names`` of
+        """{name: volume_info or PART_FOREIGN} of the volumes ``names`` of
         ``pool``, read at once; never raises for one volume."""
 
     @abc.abstractmethod
@@ -175,7 +173,7 @@ class VirtDriver(abc.ABC):
 
     @abc.abstractmethod
     def domains_changes(self, domains, owner):
-        """{name: domain_changes or FOREIGN} of several domains, read at
+        """{name: domain_changes or PART_FOREIGN} of several domains, read at
         once; a change of UUID is a change, not an error."""
 
     @abc.abstractmethod
@@ -253,7 +251,7 @@ class NetworkDriver(abc.ABC):
     @abc.abstractmethod
     def port_changes(self, ports, owner):
         """What ensure_port would change of each of ``ports`` ([{'tap',
-        'bridge'}]), read at once: {tap: None when absent, FOREIGN, or
+        'bridge'}]), read at once: {tap: None when absent, PART_FOREIGN, or
         phrases ([] when as asked)}."""
 
     @abc.abstractmethod
@@ -274,7 +272,7 @@ class NetworkDriver(abc.ABC):
         Open vSwitch port, its 'bridge')."""
 
     def bridge_changes(self, names, owner):
-        """{name: None when absent, FOREIGN, or [] when ours} of those of
+        """{name: None when absent, PART_FOREIGN, or [] when ours} of those of
         the bridges ``names`` this driver can read at once; reads only.
         Bridges it leaves out are judged by port_changes alone."""
         return {}
@@ -343,7 +341,7 @@ class BmcDriver(abc.ABC):
 
         ``bmcs``: {domain: {'address', 'port', 'username', 'password'}}.
         Returns {domain: None when absent (or not served: the daemon is
-        down), FOREIGN when made for another owner, or phrases ([] when
+        down), PART_FOREIGN when made for another owner, or phrases ([] when
         as asked; 'stopped' when it does not run)}. Starts nothing.
         """
 

@@ -14,8 +14,11 @@ from cliff import lister
 from cliff import show
 
 from tenks import exceptions
+from tenks import states
 from tenks.cli import client
 
+# The standard library's logging, which cliff sets up: oslo.log would
+# bring oslo.config into the CLI's start-up (test_cli_startup).
 LOG = logging.getLogger(__name__)
 
 
@@ -83,7 +86,7 @@ class OperationCommand(Command):
                 self.app.stdout.write(operation_id + '\n')
                 return
             operation = self.wait(tenks, operation_id, args)
-        if operation['state'] != 'succeeded':
+        if operation['state'] != states.OPERATION_SUCCEEDED:
             error = operation['error'] or 'operation %s ended %s' % (
                 operation_id, operation['state'])
             raise exceptions.OperationFailed(

@@ -15,6 +15,7 @@ import os
 import time
 
 from tenks import exceptions
+from tenks import states
 
 TRANSPORT_URL_ENV = 'TENKS_TRANSPORT_URL'
 POLL_INTERVAL = 0.2
@@ -130,7 +131,7 @@ class RemoteClient:
                 lost, pause = None, POLL_INTERVAL
                 notice('The conductor answers again: following operation %s'
                        % operation_id)
-            if operation['state'] != 'running':
+            if operation['state'] != states.OPERATION_RUNNING:
                 return operation
             time.sleep(POLL_INTERVAL)
 

@@ -4,6 +4,7 @@ start|stop."""
 import time
 
 from tenks import exceptions
+from tenks import states
 from tenks.cli import client
 from tenks.cli import columns
 from tenks.cli.base import Command
@@ -153,7 +154,7 @@ class _Maintenance(OperationCommand):
             for warning in operation['result'].get('warnings', []) if (
                     operation['result']) else ():
                 self.app.stderr.write('Warning: %s\n' % warning)
-            if operation['state'] != 'succeeded':
+            if operation['state'] != states.OPERATION_SUCCEEDED:
                 failed.append((operation['cluster'], operation['error']))
         if failed:
             raise exceptions.OperationFailed('; '.join(

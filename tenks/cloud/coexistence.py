@@ -9,7 +9,7 @@ status and what was not checked, never an error.
 
 from oslo_log import log as logging
 
-from tenks import reconcile
+from tenks import constants
 from tenks.cloud import connection
 
 LOG = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def _provider_warnings(conn, node_uuids):
             standard = sorted(
                 rc for rc, inventory in response.json()[
                     'inventories'].items()
-                if rc in reconcile.STANDARD_CLASSES and inventory['total'] > 0)
+                if rc in constants.RESOURCE_CLASSES and inventory['total'] > 0)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unchecked(
                 'answered HTTP %d to GET %s without the expected '
@@ -82,7 +82,7 @@ def _flavor_warnings(conn, resource_classes):
         if not any(specs.get('resources:%s' % rc) for rc in
                    resource_classes):
             continue
-        asked = sorted(rc for rc in reconcile.STANDARD_CLASSES
+        asked = sorted(rc for rc in constants.RESOURCE_CLASSES
                        if specs.get('resources:%s' % rc) != '0')
         if asked:
             warnings.append(

@@ -13,50 +13,20 @@ from oslo_log import log as logging
 
 from tenks import exceptions
 from tenks import reconcile
+from tenks import states
 from tenks.cloud import connection
 
 LOG = logging.getLogger(__name__)
 INTERFACES = tuple('%s_interface' % i for i in (
     'bios', 'boot', 'console', 'deploy', 'firmware', 'inspect', 'management',
     'network', 'power', 'raid', 'rescue', 'storage', 'vendor'))
-# Provision states in which Ironic (39) lets a node's interfaces and
-# resource class change (conductor update_node; in maintenance any state
-# will do). A resource class changed under an instance would not reach
-# Nova's record of it. Ironic lets a driver change through in any state
-# when it resets the interfaces: Tenks holds it to these states too, as
-# that resets the interfaces an instance was deployed with.
-FIELD_STATES = ('enroll', 'inspecting', 'inspect wait', 'manageable',
-                'available')
-# Ironic keeps a port's physical_network and local_link_connection
-# (and so its network binding) from changing outside these states, not
-# even in available: there, a maintenance window does it.
-PORT_STATES = ('enroll', 'inspecting', 'inspect wait', 'manageable')
 RESTRICTED = ('driver', 'resource_class')
-# Resting states without an instance: a node in one of these can be
-# removed or resized (Ironic's own delete needs enroll, manageable or
-# available). Any other state, including one a newer Ironic adds, means
-# an instance may be there (active, deploy failed, error: a failed
-# teardown, adopt failed: a running workload Ironic could not take over,
-# rescue and service states) or an operation is in flight on the
-# machine (deploying, cleaning, inspecting...), which a removed or
-# redefined VM would break.
-FREE_STATES = frozenset(('enroll', 'manageable', 'available',
-                         'inspect failed', 'clean failed'))
-# Ironic's other states (ironic.common.states.ALL_STATES and 'service'),
-# for callers that want the list; deployed() is the test.
-DEPLOYED_STATES = frozenset((
-    'active', 'deploying', 'wait call-back', 'deploy failed', 'deploy hold',
-    'deploy complete', 'deleting', 'deleted', 'error', 'adopting',
-    'adopt failed', 'rescue', 'rescuing', 'rescue wait', 'rescue failed',
-    'unrescuing', 'unrescue failed', 'service', 'servicing', 'service wait',
-    'service failed', 'service hold', 'verifying', 'inspecting',
-    'inspect wait', 'cleaning', 'clean wait', 'clean hold'))
 
 
 def deployed(state):
     """Whether a node in provision state ``state`` (None: no node) must
     not be removed or resized without --force."""
-    return state is not None and state not in FREE_STATES
+    return state is not None and state not in states.IRONIC_FREE_STATES
 
 
 def provision_states(conn, uuids):
@@ -295,8 +265,9 @@ def _check_state(current, updates, port_changes):
         return
     refused = [k for k in sorted(updates)
                if (k in RESTRICTED or k in INTERFACES)
-               and state not in FIELD_STATES]
-    if port_changes['update'] and state not in PORT_STATES + ('available',):
+               and state not in states.IRONIC_FIELD_STATES]
+    if port_changes['update'] and state not in (
+            states.IRONIC_PORT_STATES + (states.IRONIC_AVAILABLE,)):
         refused.append('ports %s (physical_network, local_link_connection)'
                        % ', '.join(p.address for p, _ in
                                    port_changes['update']))
@@ -315,7 +286,7 @@ def _apply_ports(conn, current, node_uuid, changes):
         conn.baremetal.delete_port(port, ignore_missing=False)
     if not changes['update']:
         return
-    window = (current.provision_state not in PORT_STATES
+    window = (current.provision_state not in states.IRONIC_PORT_STATES
               and not current.is_maintenance)
     if window:
         conn.baremetal.set_node_maintenance(
@@ -334,15 +305,15 @@ def _settle_node(conn, conf, node):
     """Manage and provide an enroll or manageable node; True if it
     moved."""
     state = conn.baremetal.get_node(node['id']).provision_state
-    if state == 'enroll':
+    if state == states.IRONIC_ENROLL:
         conn.baremetal.set_node_provision_state(node['id'], 'manage')
-        _wait(conn, node['id'], 'manageable', conf.provision_timeout,
-              conf.poll_interval)
-        state = 'manageable'
-    if state == 'manageable':
+        _wait(conn, node['id'], states.IRONIC_MANAGEABLE,
+              conf.provision_timeout, conf.poll_interval)
+        state = states.IRONIC_MANAGEABLE
+    if state == states.IRONIC_MANAGEABLE:
         conn.baremetal.set_node_provision_state(node['id'], 'provide')
-        _wait(conn, node['id'], 'available', conf.provision_timeout,
-              conf.poll_interval)
+        _wait(conn, node['id'], states.IRONIC_AVAILABLE,
+              conf.provision_timeout, conf.poll_interval)
         return True
     return False
 

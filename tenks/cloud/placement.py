@@ -2,9 +2,8 @@
 
 import time
 
+from tenks import constants
 from tenks import exceptions
-
-VERSION = '1.18'  # 'required' traits in queries
 
 
 def providers_offering(conn, resource_class, traits):
@@ -14,14 +13,15 @@ def providers_offering(conn, resource_class, traits):
     # nobody has reported it, so nobody offers it.
     for path in ['/resource_classes/%s' % resource_class] + [
             '/traits/%s' % trait for trait in traits]:
-        if conn.placement.get(path, microversion=VERSION,
-                              raise_exc=False).status_code == 404:
+        if conn.placement.get(
+                path, microversion=constants.PLACEMENT_REQUIRED_TRAITS,
+                raise_exc=False).status_code == 404:
             return set()
     query = 'resources=%s:1' % resource_class
     if traits:
         query += '&required=%s' % ','.join(sorted(traits))
     response = conn.placement.get('/resource_providers?' + query,
-                                  microversion=VERSION)
+                                  microversion=constants.PLACEMENT_REQUIRED_TRAITS)
     response.raise_for_status()
     return {p['uuid'] for p in response.json()['resource_providers']}
 

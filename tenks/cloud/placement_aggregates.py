@@ -27,10 +27,10 @@ import time
 
 from oslo_log import log as logging
 
+from tenks import constants
+
 LOG = logging.getLogger(__name__)
 
-# The provider's generation in a PUT of its aggregates: 1.19.
-VERSION = '1.19'
 ATTEMPTS = 5  # merges tried against concurrent writers (409)
 # What a warning says of a provider Placement refused to change.
 IN_STEP = ('may not be in its hypervisor\'s aggregates: run the deploy '
@@ -40,10 +40,6 @@ LEFT = 'may still be in Tenks\' aggregates'
 
 class Failed(Exception):
     """An answer the mirror cannot use; its message says which."""
-
-
-# Where the records of Ironic nodes are (flows.registration.CLOUD_HOST).
-CLOUD_HOST = 'openstack'
 
 
 def enrolled(db, host=None, cluster=None):
@@ -68,7 +64,7 @@ def wanted(db, host, gone=()):
 def _wanted(db, uuid, host, gone):
     """wanted() for node ``uuid``; none once its Ironic record is gone
     (the node is being removed: its provider leaves)."""
-    if db.get_resource(CLOUD_HOST, 'ironic_node', uuid) is None:
+    if db.get_resource(constants.CLOUD_HOST, 'ironic_node', uuid) is None:
         return (), wanted(db, None, gone)[1]
     return wanted(db, host, gone)
 
@@ -91,8 +87,9 @@ def provider_aggregates(conn, uuid):
     """(set of aggregate UUIDs, generation) of the provider ``uuid``, or
     None when Placement has no such provider."""
     path = _path(uuid)
-    response = conn.placement.get(path, microversion=VERSION,
-                                  raise_exc=False)
+    response = conn.placement.get(
+        path, microversion=constants.PLACEMENT_PROVIDER_AGGREGATES,
+        raise_exc=False)
     if response.status_code == 404:
         return None
     if response.status_code != 200:
@@ -109,8 +106,9 @@ def provider_aggregates(conn, uuid):
 def members(conn, aggregate_uuid):
     """UUIDs of the providers in the Placement aggregate."""
     path = '/resource_providers?member_of=%s' % aggregate_uuid
-    response = conn.placement.get(path, microversion=VERSION,
-                                  raise_exc=False)
+    response = conn.placement.get(
+        path, microversion=constants.PLACEMENT_PROVIDER_AGGREGATES,
+        raise_exc=False)
     if response.status_code != 200:
         _answer(response, 'GET', path)
     try:
@@ -159,7 +157,8 @@ def merge(conn, uuid, want):
         response = conn.placement.put(path, json={
             'aggregates': sorted(new),
             'resource_provider_generation': generation},
-            microversion=VERSION, raise_exc=False)
+            microversion=constants.PLACEMENT_PROVIDER_AGGREGATES,
+            raise_exc=False)
         if response.status_code == 200:
             return True
         if response.status_code not in (404, 409):
@@ -171,7 +170,7 @@ def merge(conn, uuid, want):
 
 
 @dataclasses.dataclass
-class Outcome:
+class SyncResult:
     """What a sync did: ``changed`` and ``missing`` (no provider yet)
     node UUIDs, and ``warnings``."""
 
@@ -186,11 +185,11 @@ def sync(db, conn, nodes, gone=(), names=None):
     deleted. ``names``: {node uuid: name}, for the warnings. Nothing is
     asked of Placement while Tenks has no aggregate.
 
-    Returns an Outcome (``missing``: nodes that should be in an
+    Returns a SyncResult (``missing``: nodes that should be in an
     aggregate and have no provider yet); never raises for Placement's
     answers.
     """
-    outcome = Outcome()
+    outcome = SyncResult()
     names = names or {}
     if not nodes or not (gone or db.list_aggregates()):
         return outcome

@@ -1,6 +1,7 @@
 """What the scheduler knows of each hypervisor, and of what a node asks
 of one."""
 
+from tenks import constants
 from tenks import node_records
 from tenks import resources
 
@@ -152,7 +153,7 @@ def host_states(spec, facts, recorded, views, mapped=None,
                        mapped, default_zone)
              for name, f in sorted(facts.items())]
     largest = {}
-    for rc in resources.RESOURCE_CLASSES:
+    for rc in constants.RESOURCE_CLASSES:
         caps = [resources.capacity(h.inventories[rc]) for h in hosts
                 if rc in h.inventories]
         largest[rc] = max(max(caps, default=1), 1)

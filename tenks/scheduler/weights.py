@@ -10,6 +10,7 @@ must change only when the host takes a node: the scheduler keeps the
 hosts in a heap.
 """
 
+from tenks import constants
 from tenks import resources
 
 
@@ -59,14 +60,14 @@ class ResourceWeigher(BaseHostWeigher):
 
 class CPUWeigher(ResourceWeigher):
     name = 'cpu'
-    resource_class = resources.VCPU
+    resource_class = constants.VCPU
 
 
 class RAMWeigher(ResourceWeigher):
     name = 'ram'
-    resource_class = resources.MEMORY_MB
+    resource_class = constants.MEMORY_MB
 
 
 class DiskWeigher(ResourceWeigher):
     name = 'disk'
-    resource_class = resources.DISK_GB
+    resource_class = constants.DISK_GB

@@ -37,6 +37,7 @@ from conductor import faults
 from conductor import rpcapi as conductor_rpcapi
 from tenks import exceptions
 from tenks import rpc
+from tenks import states
 from tenks.cli import embedded
 from tenks.db import api as db_api
 from tenks.db import flow_tables
@@ -107,7 +108,7 @@ def snapshot(env, state_dir=None, ports=True):
             (r.hypervisor, r.kind, names.get(r.name, r.name), r.state)
             for r in db.list_resources(env.cluster))
         running = [o.id for o in db.list_operations(
-            env.cluster, state=db_api.OPERATION_RUNNING)]
+            env.cluster, state=states.OPERATION_RUNNING)]
     finally:
         db.engine.dispose()
     return generic({

@@ -10,6 +10,7 @@ import threading
 from hostagent.drivers import base
 from tenks import exceptions
 from tenks import names
+from tenks import states
 
 
 class Hypervisor:
@@ -143,7 +144,7 @@ class FakeVirt(base.VirtDriver):
 
     def volume_infos(self, pool, names, owner):
         self.hv.calls['volume_infos'] += 1
-        return {name: base.FOREIGN if self.hv.foreign('volume', name)
+        return {name: states.PART_FOREIGN if self.hv.foreign('volume', name)
                 else self.volume_info(pool, name, owner) for name in names}
 
     def resize_volume(self, pool, name, capacity, owner):
@@ -182,7 +183,7 @@ class FakeVirt(base.VirtDriver):
 
     def domains_changes(self, domains, owner):
         self.hv.calls['domains_changes'] += 1
-        return {d['name']: base.FOREIGN if self.hv.foreign('domain',
+        return {d['name']: states.PART_FOREIGN if self.hv.foreign('domain',
                                                            d['name'])
                 else self.domain_changes(d, owner) for d in domains}
 
@@ -265,7 +266,8 @@ class FakeNetwork(base.NetworkDriver):
 
     def port_changes(self, ports, owner):
         self.hv.calls['port_changes'] += 1
-        return {p['tap']: base.FOREIGN if self.hv.foreign('port', p['tap'])
+        return {p['tap']: states.PART_FOREIGN
+                if self.hv.foreign('port', p['tap'])
                 else [] if ('port', p['tap']) in self.hv.things else None
                 for p in ports}
 
@@ -318,7 +320,7 @@ class FakeBmc(base.BmcDriver):
                 changes[name] = None
                 continue
             if self.hv.bmc_owners.get(name, owner) != owner:
-                changes[name] = base.FOREIGN
+                changes[name] = states.PART_FOREIGN
                 continue
             changes[name] = ([] if made == (bmc['address'], bmc['port'])
                              else ['port'])

@@ -114,7 +114,7 @@ def test_add_host_rules(hosts):
     # The same zone, or no zone, is fine.
     hosts.add_aggregate_host('a3', 'hv1')
     hosts.add_aggregate_host('a4', 'hv1')
-    where = hosts.aggregates.placement()
+    where = hosts.aggregates.host_views()
     assert where['hv1']['availability_zone'] == 'az1'
     assert [a['name'] for a in where['hv1']['aggregates']] == [
         'a1', 'a3', 'a4']
@@ -125,7 +125,7 @@ def test_add_host_rules(hosts):
     hosts.update_aggregate('a4', {'availability_zone': 'az1'})
 
 
-def test_placement_reads_memberships_in_one_query(hosts):
+def test_host_views_read_memberships_in_one_query(hosts):
     """The scheduler's view, from one query, is the one the aggregate
     records give: hosts in several aggregates, in none, an empty one."""
     for name, zone in (('a1', 'az1'), ('a2', None), ('a3', 'az2'),
@@ -140,9 +140,9 @@ def test_placement_reads_memberships_in_one_query(hosts):
     statements = []
     sa.event.listen(db.engine, 'before_cursor_execute',
                     lambda *args: statements.append(args[2]))
-    view = hosts.aggregates.placement()
+    view = hosts.aggregates.host_views()
     assert len(statements) == 1
-    assert view == aggregates.placement(
+    assert view == aggregates.host_views(
         db.list_aggregates(),
         [{'host': h.host, 'enabled': h.enabled,
           'maintenance': h.maintenance}
@@ -174,7 +174,7 @@ def test_default_zone(conf, hypervisor):
                       group='scheduler')
     with embedded.embedded(conf) as conductor:
         conductor.register_agent('hv1', {'host': 'hv1'})
-        assert conductor.aggregates.placement()['hv1'][
+        assert conductor.aggregates.host_views()['hv1'][
             'availability_zone'] == 'home'
         assert conductor.get_hypervisor('hv1')['availability_zone'] == (
             'home')
@@ -259,8 +259,8 @@ def test_hypervisor_show_has_its_resource_provider(conductor):
     conductor.teardown('unit')
 
 
-def test_placement_view():
-    view = aggregates.placement(
+def test_host_views():
+    view = aggregates.host_views(
         [{'id': 1, 'uuid': 'u1', 'name': 'a', 'availability_zone': 'z',
           'hosts': ['h1'], 'metadata': {'k': 'v'}}],
         [{'host': 'h1', 'enabled': True},

@@ -40,9 +40,9 @@ def hosts_of(nodes):
     return [n['hypervisor'] for n in nodes]
 
 
-def refused(spec_, all_facts, placement=None, options=None):
+def refused(spec_, all_facts, views=None, options=None):
     with pytest.raises(exceptions.NoValidHost) as raised:
-        scheduler.schedule(spec_, all_facts, [], placement, options)
+        scheduler.schedule(spec_, all_facts, [], views, options)
     return str(raised.value)
 
 

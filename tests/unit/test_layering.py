@@ -242,7 +242,7 @@ def lazy(conn, cloud):
     cloud.connection.compute.find_flavor('x')
     conn.endpoint_for('placement')
     conn.placement.put('/x', json={})
-    conductor.aggregates.placement()
+    conductor.aggregates.host_views()
 '''
     assert cloud_calls(source) == [
         (2, 'openstack'), (3, 'keystoneauth1.session'),

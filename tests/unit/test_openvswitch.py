@@ -11,11 +11,11 @@ from flows import nodes as flow_nodes
 from hostagent import manager
 from hostagent import nodes as hostagent_nodes
 from hostagent import rpcapi as hostagent_rpcapi
-from hostagent.drivers import base
 from hostagent.drivers.network import openvswitch
 from tenks import exceptions
 from tenks import reconcile
 from tenks import scheduler
+from tenks import states
 from tenks.cli import embedded
 from tenks.scheduler import host_state
 from tests.unit import fakes
@@ -218,7 +218,7 @@ def marks(owner):
 
 @pytest.fixture
 def sysfs(tmp_path, monkeypatch):
-    monkeypatch.setattr(openvswitch, 'SYS_NET', str(tmp_path))
+    monkeypatch.setattr(openvswitch.lb, 'SYSFS_NET', str(tmp_path))
 
     def link(name, alias, up=True, tun=True):
         os.makedirs(tmp_path / name)
@@ -257,17 +257,17 @@ def test_port_changes_read_ports_bridges_and_taps(conf, monkeypatch,
     assert ovs.port_changes(wanted, OWNER) == {
         'ok': [],
         'down': ['state down'],
-        'theirs': base.FOREIGN,
+        'theirs': states.PART_FOREIGN,
         'moved': ['port in br1'],
         'unported': ['no Open vSwitch port'],
         'gone': ['tap missing'],
         'absent': None,
-        'unmarked': base.FOREIGN,
-        'notatap': base.FOREIGN,
+        'unmarked': states.PART_FOREIGN,
+        'notatap': states.PART_FOREIGN,
         'orphan': ['bridge other missing or not ours'],
     }
     assert ovs.bridge_changes(['br0', 'other', 'nothing'], OWNER) == {
-        'br0': [], 'other': base.FOREIGN, 'nothing': None}
+        'br0': [], 'other': states.PART_FOREIGN, 'nothing': None}
     # A bridge's own port has its name (and no mark): the bridge's wins.
     tables.tables['Port'].append({'name': 'br0', 'external_ids': {},
                                   '_uuid': 'uuid-br0'})

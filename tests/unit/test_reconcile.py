@@ -5,6 +5,7 @@ import copy
 import pytest
 
 from conductor import planner
+from tenks import constants
 from tenks import exceptions
 from tenks import reconcile
 from tenks import scheduler
@@ -56,7 +57,7 @@ def test_nothing_changes_for_the_same_spec():
     nodes, resources = deployed(spec)
     result = plan(spec, spec, nodes, resources)
     assert result['changes'] == []
-    assert set(actions(result).values()) == {reconcile.KEEP}
+    assert set(actions(result).values()) == {constants.KEEP}
 
 
 def test_reordering_specs_changes_nothing():

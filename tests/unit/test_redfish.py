@@ -9,6 +9,7 @@ import pytest
 from conductor import planner
 from hostagent.drivers.bmc import allowlist
 from hostagent.drivers.bmc import sushy
+from tenks import constants
 from tenks import exceptions
 from tenks import node_records
 from tenks import reconcile
@@ -109,7 +110,7 @@ def test_changing_the_driver_replaces_the_bmc_in_place():
     new['node_types']['ipmi']['ironic_driver'] = 'redfish'
     result = plan(new, old, nodes, resources)
     [entry] = result['nodes']
-    assert entry['action'] == reconcile.UPDATE and entry['agent']
+    assert entry['action'] == constants.UPDATE and entry['agent']
     assert entry['new']['record']['bmc_type'] == 'redfish'
     assert entry['new']['bmc'] == {
         'type': 'redfish', 'address': '127.0.0.1', 'port': 8000,
@@ -130,8 +131,8 @@ def test_a_password_change_updates_the_nodes_of_its_type_only():
     new = dict(old, redfish_password='changed')
     result = plan(new, old, nodes, resources)
     assert {e['name']: e['action'] for e in result['nodes']} == {
-        'ip0': reconcile.KEEP, 'rf0': reconcile.UPDATE,
-        'rf1': reconcile.UPDATE}
+        'ip0': constants.KEEP, 'rf0': constants.UPDATE,
+        'rf1': constants.UPDATE}
     assert {(c['node'], c['field']) for c in result['changes']} == {
         ('rf0', 'redfish_password'), ('rf1', 'redfish_password')}
 
@@ -146,11 +147,11 @@ def test_bmc_drift_enrols_again():
     result = plan(spec, spec, nodes, resources,
                   hosts={'hv1': facts(redfish_tls=True)})
     [entry] = result['nodes']
-    assert entry['action'] == reconcile.KEEP
+    assert entry['action'] == constants.KEEP
     assert entry['new']['bmc']['tls'] is True
     planner.add_drift(result, {entry['uuid']: [['bmc', 'rf0', 'differs']]})
     assert (entry['action'], entry['agent'], entry['enrol']) == (
-        reconcile.UPDATE, True, True)
+        constants.UPDATE, True, True)
 
 
 def test_driver_info_of_each_type():

@@ -57,24 +57,3 @@ def test_parse_capacity_is_exact_for_long_numbers():
     number = '1234567890123456789012345678.5'
     assert units.parse_capacity(number + 'KiB') == (
         12345678901234567890123456785 * 1024 // 10)
-
-
-@pytest.mark.parametrize('size, text', [
-    (2 * GiB, '2GiB'),
-    (2 * 1000 ** 3, '2GB'),
-    (3 * GiB // 2, '1536MiB'),
-    (1024 ** 4, '1TiB'),
-    (1000, '1KB'),
-    (1024000, '1000KiB'),
-    (512, '512B'),
-    (1536, '1536B'),
-    (0, '0B'),
-])
-def test_format_capacity(size, text):
-    assert units.format_capacity(size) == text
-
-
-@pytest.mark.parametrize('size', [512, 4096, 3 * GiB // 2, 2 * 1000 ** 3,
-                                  10 * 1000 ** 4, 7 * 512])
-def test_format_capacity_round_trip(size):
-    assert units.parse_capacity(units.format_capacity(size)) == size

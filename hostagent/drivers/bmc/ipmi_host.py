@@ -34,7 +34,6 @@ import collections
 import concurrent.futures
 import errno
 import json
-import logging
 import os
 import selectors
 import socket
@@ -44,6 +43,8 @@ import threading
 import time
 import uuid
 
+from oslo_config import cfg
+from oslo_log import log as logging
 from pyghmi.ipmi.private import serversession
 from pyghmi.ipmi.private import session as ipmisession
 from virtualbmc import exception as vbmc_exception
@@ -51,6 +52,7 @@ from virtualbmc import utils as vbmc_utils
 from virtualbmc import vbmc
 
 from hostagent.drivers.bmc import ipmi_store
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -387,7 +389,7 @@ class Host:
             found = [key for key in sorted(wanted)
                      if served.definition[key] != wanted[key]]
             if served.status != RUNNING:
-                found.append('stopped')
+                found.append(states.PART_STOPPED)
             changes[wanted['domain']] = found
         return {'changes': changes}
 
@@ -435,9 +437,12 @@ def _check(bmc):
 def main():
     directory = sys.argv[1]
     os.umask(0o077)
-    logging.basicConfig(
-        level=logging.INFO,
-        format='%(asctime)s %(process)d %(levelname)s %(name)s %(message)s')
+    # Its own log, on stderr (the driver points that at host.log).
+    conf = cfg.ConfigOpts()
+    logging.register_options(conf)
+    conf([], default_config_files=[])
+    conf.set_override('use_stderr', True)
+    logging.setup(conf, 'tenks-ipmi-host')
     host = Host(directory)
     host.load()
 

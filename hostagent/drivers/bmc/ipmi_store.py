@@ -16,8 +16,9 @@ environment: nothing without that mark is ever stopped.
 import contextlib
 import ipaddress
 import json
-import logging
 import os
+
+from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ import fcntl
 import hashlib
 import ipaddress
 import json
-import logging
 import os
 import shutil
 import signal
@@ -44,10 +43,13 @@ import subprocess
 import sys
 import threading
 
+from oslo_log import log as logging
+
 from hostagent.drivers import base
 from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -162,7 +164,7 @@ class SushyDriver(base.RedfishDriver):
                 if not credentials[key]:
                     found.append('credentials')
                 if not running:
-                    found.append('stopped')
+                    found.append(states.PART_STOPPED)
                 changes[domain] = found
         return changes
 

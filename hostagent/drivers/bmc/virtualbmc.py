@@ -12,7 +12,6 @@ its last BMC goes.
 import contextlib
 import fcntl
 import json
-import logging
 import os
 import signal
 import socket
@@ -21,11 +20,14 @@ import sys
 import threading
 import time
 
+from oslo_log import log as logging
+
 from hostagent.drivers import base
 from hostagent.drivers.bmc import ipmi_store
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
 from tenks import fileutils
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -149,7 +151,8 @@ class VirtualBmcDriver(base.BmcDriver):
         except (OSError, ValueError) as e:
             raise self._no_answer(action, e) from None
         changes.update({
-            domain: base.FOREIGN if found and 'owner' in found else found
+            domain: (states.PART_FOREIGN if found and 'owner' in found
+                     else found)
             for domain, found in self._result(answer,
                                               action)['changes'].items()})
         return changes

@@ -18,8 +18,8 @@ import threading
 from hostagent.drivers import base
 from tenks import exceptions
 from tenks import names as tenks_names
+from tenks import states
 
-IFNAMSIZ = 15
 SYSFS_NET = '/sys/class/net'
 IFF_UP = 0x1
 
@@ -316,11 +316,11 @@ class LinuxBridgeDriver(base.NetworkDriver):
     def _netlink(self, action, *names):
         """Yield an IPRoute; turn failures into DriverError."""
         for name in names:
-            if len(name) > IFNAMSIZ:
+            if len(name) > tenks_names.IFNAMSIZ:
                 raise exceptions.DriverError(
                     driver='linuxbridge', action=action,
                     reason='interface name %s is longer than %d characters'
-                           % (name, IFNAMSIZ))
+                           % (name, tenks_names.IFNAMSIZ))
         from pyroute2.netlink.exceptions import NetlinkError
         try:
             with iproute() as ipr:
@@ -357,11 +357,11 @@ class LinuxBridgeDriver(base.NetworkDriver):
         """Delete our link ``name`` of ``kind``, read from sysfs and
         deleted by index: an interface that replaced it since keeps its
         new index and is left alone."""
-        if len(name) > IFNAMSIZ:
+        if len(name) > tenks_names.IFNAMSIZ:
             raise exceptions.DriverError(
                 driver='linuxbridge', action='delete interface %s' % name,
                 reason='interface name %s is longer than %d characters'
-                       % (name, IFNAMSIZ))
+                       % (name, tenks_names.IFNAMSIZ))
         link = _sysfs_link(name)
         if link is None:
             return False
@@ -484,7 +484,7 @@ class LinuxBridgeDriver(base.NetworkDriver):
             if link is None:
                 changes[tap] = None
             elif _not_marked(link['ifalias'], link['kind'], owner, 'tun'):
-                changes[tap] = base.FOREIGN
+                changes[tap] = states.PART_FOREIGN
             elif bridge is None or _not_marked(
                     bridge['ifalias'], bridge['kind'], owner, 'bridge'):
                 # ensure_port fails: it makes ports in our bridges only.

@@ -31,6 +31,7 @@ from hostagent.drivers import base
 from hostagent.drivers.network import linuxbridge as lb
 from tenks import exceptions
 from tenks import names as tenks_names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ DRIVER = 'openvswitch'
 # The external_ids key of the owner mark of Tenks' bridges and ports.
 MARK = 'tenks-owner'
 TABLES = ('Open_vSwitch', 'Bridge', 'Port', 'Interface')
-SYS_NET = '/sys/class/net'
-IFF_UP = 0x1
 
 
 # One ovsdbapp API (an IDL kept in sync by its thread) per OVSDB server,
@@ -87,23 +86,23 @@ def _mark_reason(row, owner):
 def _link_mark(name):
     """The alias of kernel link ``name`` ('' if none), None if absent."""
     try:
-        with open(os.path.join(SYS_NET, name, 'ifalias')) as f:
+        with open(os.path.join(lb.SYSFS_NET, name, 'ifalias')) as f:
             return f.read().strip()
     except FileNotFoundError:
         return None
 
 
 def _is_linux_bridge(name):
-    return os.path.isdir(os.path.join(SYS_NET, name, 'bridge'))
+    return os.path.isdir(os.path.join(lb.SYSFS_NET, name, 'bridge'))
 
 
 def _is_up(name):
-    with open(os.path.join(SYS_NET, name, 'flags')) as f:
-        return bool(int(f.read(), 16) & IFF_UP)
+    with open(os.path.join(lb.SYSFS_NET, name, 'flags')) as f:
+        return bool(int(f.read(), 16) & lb.IFF_UP)
 
 
 def _has_master(name):
-    return os.path.exists(os.path.join(SYS_NET, name, 'master'))
+    return os.path.exists(os.path.join(lb.SYSFS_NET, name, 'master'))
 
 
 class OpenvSwitchDriver(base.NetworkDriver):
@@ -142,11 +141,11 @@ class OpenvSwitchDriver(base.NetworkDriver):
     def _errors(self, action, *names):
         """Check interface names; turn failures into DriverError."""
         for name in names:
-            if len(name) > lb.IFNAMSIZ:
+            if len(name) > tenks_names.IFNAMSIZ:
                 raise exceptions.DriverError(
                     driver=DRIVER, action=action,
                     reason='interface name %s is longer than %d characters'
-                           % (name, lb.IFNAMSIZ))
+                           % (name, tenks_names.IFNAMSIZ))
         try:
             yield
         except exceptions.TenksError:
@@ -461,8 +460,8 @@ class OpenvSwitchDriver(base.NetworkDriver):
             elif (row is not None and _mark_reason(row, owner)) or (
                     mark is not None and not (
                         tenks_names.owns(owner, mark) and os.path.exists(
-                            os.path.join(SYS_NET, tap, 'tun_flags')))):
-                changes[tap] = base.FOREIGN
+                            os.path.join(lb.SYSFS_NET, tap, 'tun_flags')))):
+                changes[tap] = states.PART_FOREIGN
             elif bridge is None or _mark_reason(bridge, owner):
                 changes[tap] = ['bridge %s missing or not ours'
                                 % wanted['bridge']]
@@ -489,7 +488,7 @@ class OpenvSwitchDriver(base.NetworkDriver):
         with self._errors('read Open vSwitch bridges'):
             rows = {row['name']: row for row in self._rows('Bridge', names)}
         return {name: None if name not in rows
-                else base.FOREIGN if _mark_reason(rows[name], owner)
+                else states.PART_FOREIGN if _mark_reason(rows[name], owner)
                 else [] for name in names}
 
     def marks(self, names):

@@ -6,8 +6,9 @@ of QEMU): Debian's ``ovmf`` package installs them in
 
 import fnmatch
 import json
-import logging
 import os
+
+from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 

@@ -5,7 +5,6 @@ import collections
 import contextlib
 import errno
 import glob
-import logging
 import os
 import re
 import shutil
@@ -16,6 +15,7 @@ import uuid
 from xml.etree import ElementTree as ET
 
 import libvirt
+from oslo_log import log as logging
 
 from hostagent.drivers import base
 from hostagent.drivers.virt import firmware
@@ -24,6 +24,7 @@ from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import fileutils
 from tenks import names as tenks_names
+from tenks import states
 
 LOG = logging.getLogger(__name__)
 
@@ -899,7 +900,7 @@ class LibvirtDriver(base.VirtDriver):
                         # Missing, or half made (made again by ensure).
                         infos[name] = None
                     elif not marks[name]:
-                        infos[name] = base.FOREIGN
+                        infos[name] = states.PART_FOREIGN
                     elif vol is None:
                         unlisted.append(name)
                     else:
@@ -1170,7 +1171,7 @@ class LibvirtDriver(base.VirtDriver):
                     changes[name] = None
                     continue
                 if not tenks_names.owns(owner, mark):
-                    changes[name] = base.FOREIGN
+                    changes[name] = states.PART_FOREIGN
                     continue
                 try:
                     wanted = _summary(self._domain_xml(domain, owner))
