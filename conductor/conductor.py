@@ -62,7 +62,9 @@ NOTHING_MOVED = types.SimpleNamespace(changed=[], warnings=[], plan=[],
 
 class Conductor:
 
-    def __init__(self, conf, bus):
+    def __init__(self, conf, bus, check_policy=True):
+        """``check_policy``: check each RPC call against the policy
+        rules (tenks.policy)."""
         self.conf = conf
         self.bus = bus
         self.host = conf.conductor.host
@@ -104,7 +106,7 @@ class Conductor:
                                                 self.notifier, self.locks)
         self.server = bus.get_server(
             rpc.CONDUCTOR_TOPIC, self.host,
-            [manager.ConductorManager(self)])
+            [manager.ConductorManager(self, check_policy)])
 
     @property
     def runner(self):

@@ -186,6 +186,20 @@ class Enforcer:
                                        request_context(context))
 
 
+class InProcess:
+    """The policy of a bus that only this process reaches (embedded
+    mode, the in-memory transport): every call on it comes from this
+    process, whose own user holds the state directory and drives the
+    conductor directly, so each passes. oslo.policy, which takes a
+    fifth of a second to load its checks, is not loaded."""
+
+    def authorize(self, action, context):
+        pass
+
+    def allows(self, action, context):
+        return True
+
+
 def request_context(context):
     """``context`` (a dict off the bus, None or a RequestContext) as a
     RequestContext."""

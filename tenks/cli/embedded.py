@@ -17,8 +17,12 @@ from tenks import rpc
 
 
 @contextlib.contextmanager
-def embedded(conf, exits=False):
+def embedded(conf, exits=False, check_policy=False):
     """Yield a started Conductor with a local hostagent beside it.
+
+    ``check_policy``: check the calls on the in-memory bus against the
+    policy rules as a distributed conductor does (its tests): only this
+    process reaches that bus, so by default they all pass.
 
     ``exits``: the process exits when this ends (the ``tenks`` command,
     see tenks.cli.main.console_main), so once no operation runs, nothing
@@ -31,7 +35,7 @@ def embedded(conf, exits=False):
     futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.01
     bus = rpc.Bus(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
     agent = hostagent_server.HostAgent(conf, bus)
-    conductor = tenks_conductor.Conductor(conf, bus)
+    conductor = tenks_conductor.Conductor(conf, bus, check_policy)
     agent.start()
     conductor.start()
     # Operations no later one of their cluster would end (embedded, no

@@ -80,6 +80,14 @@ def conductor(conf, hypervisor):
         yield conductor
 
 
+@pytest.fixture
+def checked_conductor(conf, hypervisor):
+    """A conductor that checks the policy on every call, as on RabbitMQ,
+    and a hostagent on the in-memory bus, fake drivers."""
+    with embedded.embedded(conf, check_policy=True) as conductor:
+        yield conductor
+
+
 def make_spec(count=2, **top):
     data = {
         'cluster': 'unit',

@@ -14,12 +14,16 @@ ADMIN = {'roles': ['admin'], 'project_id': 'p1'}
 MEMBER = {'roles': ['member', 'reader'], 'project_id': 'p1'}
 
 
-@pytest.fixture
-def hosts(conductor):
+def register_hosts(conductor):
     for host in ('hv1', 'hv2', 'hv3'):
         conductor.register_agent(host, {'host': host, 'cpus': 4,
                                         'memory_mb': 4096})
     return conductor
+
+
+@pytest.fixture
+def hosts(conductor):
+    return register_hosts(conductor)
 
 
 def test_create_show_list(hosts):
@@ -292,7 +296,9 @@ ADMIN_CALLS = [
 
 @pytest.mark.parametrize('method,args', ADMIN_CALLS)
 @pytest.mark.parametrize('context', [MEMBER, {}, None])
-def test_non_admin_contexts_are_refused(hosts, method, args, context):
+def test_non_admin_contexts_are_refused(checked_conductor, method, args,
+                                        context):
+    hosts = register_hosts(checked_conductor)
     hosts.create_aggregate('a1')
     api = conductor_rpcapi.ConductorAPI(hosts.bus)
     with pytest.raises(exceptions.PolicyNotAuthorized,
@@ -327,7 +333,8 @@ def test_admin_calls_over_the_bus(hosts):
         api.get_aggregate(ADMIN, 'b1')
 
 
-def test_a_policy_file_can_open_a_call(hosts, tmp_path):
+def test_a_policy_file_can_open_a_call(checked_conductor, tmp_path):
+    hosts = register_hosts(checked_conductor)
     policy_file = tmp_path / 'policy.yaml'
     policy_file.write_text('"tenks:aggregate:list": "role:reader"\n')
     hosts.conf.set_override('policy_file', str(policy_file),

@@ -18,6 +18,7 @@ from conductor import rpcapi as conductor_rpcapi
 from tenks import exceptions
 from tenks import names
 from tenks import policy
+from tenks.cli import embedded
 from tests.unit import fakes
 from tests.unit.conftest import make_spec
 
@@ -68,6 +69,11 @@ CALLS = {
 }
 # Casts from hostagents.
 AGENT_CALLS = {'report_result', 'register_agent'}
+
+
+@pytest.fixture
+def conductor(checked_conductor):
+    return checked_conductor
 
 
 def public_methods(cls):
@@ -130,6 +136,25 @@ def test_each_call_needs_its_role(conductor, method):
                 'Policy does not allow %s to be performed by a caller with '
                 'roles %s' % (rule, ', '.join(context.get('roles', []))
                               or 'none'))
+
+
+def test_the_embedded_bus_needs_no_role(conf, hypervisor):
+    """Embedded, only this process reaches the bus: calls with no role
+    run (its hostagent's reports too), and oslo.policy is not made."""
+    with embedded.embedded(conf) as conductor:
+        api = conductor_rpcapi.ConductorAPI(conductor.bus)
+        api.register_agent(ANONYMOUS, 'hv9', {'cpus': 1})
+        deadline = time.monotonic() + 10
+        while conductor.db.get_hypervisor('hv9') is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 'hv9' in [h['host'] for h in api.list_hypervisors(ANONYMOUS)]
+        real = conductor.waiters.register('real')
+        api.report_result(ANONYMOUS, conductor.host, 'real', 'hv1',
+                          result={'changed': True})
+        assert real.result(timeout=10) == {'changed': True}
+        [endpoint] = conductor.server.dispatcher.endpoints
+        assert isinstance(endpoint.policy, policy.InProcess)
 
 
 def test_only_hostagents_report_results_and_register(conductor):
