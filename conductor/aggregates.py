@@ -28,7 +28,7 @@ from tenks.cloud import placement_aggregates
 LOG = logging.getLogger(__name__)
 
 NAME_MAX = 255
-# An argument not given (None clears the zone).
+# A value not given (a zone of None clears it).
 UNSET = object()
 
 
@@ -223,28 +223,39 @@ class Aggregates:
                     aggregate=name, reason='the name is taken') from None
             return self.get(name)
 
-    def update(self, ident, name=UNSET, availability_zone=UNSET):
-        """Rename the aggregate and/or change its zone (None: none)."""
+    def update(self, ident, values):
+        """Rename the aggregate and/or change its zone: ``values`` holds
+        ``name``, ``availability_zone`` (None: none) or both."""
+        if not isinstance(values, dict):
+            raise exceptions.AggregateInvalid(
+                aggregate=ident, reason='values must be a mapping')
+        unknown = set(values) - {'name', 'availability_zone'}
+        if unknown:
+            raise exceptions.AggregateInvalid(
+                aggregate=ident, reason='cannot change %s' % ', '.join(
+                    sorted(unknown)))
+        name = values.get('name', UNSET)
+        availability_zone = values.get('availability_zone', UNSET)
         with self.lock():
             aggregates = self.db.list_aggregates()
             aggregate = find(aggregates, ident)
-            values = {}
+            changes = {}
             if name is not UNSET and name != aggregate['name']:
                 check_name(name, aggregate['name'])
                 if any(a['name'] == name for a in aggregates):
                     raise exceptions.AggregateConflict(
                         aggregate=aggregate['name'],
                         reason='the name %s is taken' % name)
-                values['name'] = name
+                changes['name'] = name
             if (availability_zone is not UNSET
                     and availability_zone != aggregate['availability_zone']):
                 check_zone(availability_zone, aggregate['name'])
                 self._check_zone_change(aggregates, aggregate,
                                         availability_zone)
-                values['availability_zone'] = availability_zone
-            if values:
+                changes['availability_zone'] = availability_zone
+            if changes:
                 try:
-                    self.db.update_aggregate(aggregate['id'], **values)
+                    self.db.update_aggregate(aggregate['id'], **changes)
                 except sa.exc.IntegrityError:
                     raise exceptions.AggregateConflict(
                         aggregate=aggregate['name'],

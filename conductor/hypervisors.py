@@ -19,6 +19,7 @@ import uuid
 from oslo_log import log as logging
 
 from tenks import exceptions
+from tenks import resources
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -35,12 +36,15 @@ def _seen(row):
 
 class HypervisorRegistry:
 
-    def __init__(self, conf, bus, db, agents):
-        """``agents``: the conductor's conductor.agents.AgentClient."""
+    def __init__(self, conf, bus, db, agents, aggregates=None):
+        """``agents``: the conductor's conductor.agents.AgentClient;
+        ``aggregates``: its conductor.aggregates.Aggregates, which say
+        where each host is (see describe)."""
         self.conf = conf
         self.bus = bus
         self.db = db
         self.agents = agents
+        self.aggregates = aggregates
         self._lock = threading.Lock()
         # host -> the request id of the check of its registration sent
         # last: one waiter per host, however often it registers.
@@ -133,6 +137,33 @@ class HypervisorRegistry:
             if hypervisor['host'] == host:
                 return hypervisor
         raise exceptions.HypervisorNotFound(host=host)
+
+    def describe(self, host):
+        """Hypervisor ``host`` with its resource provider view
+        (inventories, usages, traits, each node's allocations), its
+        aggregates and zone."""
+        hypervisor = self.get_hypervisor(host)
+        nodes = [n.as_dict() for n in self.db.list_nodes(hypervisor=host)]
+        where = self.aggregates.host_views().get(host, {})
+        return dict(hypervisor, **resources.provider(hypervisor['facts'],
+                                                     nodes),
+                    aggregates=[a['name'] for a in where.get('aggregates',
+                                                             ())],
+                    availability_zone=where.get('availability_zone'))
+
+    def update_hypervisor(self, host, enabled, reason=None):
+        """Enable or disable ``host`` (a disabled one takes no new
+        node); returns it described."""
+        self.get_hypervisor(host)
+        if not isinstance(enabled, bool):
+            raise exceptions.HypervisorInvalid(
+                host=host, reason='enabled must be true or false, not %r'
+                                  % (enabled,))
+        if enabled and reason:
+            raise exceptions.HypervisorInvalid(
+                host=host, reason='a reason is for disabling it')
+        self.db.set_hypervisor_enabled(host, enabled, reason)
+        return self.describe(host)
 
     def hypervisors(self):
         """The hosts a deploy inspects: those whose hostagent is up,

@@ -1,13 +1,18 @@
 """Server side of the conductor RPC API (see rpcapi for the contract).
 
 Every handler has an oslo.policy rule (tenks.policy), checked on the
-caller's request context before it runs: see ``rule``.
+caller's request context before it runs: see ``rule``. Each hands the
+call to the conductor's room for it (deployments, teardowns,
+maintenance, registry, aggregates, records, the audit), which checks its
+arguments: the embedded CLI calls this API too, with the same checks
+and errors.
 """
 
 import functools
 
 import oslo_messaging as messaging
 
+from conductor import audit as audits
 from conductor import rpcapi
 from tenks import exceptions
 from tenks import policy
@@ -28,13 +33,6 @@ HYPERVISOR_FIELDS = ('host', 'enabled', 'maintenance', 'last_seen',
                      'answered_at', 'state', 'nodes')
 
 
-def validate(spec, source):
-    # The validator (jsonschema, os-traits) loads with the first spec: an
-    # embedded teardown needs none.
-    from tenks import spec as tenks_spec
-    return tenks_spec.validate(spec, source=source)
-
-
 def rule(action, *errors):
     """A handler that runs only if the caller's context passes the
     policy rule ``action``, else raises PolicyNotAuthorized naming it.
@@ -43,14 +41,14 @@ def rule(action, *errors):
     """
     def decorate(handler):
         @functools.wraps(handler)
-        def checked(self, context, **kwargs):
+        def checked(self, context, *args, **kwargs):
             context = policy.request_context(context)
             self.policy.authorize(action, context)
             if self.policy.allows(policy.DEPLOYMENTS, context):
-                return handler(self, context, **kwargs)
+                return handler(self, context, *args, **kwargs)
             try:
                 return policy.hide_deployments(
-                    handler(self, context, **kwargs))
+                    handler(self, context, *args, **kwargs))
             except exceptions.TenksError as e:
                 raise policy.hide_deployments_in_error(e) from None
         expecting = messaging.expected_exceptions(
@@ -81,50 +79,49 @@ class ConductorManager:
 
     @rule('tenks:agent:register')
     def register_agent(self, context, host, facts):
-        self.conductor.register_agent(host, facts)
+        self.conductor.registry.register_agent(host, facts)
 
     # Clusters and their operations
 
     @rule('tenks:cluster:deploy', exceptions.SpecError,
           exceptions.SpecChanged, *SUBMIT_ERRORS)
     def deploy_cluster(self, context, spec, force=False):
-        spec = validate(spec, 'deploy_cluster request')
-        return self.conductor.submit_deploy(spec, force)
+        return self.conductor.deployments.submit(spec, force)
 
     @rule('tenks:cluster:plan', exceptions.TenksError)
     def plan_cluster(self, context, spec, force=False):
-        spec = validate(spec, 'plan_cluster request')
-        return self.conductor.plan(spec, force)
+        return self.conductor.deployments.plan(spec, force)
 
     @rule('tenks:cluster:teardown', exceptions.ClusterNotFound,
           *SUBMIT_ERRORS)
     def teardown_cluster(self, context, name, force=False):
-        return self.conductor.submit_teardown(name, force)
+        return self.conductor.teardowns.submit(name, force)
 
     @rule('tenks:operation:show', exceptions.OperationNotFound)
     def get_operation(self, context, operation_id):
-        return self.conductor.get_operation(operation_id)
+        return self.conductor.records.get_operation(operation_id)
 
     @rule('tenks:operation:list')
     def list_operations(self, context, cluster=None):
-        return self.conductor.list_operations(cluster)
+        return self.conductor.records.list_operations(cluster)
 
     @rule('tenks:cluster:show', exceptions.ClusterNotFound)
     def get_cluster(self, context, name):
-        return self._cluster_view(context, self.conductor.get_cluster(name))
+        return self._cluster_view(context,
+                                  self.conductor.records.get_cluster(name))
 
     @rule('tenks:cluster:list')
     def list_clusters(self, context):
         return [self._cluster_view(context, cluster)
-                for cluster in self.conductor.list_clusters()]
+                for cluster in self.conductor.records.list_clusters()]
 
     @rule('tenks:node:list')
     def list_nodes(self, context, cluster=None):
-        return self.conductor.list_nodes(cluster)
+        return self.conductor.records.list_nodes(cluster)
 
     @rule('tenks:event:list')
     def list_events(self, context, cluster=None, limit=100):
-        return self.conductor.list_events(cluster, limit)
+        return self.conductor.records.list_events(cluster, limit)
 
     def _cluster_view(self, context, cluster):
         if self.policy.allows(policy.DEPLOYMENTS, context):
@@ -135,38 +132,39 @@ class ConductorManager:
 
     @rule('tenks:audit')
     def audit(self, context, cluster=None, clean=False):
-        return self.conductor.audit(cluster, bool(clean))
+        return audits.audit(self.conductor, cluster, clean)
 
     # Hypervisors
 
     @rule('tenks:hypervisor:list')
     def list_hypervisors(self, context):
         return [self._hypervisor_view(context, hypervisor)
-                for hypervisor in self.conductor.list_hypervisors()]
+                for hypervisor in self.conductor.registry.list_hypervisors()]
 
     @rule('tenks:hypervisor:show', exceptions.HypervisorNotFound)
     def get_hypervisor(self, context, host):
         return self._hypervisor_view(context,
-                                     self.conductor.get_hypervisor(host))
+                                     self.conductor.registry.describe(host))
 
     @rule('tenks:hypervisor:delete', exceptions.HypervisorNotFound,
           exceptions.HypervisorInUse)
     def delete_hypervisor(self, context, host):
-        return self.conductor.delete_hypervisor(host)
+        return self.conductor.registry.delete_hypervisor(host)
 
     @rule('tenks:hypervisor:update', exceptions.HypervisorNotFound,
           exceptions.HypervisorInvalid)
     def update_hypervisor(self, context, host, enabled, reason=None):
-        return self._hypervisor_view(context, self.conductor.update_hypervisor(
-            host, enabled, reason))
+        return self._hypervisor_view(
+            context, self.conductor.registry.update_hypervisor(
+                host, enabled, reason))
 
     @rule('tenks:hypervisor:maintenance', exceptions.HypervisorNotFound)
     def start_host_maintenance(self, context, host, reason=None):
-        return self.conductor.start_host_maintenance(host, reason)
+        return self.conductor.maintenance.start(host, reason)
 
     @rule('tenks:hypervisor:maintenance', exceptions.HypervisorNotFound)
     def stop_host_maintenance(self, context, host, rebalance=False):
-        return self.conductor.stop_host_maintenance(host, bool(rebalance))
+        return self.conductor.maintenance.stop(host, rebalance)
 
     def _hypervisor_view(self, context, hypervisor):
         if self.policy.allows(policy.HYPERVISOR_ADMIN_FIELDS, context):
@@ -177,40 +175,32 @@ class ConductorManager:
 
     @rule('tenks:aggregate:list', *AGGREGATE_ERRORS)
     def list_aggregates(self, context):
-        return self.conductor.list_aggregates()
+        return self.conductor.aggregates.list()
 
     @rule('tenks:aggregate:show', *AGGREGATE_ERRORS)
     def get_aggregate(self, context, aggregate):
-        return self.conductor.get_aggregate(aggregate)
+        return self.conductor.aggregates.get(aggregate)
 
     @rule('tenks:aggregate:create', *AGGREGATE_ERRORS)
     def create_aggregate(self, context, name, availability_zone=None):
-        return self.conductor.create_aggregate(name, availability_zone)
+        return self.conductor.aggregates.create(name, availability_zone)
 
     @rule('tenks:aggregate:update', *AGGREGATE_ERRORS)
     def update_aggregate(self, context, aggregate, values):
-        if not isinstance(values, dict):
-            raise exceptions.AggregateInvalid(
-                aggregate=aggregate, reason='values must be a mapping')
-        unknown = set(values) - {'name', 'availability_zone'}
-        if unknown:
-            raise exceptions.AggregateInvalid(
-                aggregate=aggregate, reason='cannot change %s' % ', '.join(
-                    sorted(unknown)))
-        return self.conductor.update_aggregate(aggregate, values)
+        return self.conductor.aggregates.update(aggregate, values)
 
     @rule('tenks:aggregate:set_metadata', *AGGREGATE_ERRORS)
     def set_aggregate_metadata(self, context, aggregate, metadata):
-        return self.conductor.set_aggregate_metadata(aggregate, metadata)
+        return self.conductor.aggregates.set_metadata(aggregate, metadata)
 
     @rule('tenks:aggregate:delete', *AGGREGATE_ERRORS)
     def delete_aggregate(self, context, aggregate):
-        return self.conductor.delete_aggregate(aggregate)
+        return self.conductor.aggregates.delete(aggregate)
 
     @rule('tenks:aggregate:add_host', *AGGREGATE_ERRORS)
     def add_aggregate_host(self, context, aggregate, host):
-        return self.conductor.add_aggregate_host(aggregate, host)
+        return self.conductor.aggregates.add_host(aggregate, host)
 
     @rule('tenks:aggregate:remove_host', *AGGREGATE_ERRORS)
     def remove_aggregate_host(self, context, aggregate, host):
-        return self.conductor.remove_aggregate_host(aggregate, host)
+        return self.conductor.aggregates.remove_host(aggregate, host)

@@ -6,6 +6,7 @@ when it ends. A stopping conductor ends what waits for a worker and
 hands back, persisted, what still runs after a grace period.
 """
 
+import contextlib
 import threading
 import uuid
 from concurrent import futures
@@ -82,6 +83,20 @@ class Operations:
         if not self._accepting:
             raise exceptions.ConductorBusy(
                 host=self.host, reason='it is shutting down')
+
+    @contextlib.contextmanager
+    def start(self, name):
+        """Begin submitting an operation of cluster ``name``: check that
+        this conductor takes work and lock the cluster (ClusterBusy if
+        another operation holds it). The lock is released if the block
+        raises; once submitted, the operation releases it as it ends."""
+        self.check_accepting()
+        self.locks.acquire(name)
+        try:
+            yield
+        except BaseException:
+            self.locks.release(name)
+            raise
 
     def create(self, kind, name, spec=None):
         """Record a new operation of ``kind`` on cluster ``name``; a

@@ -158,7 +158,7 @@ def add_drift(plan, drift, host_resources=None):
 def teardown_plan(cluster, nodes, resources, force=False, state=None):
     """What a teardown removes: each node with its recorded resources
     (dicts), then the rest. ``force``: remove nodes Ironic has deployed
-    too (see Conductor.submit_teardown); ``state``: the cluster's."""
+    too (see Teardowns.submit); ``state``: the cluster's."""
     planned = {}
     for node in nodes:
         planned[node['uuid']] = {'uuid': node['uuid'], 'name': node['name'],

@@ -70,6 +70,7 @@ def main():
     parser.add_argument('--runs', type=int, default=7)
     args = parser.parse_args()
 
+    from conductor import audit as audits
     from tenks import conf as tenks_conf
     from tenks import runtime
     from tenks import spec as tenks_spec
@@ -81,12 +82,12 @@ def main():
         conf([], default_config_files=[])
         conf.set_override('state_dir', os.path.join(tmp, 'state'))
         with embedded.embedded(conf) as conductor:
-            conductor.deploy(tenks_spec.validate(spec(args.size)))
+            conductor.deployments.deploy(tenks_spec.validate(spec(args.size)))
             try:
                 inside = []
                 for _ in range(args.runs):
                     started = time.monotonic()
-                    report = conductor.audit()
+                    report = audits.audit(conductor)
                     inside.append(time.monotonic() - started)
                     if report['drift']:
                         sys.exit('the cluster drifted: %s' % report['drift'])
@@ -117,7 +118,7 @@ def main():
                         times[name].append(time.monotonic() - started)
                         cpu[name].append(children_cpu() - used)
             finally:
-                conductor.teardown('bench-audit')
+                conductor.teardowns.teardown('bench-audit')
     print('audit of %d nodes, in-process: %s' % (args.size, figures(inside)))
     for name, title in (
             ('audit', 'tenks audit bench-audit (%d nodes)' % args.size),

@@ -325,7 +325,7 @@ def timed(conf, operation, arg):
 def tear_down(conf, cluster):
     with embedded.embedded(conf) as conductor:
         if conductor.db.get_cluster(cluster) is not None:
-            conductor.teardown(cluster)
+            conductor.teardowns.teardown(cluster)
 
 
 def stop_ipmi_host(state_dir):

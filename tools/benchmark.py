@@ -169,7 +169,7 @@ def sql_statements(tmp, size):
     with embedded.embedded(conf) as conductor:
         # The local hostagent registers beside the deploy: not its work.
         deadline = time.monotonic() + 30
-        while not conductor.list_hypervisors():
+        while not conductor.registry.list_hypervisors():
             if time.monotonic() > deadline:
                 sys.exit('the embedded hostagent did not register')
             time.sleep(0.01)
@@ -177,18 +177,18 @@ def sql_statements(tmp, size):
         counted = []
         sa.event.listen(engine, 'before_cursor_execute',
                         lambda *args: counted.append(1))
-        conductor.deploy(cluster_spec)
+        conductor.deployments.deploy(cluster_spec)
         deploy = len(counted)
         with engine.connect() as connection:
             books = connection.exec_driver_sql(
                 'SELECT count(*) FROM logbooks').scalar()
         del counted[:]
-        conductor.deploy(cluster_spec)
+        conductor.deployments.deploy(cluster_spec)
         rerun = len(counted)
         with engine.connect() as connection:
             books_after = connection.exec_driver_sql(
                 'SELECT count(*) FROM logbooks').scalar()
-        conductor.teardown(cluster)
+        conductor.teardowns.teardown(cluster)
     return deploy, rerun, books_after - books
 
 

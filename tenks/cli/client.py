@@ -178,12 +178,16 @@ def _no_follow():
 
 
 class EmbeddedClient:
+    """The conductor's API in this process, called as admin, as an RPC
+    caller calls it (the same checks, the same errors)."""
 
     remote = False
 
     def __init__(self, conf, exits=False):
+        from tenks import policy
         from tenks.cli import embedded
         self._context = embedded.embedded(conf, exits)
+        self.context = policy.admin_context()
         self.conductor = None
 
     def __enter__(self):
@@ -193,28 +197,37 @@ class EmbeddedClient:
     def __exit__(self, *exc):
         return self._context.__exit__(*exc)
 
+    def _call(self, method, *args, **kwargs):
+        import oslo_messaging as messaging
+        try:
+            return getattr(self.conductor.api, method)(self.context, *args,
+                                                       **kwargs)
+        except messaging.ExpectedException as e:
+            # What the API raises to its callers, marked for the RPC
+            # server not to log it.
+            raise e.exc_info[1] from None
+
     def deploy(self, spec, force=False):
-        return self.conductor.submit_deploy(spec, force)
+        return self._call('deploy_cluster', spec, force)
 
     def plan(self, spec, force=False):
-        return self.conductor.plan(spec, force)
+        return self._call('plan_cluster', spec, force)
 
     def teardown(self, name, force=False):
-        return self.conductor.submit_teardown(name, force)
+        return self._call('teardown_cluster', name, force)
 
     def wait(self, operation_id, patience=None, notice=None):
         """The operation once it has ended (it runs in this process:
         nothing to lose on the way)."""
         try:
-            self.conductor.wait(operation_id)
+            self.conductor.operations.wait(operation_id)
         except exceptions.TenksError:
             pass  # recorded in the operation
-        return self.conductor.get_operation(operation_id)
+        return self._call('get_operation', operation_id)
 
     def __getattr__(self, name):
-        # get_operation, list_nodes, update_hypervisor, ...: the
-        # conductor itself (the embedded CLI acts as admin).
-        return getattr(self.conductor, name)
+        # get_operation, list_nodes, update_hypervisor, ...: the API.
+        return functools.partial(self._call, name)
 
     def follow_events(self, callback):
         _no_follow()
@@ -265,33 +278,10 @@ class StateReader:
         if self.db is not None:
             self.db.engine.dispose()
 
-    def _rows(self, method, *args):
-        return [] if self.db is None else getattr(self.db, method)(*args)
-
-    def get_operation(self, operation_id):
-        operation = self.db and self.db.get_operation(operation_id)
-        if operation is None:
-            raise exceptions.OperationNotFound(id=operation_id)
-        return operation.as_dict()
-
-    def list_operations(self, cluster=None):
-        return [o.as_dict() for o in self._rows('list_operations', cluster)]
-
-    def get_cluster(self, name):
-        cluster = self.db and self.db.get_cluster(name)
-        if cluster is None:
-            raise exceptions.ClusterNotFound(name=name)
-        return dict(cluster.as_dict(), nodes=self.list_nodes(name))
-
-    def list_clusters(self):
-        return [c.as_dict() for c in self._rows('list_clusters')]
-
-    def list_nodes(self, cluster=None):
-        return [n.as_dict() for n in self._rows('list_nodes', cluster)]
-
-    def list_events(self, cluster=None, limit=100):
-        return [e.as_dict() for e in self._rows('list_events', cluster,
-                                                limit)]
+    def __getattr__(self, name):
+        # get_operation, list_nodes, ...: what the conductor answers.
+        from tenks.db import views
+        return getattr(views.Records(self.db), name)
 
     def follow_events(self, callback):
         _no_follow()

@@ -20,6 +20,7 @@ import libvirt
 import pytest
 from pyroute2 import IPRoute
 
+from conductor import audit as audits
 from hostagent.drivers.bmc import ipmi_store
 from hostagent.drivers.bmc import processes
 from tenks import conf as tenks_conf
@@ -183,20 +184,20 @@ class ClusterEnv:
 
     def deploy(self, spec):
         with embedded.embedded(self.conf) as conductor:
-            return conductor.deploy(spec)
+            return conductor.deployments.deploy(spec)
 
     def plan(self, spec):
         with embedded.embedded(self.conf) as conductor:
-            return conductor.plan(spec)
+            return conductor.deployments.plan(spec)
 
     def teardown(self):
         with embedded.embedded(self.conf) as conductor:
-            return conductor.teardown(self.cluster)
+            return conductor.teardowns.teardown(self.cluster)
 
     def audit(self, cluster=None, clean=False):
         """The audit (see conductor.audit) by this cluster's conductor."""
         with embedded.embedded(self.conf) as conductor:
-            return conductor.audit(cluster, clean)
+            return audits.audit(conductor, cluster, clean)
 
     def nodes(self):
         with embedded.embedded(self.conf) as conductor:

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 import yaml
 from pyroute2 import IPRoute
 
+from conductor import audit as audits
 from conductor import faults
 from conductor import rpcapi as conductor_rpcapi
 from tenks import exceptions
@@ -183,7 +184,7 @@ class Bystanders:
     def inventory(self):
         """The bystander cluster's things, its record and its audit."""
         with embedded.embedded(self.other.conf) as conductor:
-            audit = conductor.audit(self.other.cluster)
+            audit = audits.audit(conductor, self.other.cluster)
         return (self.other.leftovers(), snapshot(self.other),
                 audit['drift'])
 
@@ -249,7 +250,7 @@ def drift(env, removing=()):
     """The audit's drift of ``env``'s cluster, but for what a failed
     removal kept recorded (``removing``: names of things it removed)."""
     with embedded.embedded(env.conf) as conductor:
-        report = conductor.audit(env.cluster)
+        report = audits.audit(conductor, env.cluster)
     return [e for e in report['drift']
             if not (e['status'] == 'missing'
                     and generic(e['name'], env) in removing)]

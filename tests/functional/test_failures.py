@@ -222,13 +222,13 @@ def test_rollback_without_libvirt_keeps_what_a_rerun_needs(env):
 
     env.teardown()
     with embedded.embedded(env.conf) as conductor:
-        conductor.teardown(env.cluster + '-a')
+        conductor.teardowns.teardown(env.cluster + '-a')
     assert env.leftovers() == []
 
 
 def operations(env, cluster):
     with embedded.embedded(env.conf) as conductor:
-        return conductor.list_operations(cluster)
+        return conductor.records.list_operations(cluster)
 
 
 def test_flow_that_cannot_be_built_fails_its_operation(env, monkeypatch):
@@ -267,19 +267,19 @@ def test_stopping_conductor_fails_its_queued_operations(env):
                       ipmi_port_range_start=PORT_BASE + 20,
                       ipmi_port_range_end=PORT_BASE + 29)
     with embedded.embedded(env.conf) as conductor:
-        running = conductor.submit_deploy(env.spec(count=1))
-        queued = conductor.submit_deploy(second)
+        running = conductor.deployments.submit(env.spec(count=1))
+        queued = conductor.deployments.submit(second)
     with embedded.embedded(env.conf) as conductor:
-        assert conductor.get_operation(running)['state'] == 'succeeded'
-        operation = conductor.get_operation(queued)
+        assert conductor.records.get_operation(running)['state'] == 'succeeded'
+        operation = conductor.records.get_operation(queued)
         assert operation['state'] == 'failed'
         assert 'stopped before it began' in operation['error']
         with pytest.raises(exceptions.ClusterNotFound):
-            conductor.get_cluster(second['cluster'])
+            conductor.records.get_cluster(second['cluster'])
         # Its cluster is not left locked.
-        conductor.deploy(second)
-        conductor.teardown(second['cluster'])
-        conductor.teardown(env.cluster)
+        conductor.deployments.deploy(second)
+        conductor.teardowns.teardown(second['cluster'])
+        conductor.teardowns.teardown(env.cluster)
     assert env.leftovers() == []
 
 
@@ -300,11 +300,11 @@ def test_resume_without_a_flow_fails_with_a_reason(env):
     assert result.stdout.strip() == 'running', result.stderr
 
     with embedded.embedded(env.conf) as conductor:
-        operation = conductor.get_operation(operation_id)
+        operation = conductor.records.get_operation(operation_id)
         assert operation['state'] == 'failed'
         assert 'no flow was saved' in operation['error']
-        assert conductor.deploy(spec)['changed']
-        conductor.teardown(env.cluster)
+        assert conductor.deployments.deploy(spec)['changed']
+        conductor.teardowns.teardown(env.cluster)
     assert env.leftovers() == []
 
 
@@ -320,9 +320,9 @@ def test_deploy_stopped_before_its_flow_starts_again_on_resume(env):
                                       conductor.host, spec)
     with embedded.embedded(env.conf) as conductor:
         conductor.resume_interrupted()
-        result = conductor.wait(operation_id)
+        result = conductor.operations.wait(operation_id)
         assert result['resumed'] and result['changed']
-        assert [n['state'] for n in conductor.list_nodes(env.cluster)] == [
-            'deployed']
-        conductor.teardown(env.cluster)
+        assert [n['state'] for n in conductor.records.list_nodes(
+            env.cluster)] == ['deployed']
+        conductor.teardowns.teardown(env.cluster)
     assert env.leftovers() == []

@@ -120,7 +120,7 @@ def test_uefi_and_secure_boot_domains_have_their_firmware(tmp_path):
         # Drift: an NVRAM file deleted by hand is found and made again.
         os.remove(nvrams[0])
         with embedded.embedded(env.conf) as conductor:
-            plan = conductor.plan(spec)
+            plan = conductor.deployments.plan(spec)
         assert [(c['node'], c['resource'], c['action'])
                 for c in plan['changes']] == [
             (env.node_prefix + 'u0', 'domain', 'repair')]
@@ -143,7 +143,7 @@ def test_boot_mode_changes_in_place(tmp_path):
 
         spec['node_types']['bios']['boot_mode'] = 'uefi'
         with embedded.embedded(env.conf) as conductor:
-            plan = conductor.plan(spec)
+            plan = conductor.deployments.plan(spec)
         assert [(c['resource'], c['action'], c['field'], c['old'],
                  c['new']) for c in plan['changes']] == [
             ('domain', 'update', 'boot_mode', 'bios', 'uefi')]

@@ -236,7 +236,7 @@ def wait_for(predicate, what, timeout=TIMEOUT):
 
 def teardown(env, force=False):
     with embedded.embedded(env.conf) as conductor:
-        return conductor.teardown(env.cluster, force=force)
+        return conductor.teardowns.teardown(env.cluster, force=force)
 
 
 def test_nova_schedules_servers_onto_tenks_nodes_and_vms_never(

@@ -166,7 +166,7 @@ def test_ovs_physnets_wire_nodes_uplinks_and_ironic_ports(env, sources,
     assert tap in bridge_ports()[bridges[2]]
     vsctl('del-br', bridges[0])
     with embedded.embedded(env.conf) as conductor:
-        changes = conductor.plan(spec)['changes']
+        changes = conductor.deployments.plan(spec)['changes']
     assert {(c['resource'], c['action'], c['old']) for c in changes} == {
         ('bridge %s' % bridges[0], 'repair', 'missing'),
         ('port %s' % node['nics'][0]['tap'], 'repair', 'differs')}

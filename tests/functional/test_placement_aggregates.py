@@ -183,11 +183,11 @@ def admin(env, method, *args):
     the local hostagent has registered."""
     with embedded.embedded(env.conf) as conductor:
         deadline = time.monotonic() + 30
-        while not conductor.list_hypervisors():
+        while not conductor.registry.list_hypervisors():
             assert time.monotonic() < deadline, 'the hostagent never came'
             time.sleep(0.1)
         if method == 'host':
-            return conductor.list_hypervisors()[0]['host']
+            return conductor.registry.list_hypervisors()[0]['host']
         return getattr(conductor, method)(*args)
 
 

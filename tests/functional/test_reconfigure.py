@@ -199,10 +199,10 @@ def test_running_node_is_resized_only_with_force(env):
     [again] = env.nodes()
     assert again['memory_mb'] == 128
     with embedded.embedded(env.conf) as conductor:
-        assert conductor.get_cluster(env.cluster)['spec']['node_types'][
-            'small']['memory_mb'] == 128
+        cluster = conductor.records.get_cluster(env.cluster)
+        assert cluster['spec']['node_types']['small']['memory_mb'] == 128
         # Forced: powered off, redefined, started again.
-        assert conductor.deploy(bigger, force=True)['changed']
+        assert conductor.deployments.deploy(bigger, force=True)['changed']
     assert dominfo(name) == (192, 1, True)
     assert env.nodes()[0]['memory_mb'] == 192
 
@@ -483,7 +483,7 @@ def test_active_ironic_node_is_not_removed(enrolled, cloud):
     oldest = by_name(env)[env.node_name(0)]
     adopt(cloud, oldest['uuid'])
     with embedded.embedded(env.conf) as conductor:
-        conductor.deploy(ironic_spec(env, 0), force=True)
+        conductor.deployments.deploy(ironic_spec(env, 0), force=True)
     assert by_name(env) == {}
     # With no node left, the cluster's pool and bridges went too.
     assert oldest['name'] not in domains()

@@ -99,7 +99,7 @@ def test_bmc_password_at_rest(env):
     old_umask = os.umask(0o022)
     try:
         with embedded.embedded(env.conf) as conductor:
-            conductor.deploy(spec)
+            conductor.deployments.deploy(spec)
             port = env.port_base
             # The password searched for below is the one the BMC uses.
             assert cf.ipmitool(port, 'power', 'status',
@@ -107,7 +107,7 @@ def test_bmc_password_at_rest(env):
             assert cf.ipmitool(port, 'power', 'on',
                                password=password).returncode == 0
             state = tree(env.state_dir)
-            conductor.teardown(env.cluster)
+            conductor.teardowns.teardown(env.cluster)
             # Before the database closes: its WAL is still there.
             held = files_holding(env.state_dir, password.encode())
     finally:

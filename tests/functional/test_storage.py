@@ -226,7 +226,7 @@ def test_volumes_from_images_a_cdrom_and_an_existing_volume(
 
     # A re-run finds every kind as it was asked: nothing to repair.
     with embedded.embedded(env.conf) as conductor:
-        assert conductor.plan(spec)['changes'] == []
+        assert conductor.deployments.plan(spec)['changes'] == []
 
     # Drift: the backing-file volume gone is made again, on its image.
     conn = libvirt.open(cf.URI)
@@ -237,7 +237,7 @@ def test_volumes_from_images_a_cdrom_and_an_existing_volume(
         conn.close()
     with embedded.embedded(env.conf) as conductor:
         repairs = [(c['resource'], c['action'])
-                   for c in conductor.plan(spec)['changes']]
+                   for c in conductor.deployments.plan(spec)['changes']]
     assert repairs == [('volume %s' % backed, 'repair')]
     env.deploy(spec)
     assert image_info(volume_path(pool, backed))[
@@ -274,12 +274,12 @@ def test_a_volume_file_deleted_by_hand_is_repaired_by_a_re_run(env):
     os.remove(path)
     with embedded.embedded(env.conf) as conductor:
         repairs = [(c['resource'], c['action'])
-                   for c in conductor.plan(spec)['changes']]
+                   for c in conductor.deployments.plan(spec)['changes']]
     assert repairs == [('volume %s' % name, 'repair')]
     env.deploy(spec)
     assert image_info(path)['virtual-size'] == 64 * MIB
     with embedded.embedded(env.conf) as conductor:
-        assert conductor.plan(spec)['changes'] == []
+        assert conductor.deployments.plan(spec)['changes'] == []
     env.teardown()
 
 

@@ -16,8 +16,8 @@ MEMBER = {'roles': ['member', 'reader'], 'project_id': 'p1'}
 
 def register_hosts(conductor):
     for host in ('hv1', 'hv2', 'hv3'):
-        conductor.register_agent(host, {'host': host, 'cpus': 4,
-                                        'memory_mb': 4096})
+        conductor.registry.register_agent(host, {'host': host, 'cpus': 4,
+                                                 'memory_mb': 4096})
     return conductor
 
 
@@ -27,97 +27,97 @@ def hosts(conductor):
 
 
 def test_create_show_list(hosts):
-    created = hosts.create_aggregate('a1', 'az1')
+    created = hosts.aggregates.create('a1', 'az1')
     assert {k: created[k] for k in ('id', 'name', 'availability_zone',
                                     'hosts', 'metadata')} == {
         'id': 1, 'name': 'a1', 'availability_zone': 'az1', 'hosts': [],
         'metadata': {}}
     assert len(created['uuid']) == 36
     for ident in (1, '1', 'a1', created['uuid']):
-        assert hosts.get_aggregate(ident)['name'] == 'a1'
-    hosts.create_aggregate('a2')
+        assert hosts.aggregates.get(ident)['name'] == 'a1'
+    hosts.aggregates.create('a2')
     assert [(a['name'], a['availability_zone'])
-            for a in hosts.list_aggregates()] == [('a1', 'az1'),
+            for a in hosts.aggregates.list()] == [('a1', 'az1'),
                                                   ('a2', None)]
     with pytest.raises(exceptions.AggregateNotFound):
-        hosts.get_aggregate('nope')
+        hosts.aggregates.get('nope')
 
 
 def test_names_are_unique(hosts):
-    hosts.create_aggregate('a1')
-    hosts.create_aggregate('a2')
+    hosts.aggregates.create('a1')
+    hosts.aggregates.create('a2')
     with pytest.raises(exceptions.AggregateConflict, match='name is taken'):
-        hosts.create_aggregate('a1')
+        hosts.aggregates.create('a1')
     with pytest.raises(exceptions.AggregateConflict,
                        match='the name a2 is taken'):
-        hosts.update_aggregate('a1', {'name': 'a2'})
-    assert hosts.update_aggregate('a1', {'name': 'b1'})['name'] == 'b1'
+        hosts.aggregates.update('a1', {'name': 'a2'})
+    assert hosts.aggregates.update('a1', {'name': 'b1'})['name'] == 'b1'
 
 
 @pytest.mark.parametrize('zone', ['', '  ', 'az:1', 'x' * 256, 5])
 def test_zone_names_are_checked(hosts, zone):
     with pytest.raises(exceptions.AggregateInvalid,
                        match='availability zone name'):
-        hosts.create_aggregate('a1', zone)
-    hosts.create_aggregate('a2')
+        hosts.aggregates.create('a1', zone)
+    hosts.aggregates.create('a2')
     with pytest.raises(exceptions.AggregateInvalid):
-        hosts.update_aggregate('a2', {'availability_zone': zone})
+        hosts.aggregates.update('a2', {'availability_zone': zone})
 
 
 @pytest.mark.parametrize('name', ['', ' ', 'x' * 256, None])
 def test_aggregate_names_are_checked(hosts, name):
     with pytest.raises(exceptions.AggregateInvalid, match='a name must'):
-        hosts.create_aggregate(name)
+        hosts.aggregates.create(name)
 
 
 def test_metadata_set_and_unset(hosts):
-    hosts.create_aggregate('a1')
-    assert hosts.set_aggregate_metadata('a1', {'ssd': 'true', 'rack': '1'})[
+    hosts.aggregates.create('a1')
+    assert hosts.aggregates.set_metadata('a1', {'ssd': 'true', 'rack': '1'})[
         'metadata'] == {'ssd': 'true', 'rack': '1'}
-    assert hosts.set_aggregate_metadata('a1', {'ssd': None})[
+    assert hosts.aggregates.set_metadata('a1', {'ssd': None})[
         'metadata'] == {'rack': '1'}
     with pytest.raises(exceptions.AggregateInvalid,
                        match='it has no metadata ssd'):
-        hosts.set_aggregate_metadata('a1', {'ssd': None})
+        hosts.aggregates.set_metadata('a1', {'ssd': None})
     with pytest.raises(exceptions.AggregateInvalid, match='with the zone'):
-        hosts.set_aggregate_metadata('a1', {'availability_zone': 'az'})
+        hosts.aggregates.set_metadata('a1', {'availability_zone': 'az'})
     with pytest.raises(exceptions.AggregateInvalid, match='a value'):
-        hosts.set_aggregate_metadata('a1', {'n': 5})
+        hosts.aggregates.set_metadata('a1', {'n': 5})
     with pytest.raises(exceptions.AggregateInvalid, match='a mapping'):
-        hosts.set_aggregate_metadata('a1', ['ssd'])
+        hosts.aggregates.set_metadata('a1', ['ssd'])
 
 
 def test_delete_is_refused_while_it_has_hosts(hosts):
-    hosts.create_aggregate('a1')
-    hosts.add_aggregate_host('a1', 'hv1')
+    hosts.aggregates.create('a1')
+    hosts.aggregates.add_host('a1', 'hv1')
     with pytest.raises(exceptions.AggregateConflict,
                        match=r'still has hosts \(hv1\)'):
-        hosts.delete_aggregate('a1')
-    hosts.update_hypervisor('hv1', False, 'moving')
-    hosts.remove_aggregate_host('a1', 'hv1')
-    hosts.delete_aggregate('a1')
-    assert hosts.list_aggregates() == []
+        hosts.aggregates.delete('a1')
+    hosts.registry.update_hypervisor('hv1', False, 'moving')
+    hosts.aggregates.remove_host('a1', 'hv1')
+    hosts.aggregates.delete('a1')
+    assert hosts.aggregates.list() == []
 
 
 def test_add_host_rules(hosts):
-    hosts.create_aggregate('a1', 'az1')
-    hosts.create_aggregate('a2', 'az2')
-    hosts.create_aggregate('a3', 'az1')
-    hosts.create_aggregate('a4')
+    hosts.aggregates.create('a1', 'az1')
+    hosts.aggregates.create('a2', 'az2')
+    hosts.aggregates.create('a3', 'az1')
+    hosts.aggregates.create('a4')
     with pytest.raises(exceptions.HypervisorNotFound):
-        hosts.add_aggregate_host('a1', 'nope')
-    assert hosts.add_aggregate_host('a1', 'hv1')['hosts'] == ['hv1']
+        hosts.aggregates.add_host('a1', 'nope')
+    assert hosts.aggregates.add_host('a1', 'hv1')['hosts'] == ['hv1']
     with pytest.raises(exceptions.AggregateConflict,
                        match='host hv1 is in it already'):
-        hosts.add_aggregate_host('a1', 'hv1')
+        hosts.aggregates.add_host('a1', 'hv1')
     # At most one zone per host: a2 is in another zone.
     with pytest.raises(exceptions.AggregateConflict,
                        match='host hv1 is in availability zone az1 '
                              r'\(aggregate a1\)'):
-        hosts.add_aggregate_host('a2', 'hv1')
+        hosts.aggregates.add_host('a2', 'hv1')
     # The same zone, or no zone, is fine.
-    hosts.add_aggregate_host('a3', 'hv1')
-    hosts.add_aggregate_host('a4', 'hv1')
+    hosts.aggregates.add_host('a3', 'hv1')
+    hosts.aggregates.add_host('a4', 'hv1')
     where = hosts.aggregates.host_views()
     assert where['hv1']['availability_zone'] == 'az1'
     assert [a['name'] for a in where['hv1']['aggregates']] == [
@@ -125,8 +125,8 @@ def test_add_host_rules(hosts):
     # Giving a4 another zone would put hv1 in two.
     with pytest.raises(exceptions.AggregateConflict,
                        match='a host is in at most one zone'):
-        hosts.update_aggregate('a4', {'availability_zone': 'az2'})
-    hosts.update_aggregate('a4', {'availability_zone': 'az1'})
+        hosts.aggregates.update('a4', {'availability_zone': 'az2'})
+    hosts.aggregates.update('a4', {'availability_zone': 'az1'})
 
 
 def test_host_views_read_memberships_in_one_query(hosts):
@@ -134,12 +134,12 @@ def test_host_views_read_memberships_in_one_query(hosts):
     records give: hosts in several aggregates, in none, an empty one."""
     for name, zone in (('a1', 'az1'), ('a2', None), ('a3', 'az2'),
                        ('empty', None)):
-        hosts.create_aggregate(name, zone)
-    hosts.set_aggregate_metadata('a2', {'rack': 'r1'})
+        hosts.aggregates.create(name, zone)
+    hosts.aggregates.set_metadata('a2', {'rack': 'r1'})
     for aggregate, host in (('a1', 'hv1'), ('a2', 'hv1'), ('a2', 'hv2'),
                             ('a3', 'hv3')):
-        hosts.add_aggregate_host(aggregate, host)
-    hosts.update_hypervisor('hv2', False, 'broken')
+        hosts.aggregates.add_host(aggregate, host)
+    hosts.registry.update_hypervisor('hv2', False, 'broken')
     db = hosts.db
     statements = []
     sa.event.listen(db.engine, 'before_cursor_execute',
@@ -154,22 +154,22 @@ def test_host_views_read_memberships_in_one_query(hosts):
     assert view['hv2'] == {'enabled': False, 'maintenance': False,
                            'availability_zone': 'nova',
                            'aggregates': [{'name': 'a2',
-                                           'uuid': hosts.get_aggregate(
+                                           'uuid': hosts.aggregates.get(
                                                'a2')['uuid'],
                                            'metadata': {'rack': 'r1'}}]}
 
 
 def test_remove_host_only_when_disabled(hosts):
-    hosts.create_aggregate('a1')
-    hosts.add_aggregate_host('a1', 'hv1')
+    hosts.aggregates.create('a1')
+    hosts.aggregates.add_host('a1', 'hv1')
     with pytest.raises(exceptions.AggregateConflict,
                        match='host hv1 is enabled: disable it first'):
-        hosts.remove_aggregate_host('a1', 'hv1')
+        hosts.aggregates.remove_host('a1', 'hv1')
     with pytest.raises(exceptions.AggregateInvalid,
                        match='host hv2 is not in it'):
-        hosts.remove_aggregate_host('a1', 'hv2')
-    hosts.update_hypervisor('hv1', False)
-    assert hosts.remove_aggregate_host('a1', 'hv1')['hosts'] == []
+        hosts.aggregates.remove_host('a1', 'hv2')
+    hosts.registry.update_hypervisor('hv1', False)
+    assert hosts.aggregates.remove_host('a1', 'hv1')['hosts'] == []
 
 
 def test_default_zone(conf, hypervisor):
@@ -177,82 +177,83 @@ def test_default_zone(conf, hypervisor):
     conf.set_override('default_availability_zone', 'home',
                       group='scheduler')
     with embedded.embedded(conf) as conductor:
-        conductor.register_agent('hv1', {'host': 'hv1'})
+        conductor.registry.register_agent('hv1', {'host': 'hv1'})
         assert conductor.aggregates.host_views()['hv1'][
             'availability_zone'] == 'home'
-        assert conductor.get_hypervisor('hv1')['availability_zone'] == (
+        assert conductor.registry.describe('hv1')['availability_zone'] == (
             'home')
 
 
 def test_zone_of_an_aggregate_whose_hosts_hold_nodes_stays(conductor):
-    conductor.register_agent('hv1', {'host': 'hv1'})
-    conductor.create_aggregate('a1', 'az1')
-    conductor.add_aggregate_host('a1', 'hv1')
-    conductor.deploy(make_spec(count=1))
+    conductor.registry.register_agent('hv1', {'host': 'hv1'})
+    conductor.aggregates.create('a1', 'az1')
+    conductor.aggregates.add_host('a1', 'hv1')
+    conductor.deployments.deploy(make_spec(count=1))
     for zone in ('az2', None):
         with pytest.raises(exceptions.AggregateConflict,
                            match=r'hold nodes \(hv1\)'):
-            conductor.update_aggregate('a1', {'availability_zone': zone})
+            conductor.aggregates.update('a1', {'availability_zone': zone})
     # Its name may change.
-    conductor.update_aggregate('a1', {'name': 'b1'})
-    conductor.teardown('unit')
-    assert conductor.update_aggregate('b1', {'availability_zone': 'az2'})[
+    conductor.aggregates.update('a1', {'name': 'b1'})
+    conductor.teardowns.teardown('unit')
+    assert conductor.aggregates.update('b1', {'availability_zone': 'az2'})[
         'availability_zone'] == 'az2'
 
 
 def test_deploy_goes_to_the_zone_asked(conductor):
-    conductor.register_agent('hv1', {'host': 'hv1'})
-    conductor.create_aggregate('a1', 'az1')
+    conductor.registry.register_agent('hv1', {'host': 'hv1'})
+    conductor.aggregates.create('a1', 'az1')
     spec = make_spec(count=1, specs=[{'type': 'small', 'count': 1,
                                       'availability_zone': 'az1'}])
     with pytest.raises(exceptions.NoValidHost,
                        match='availability zone az1 removed 1'):
-        conductor.deploy(spec)
-    conductor.add_aggregate_host('a1', 'hv1')
-    conductor.deploy(spec)
-    assert [n['hypervisor'] for n in conductor.list_nodes('unit')] == ['hv1']
-    conductor.teardown('unit')
+        conductor.deployments.deploy(spec)
+    conductor.aggregates.add_host('a1', 'hv1')
+    conductor.deployments.deploy(spec)
+    assert [n['hypervisor']
+            for n in conductor.records.list_nodes('unit')] == ['hv1']
+    conductor.teardowns.teardown('unit')
 
 
 def test_a_disabled_host_takes_no_new_node(conductor):
-    conductor.register_agent('hv1', {'host': 'hv1'})
-    disabled = conductor.update_hypervisor('hv1', False, 'broken fan')
+    conductor.registry.register_agent('hv1', {'host': 'hv1'})
+    disabled = conductor.registry.update_hypervisor('hv1', False, 'broken fan')
     assert (disabled['enabled'], disabled['disabled_reason'],
             disabled['state']) == (False, 'broken fan', 'disabled')
     with pytest.raises(exceptions.NoValidHost, match='disabled removed 1'):
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     with pytest.raises(exceptions.HypervisorInvalid):
-        conductor.update_hypervisor('hv1', True, 'why')
+        conductor.registry.update_hypervisor('hv1', True, 'why')
     with pytest.raises(exceptions.HypervisorInvalid, match='true or false'):
-        conductor.update_hypervisor('hv1', 'yes')
+        conductor.registry.update_hypervisor('hv1', 'yes')
     with pytest.raises(exceptions.HypervisorNotFound):
-        conductor.update_hypervisor('nope', False)
-    enabled = conductor.update_hypervisor('hv1', True)
+        conductor.registry.update_hypervisor('nope', False)
+    enabled = conductor.registry.update_hypervisor('hv1', True)
     assert (enabled['enabled'], enabled['disabled_reason']) == (True, None)
-    conductor.deploy(make_spec(count=1))
-    conductor.teardown('unit')
+    conductor.deployments.deploy(make_spec(count=1))
+    conductor.teardowns.teardown('unit')
 
 
 def test_enable_on_register(conductor):
-    conductor.register_agent('hv7', {'host': 'hv7',
-                                     'enable_on_register': False})
+    conductor.registry.register_agent('hv7', {'host': 'hv7',
+                                              'enable_on_register': False})
     row = conductor.db.get_hypervisor('hv7')
     assert (row.enabled, row.disabled_reason) == (
         False, 'registered disabled (enable_on_register)')
-    conductor.update_hypervisor('hv7', True)
+    conductor.registry.update_hypervisor('hv7', True)
     # A heartbeat with the same facts keeps it enabled.
-    conductor.register_agent('hv7', {'host': 'hv7',
-                                     'enable_on_register': False})
+    conductor.registry.register_agent('hv7', {'host': 'hv7',
+                                              'enable_on_register': False})
     assert conductor.db.get_hypervisor('hv7').enabled
 
 
 def test_hypervisor_show_has_its_resource_provider(conductor):
-    conductor.register_agent('hv1', dict(
+    conductor.registry.register_agent('hv1', dict(
         conductor.agents.request('hv1', 'inspect', 'r1',
                                  physnet_mappings={}, ipmi_address='::1',
                                  ipmi_ports=[], interfaces=[], owner=None)))
-    conductor.deploy(make_spec(count=2))
-    shown = conductor.get_hypervisor('hv1')
+    conductor.deployments.deploy(make_spec(count=2))
+    shown = conductor.registry.describe('hv1')
     assert shown['usages']['MEMORY_MB'] == 256
     assert shown['inventories']['MEMORY_MB']['used'] == 256
     assert sorted(a['name'] for a in shown['allocations'].values()) == [
@@ -260,7 +261,7 @@ def test_hypervisor_show_has_its_resource_provider(conductor):
     assert all(a['resources'] == {'VCPU': 1, 'MEMORY_MB': 128,
                                   'DISK_GB': 1}
                for a in shown['allocations'].values())
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
 
 
 def test_host_views():
@@ -299,14 +300,14 @@ ADMIN_CALLS = [
 def test_non_admin_contexts_are_refused(checked_conductor, method, args,
                                         context):
     hosts = register_hosts(checked_conductor)
-    hosts.create_aggregate('a1')
+    hosts.aggregates.create('a1')
     api = conductor_rpcapi.ConductorAPI(hosts.bus)
     with pytest.raises(exceptions.PolicyNotAuthorized,
                        match='tenks:(aggregate|hypervisor):'):
         getattr(api, method)(context, *args)
     # Nothing changed.
     assert [(a['name'], a['hosts'], a['metadata'])
-            for a in hosts.list_aggregates()] == [('a1', [], {})]
+            for a in hosts.aggregates.list()] == [('a1', [], {})]
     assert hosts.db.get_hypervisor('hv1').enabled
 
 

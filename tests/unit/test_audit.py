@@ -77,13 +77,13 @@ def statuses(report, key='drift'):
 
 @pytest.fixture
 def deployed(conductor, hypervisor):
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     return conductor
 
 
 def test_a_deployed_cluster_audits_clean(deployed):
-    assert deployed.audit() == {'drift': [], 'other': [], 'removed': []}
-    assert deployed.audit('unit') == {'drift': [], 'other': [],
+    assert audit.audit(deployed) == {'drift': [], 'other': [], 'removed': []}
+    assert audit.audit(deployed, 'unit') == {'drift': [], 'other': [],
                                       'removed': []}
 
 
@@ -97,7 +97,7 @@ def test_drift_made_by_hand_is_reported(deployed, hypervisor):
     hypervisor.ensure_marked('volume', 'stray', names.agent_owner(owner,
                                                                   HOST))
     hypervisor.pools['stray'] = 'tenks-unit'
-    report = deployed.audit()
+    report = audit.audit(deployed)
     assert statuses(report) == [
         ('bmc', 'tk1', 'stopped'), ('domain', 'tk0', 'missing'),
         ('port', 'p-tk1-0', 'missing'), ('volume', 'stray', 'unrecorded'),
@@ -108,7 +108,7 @@ def test_drift_made_by_hand_is_reported(deployed, hypervisor):
     assert stray['mark'] == names.agent_owner(owner, HOST)
     assert stray['detail'].startswith('in storage pool tenks-unit; ')
     # A live deployment's thing is never a leftover: --clean keeps it.
-    assert deployed.audit(clean=True)['removed'] == []
+    assert audit.audit(deployed, clean=True)['removed'] == []
     assert ('volume', 'stray') in hypervisor.things
 
 
@@ -116,7 +116,7 @@ def test_a_pool_or_bridge_gone_or_replaced(deployed, hypervisor):
     del hypervisor.things[('pool', 'tenks-unit')]
     hypervisor.marks[('bridge', 'brtenks0')] = 'tenks:unit:%s/hv1' % (
         uuid.uuid4())
-    assert statuses(deployed.audit()) == [
+    assert statuses(audit.audit(deployed)) == [
         ('bridge', 'brtenks0', 'foreign'), ('pool', 'tenks-unit', 'missing')]
 
 
@@ -138,7 +138,7 @@ def test_leftovers_of_a_dead_deployment_and_only_those_are_cleaned(
                              (live, other_state)):
         deployments.Registry(deployments_dir, state_dir, HOST).note(owner)
 
-    report = deployed.audit()
+    report = audit.audit(deployed)
     leftovers = sorted((e['kind'], e['name']) for e in report['drift'])
     assert leftovers == sorted(made('gone', 'g') + made('forgotten', 'f'))
     assert {e['status'] for e in report['drift']} == {'leftover'}
@@ -156,7 +156,7 @@ def test_leftovers_of_a_dead_deployment_and_only_those_are_cleaned(
         % other_state,
         'deployment not proven dead: no state directory is noted for it'}
 
-    cleaned = deployed.audit(clean=True)
+    cleaned = audit.audit(deployed, clean=True)
     assert sorted((e['kind'], e['name']) for e in cleaned['removed']) == (
         leftovers)
     assert {e['status'] for e in cleaned['removed']} == {'removed'}
@@ -171,7 +171,7 @@ def test_leftovers_of_a_dead_deployment_and_only_those_are_cleaned(
     assert deployments.Registry(deployments_dir, '/', HOST).state_dirs(
         live) == [other_state]
     # The cluster of this conductor was never touched.
-    assert deployed.audit('unit') == {'drift': [], 'other': [],
+    assert audit.audit(deployed, 'unit') == {'drift': [], 'other': [],
                                       'removed': []}
 
 
@@ -201,13 +201,14 @@ def test_the_audit_of_a_cluster_looks_at_its_name_only(
     hypervisor.daemons.append({'kind': 'ipmi host', 'directory': '/x/ipmi',
                                'pids': [99999], 'orphan': 'it is gone'})
     del hypervisor.things[('domain', 'tk0')]
-    assert statuses(deployed.audit('unit')) == [('domain', 'tk0', 'missing')]
-    assert {e['cluster'] for e in deployed.audit('gone')['drift']} == {
+    assert statuses(audit.audit(deployed, 'unit')) == [
+        ('domain', 'tk0', 'missing')]
+    assert {e['cluster'] for e in audit.audit(deployed, 'gone')['drift']} == {
         'gone'}
-    assert deployed.audit('gone', clean=True)['removed']
+    assert audit.audit(deployed, 'gone', clean=True)['removed']
     assert left(hypervisor, 'gone', 'g') == []
     assert hypervisor.daemons
-    assert ('domain', 'tk0', 'missing') in statuses(deployed.audit())
+    assert ('domain', 'tk0', 'missing') in statuses(audit.audit(deployed))
 
 
 def test_orphan_bmc_processes_are_leftovers(deployed, hypervisor):
@@ -219,14 +220,14 @@ def test_orphan_bmc_processes_are_leftovers(deployed, hypervisor):
                                    'gone'},
         {'kind': 'ipmi host', 'directory': '/other/state/ipmi',
          'pids': [4002], 'orphan': None}]
-    report = deployed.audit()
+    report = audit.audit(deployed)
     assert statuses(report) == [
         ('ipmi host', '/deleted/state/ipmi', 'leftover')]
     assert report['drift'][0]['detail'] == (
         'pid 4001: its directory /deleted/state/ipmi is gone')
     assert statuses(report, 'other') == [
         ('ipmi host', '/other/state/ipmi', 'other')]
-    cleaned = deployed.audit(clean=True)
+    cleaned = audit.audit(deployed, clean=True)
     assert statuses(cleaned, 'removed') == [
         ('ipmi host', '/deleted/state/ipmi', 'removed')]
     assert [d['directory'] for d in hypervisor.daemons] == [
@@ -247,11 +248,11 @@ def test_a_deployment_noted_here_only_is_dead_when_unrecorded(
         elsewhere, hypervisor, deployments_dir, conf):
     """Noted by the hostagent's own state directory, which holds no state
     database: this conductor's record decides."""
-    elsewhere.deploy(make_spec(count=1))
-    assert elsewhere.audit()['drift'] == []
+    elsewhere.deployments.deploy(make_spec(count=1))
+    assert audit.audit(elsewhere)['drift'] == []
     gone = make_cluster(hypervisor, 'gone', 'g')
     deployments.Registry(deployments_dir, conf.state_dir, HOST).note(gone)
-    report = elsewhere.audit()
+    report = audit.audit(elsewhere)
     assert {e['status'] for e in report['drift']} == {'leftover'}
     assert report['drift'][0]['detail'] == (
         "deployment dead: noted by this hostagent, whose state directory "
@@ -273,11 +274,11 @@ def test_clean_forgets_the_notes_of_ended_deployments(
         deployed, deployments_dir, conf):
     registry = deployments.Registry(deployments_dir, conf.state_dir, HOST)
     [owner] = registry.owners()
-    deployed.audit(clean=True)
+    audit.audit(deployed, clean=True)
     assert registry.owners() == {owner}
-    deployed.teardown('unit')
+    deployed.teardowns.teardown('unit')
     assert registry.owners() == {owner}
-    assert deployed.audit(clean=True) == {'drift': [], 'other': [],
+    assert audit.audit(deployed, clean=True) == {'drift': [], 'other': [],
                                           'removed': []}
     assert registry.owners() == set()
 
@@ -369,7 +370,7 @@ def test_a_hypervisors_survey_and_node_inspections_are_asked_at_once(
     for cls, method in ((hostagent_audit.Audit, 'survey'),
                         (nodes.Nodes, 'inspect')):
         monkeypatch.setattr(cls, method, meeting(getattr(cls, method)))
-    assert deployed.audit() == {'drift': [], 'other': [], 'removed': []}
+    assert audit.audit(deployed) == {'drift': [], 'other': [], 'removed': []}
 
 
 def ironic_node(**fields):
@@ -478,9 +479,9 @@ def test_what_was_asked_for_and_never_made_is_not_missing(deployed,
             db_api.RESOURCES.c.node == tk1).values(state='creating'))
         conn.execute(sa.update(db_api.RESOURCES).where(
             db_api.RESOURCES.c.kind == 'pool').values(state='creating'))
-    assert deployed.audit()['drift'] == []
+    assert audit.audit(deployed)['drift'] == []
     with db.engine.begin() as conn:
         conn.execute(sa.update(db_api.RESOURCES).values(state='present'))
-    assert statuses(deployed.audit()) == [
+    assert statuses(audit.audit(deployed)) == [
         ('domain', 'tk1', 'missing'), ('pool', 'tenks-unit', 'missing'),
         ('volume', 'tk1vol0', 'missing')]

@@ -189,7 +189,7 @@ def test_a_host_of_another_network_driver_is_refused():
 
 def test_a_deployed_host_whose_driver_changed_is_refused(
         conductor, hypervisor, monkeypatch):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     # Nothing new to place, a node to resize: the check is on the plan's
     # hosts. The hostagent now offers openvswitch only (as after a
     # restart with network_drivers = openvswitch).
@@ -201,7 +201,7 @@ def test_a_deployed_host_whose_driver_changed_is_refused(
         'memory_mb': 256, 'vcpus': 1, 'volumes': [{'capacity': '1GiB'}],
         'physical_networks': ['physnet1']}})
     with pytest.raises(exceptions.NetworkDriverMismatch) as raised:
-        conductor.deploy(resized)
+        conductor.deployments.deploy(resized)
     assert str(raised.value) == (
         'Hypervisor hv1 offers the network driver(s) openvswitch, but the '
         'spec asks for bridge_type linuxbridge')
@@ -209,9 +209,10 @@ def test_a_deployed_host_whose_driver_changed_is_refused(
 
 def test_bridge_type_cannot_change_on_a_deployed_cluster(conductor,
                                                          hypervisor):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     with pytest.raises(exceptions.ChangeRefused) as raised:
-        conductor.deploy(make_spec(count=1, bridge_type='openvswitch'))
+        conductor.deployments.deploy(make_spec(count=1,
+                                               bridge_type='openvswitch'))
     assert 'bridge_type cannot change from linuxbridge to openvswitch' in (
         str(raised.value))
 
@@ -263,7 +264,7 @@ def test_deploy_onto_a_foreign_interface_makes_nothing(conductor,
                                                        hypervisor):
     hypervisor.interfaces['brtenks0'] = 'tenks:elsewhere'
     with pytest.raises(exceptions.InterfaceConflict) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     assert str(raised.value) == (
         "Interface names of this deploy are taken: bridge_prefix: "
         "interface brtenks0 exists on hv1 with owner mark "
@@ -273,17 +274,17 @@ def test_deploy_onto_a_foreign_interface_makes_nothing(conductor,
     assert conductor.db.list_nodes() == []
     # Our own mark is no conflict: a re-run finds its interfaces.
     del hypervisor.interfaces['brtenks0']
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     owner = names.owner('unit', conductor.db.get_cluster('unit').uuid)
     hypervisor.interfaces.update({'brtenks0': owner, 'p-tk0-0': owner})
-    assert conductor.deploy(make_spec(count=1))['changed'] == []
+    assert conductor.deployments.deploy(make_spec(count=1))['changed'] == []
 
 
 def test_second_cluster_on_the_same_bridges_is_refused(conductor,
                                                        hypervisor):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     with pytest.raises(exceptions.InterfaceConflict) as raised:
-        conductor.deploy(make_spec(count=1, cluster='other'))
+        conductor.deployments.deploy(make_spec(count=1, cluster='other'))
     assert ('bridge_prefix: bridge brtenks0 on hv1 is recorded for cluster '
             'unit' in str(raised.value))
     assert conductor.db.get_cluster('other') is None
@@ -328,15 +329,16 @@ def test_operations_beyond_max_operations_wait_their_turn(conf, hypervisor):
 
     hypervisor.ensure = slow_ensure
     with embedded.embedded(conf) as conductor:
-        first = conductor.submit_deploy(make_spec(count=1, cluster='first'))
-        second = conductor.submit_deploy(make_spec(
+        first = conductor.deployments.submit(make_spec(count=1,
+                                                       cluster='first'))
+        second = conductor.deployments.submit(make_spec(
             count=1, cluster='second', bridge_prefix='brs'))
         # Accepted at once, and waiting: nothing of it has started.
-        assert conductor.get_operation(second)['state'] == 'running'
+        assert conductor.records.get_operation(second)['state'] == 'running'
         assert all(name != 'tenks-second' for _, name in started)
         release.set()
-        assert conductor.wait(first)['changed']
-        assert conductor.wait(second)['changed']
+        assert conductor.operations.wait(first)['changed']
+        assert conductor.operations.wait(second)['changed']
     assert started.index(('pool', 'tenks-second')) > started.index(
         ('pool', 'tenks-first'))
 
@@ -363,12 +365,13 @@ def test_workers_bound_the_tasks_running_at_once(conf, hypervisor, workers):
 
     hypervisor.ensure = slow_ensure
     with embedded.embedded(conf) as conductor:
-        first = conductor.submit_deploy(make_spec(count=3, cluster='first'))
-        second = conductor.submit_deploy(make_spec(
+        first = conductor.deployments.submit(make_spec(count=3,
+                                                       cluster='first'))
+        second = conductor.deployments.submit(make_spec(
             count=3, cluster='second', bridge_prefix='brs'))
         for operation_id in (first, second):
-            conductor.wait(operation_id)
-            assert conductor.get_operation(operation_id)['state'] == (
+            conductor.operations.wait(operation_id)
+            assert conductor.records.get_operation(operation_id)['state'] == (
                 'succeeded')
     assert most[0] == workers
 
@@ -496,15 +499,15 @@ def test_two_clusters_on_the_same_bridges_at_once_one_is_refused(
         return real_ensure(kind, name, value)
 
     hypervisor.ensure = slow_ensure
-    first = conductor.submit_deploy(make_spec(count=1))
+    first = conductor.deployments.submit(make_spec(count=1))
     assert entered.wait(10)
-    second = conductor.submit_deploy(make_spec(count=1, cluster='other'))
+    second = conductor.deployments.submit(make_spec(count=1, cluster='other'))
     try:
         with pytest.raises(exceptions.InterfaceConflict) as raised:
-            conductor.wait(second)
+            conductor.operations.wait(second)
     finally:
         release.set()
-    assert conductor.wait(first)['changed']
+    assert conductor.operations.wait(first)['changed']
     assert ('bridge_prefix: bridge brtenks0 on hv1 is recorded for cluster '
             'unit') in str(raised.value)
     assert conductor.db.get_cluster('other') is None

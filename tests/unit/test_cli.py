@@ -10,7 +10,7 @@ import oslo_messaging as messaging
 import pytest
 import yaml
 
-from conductor import conductor as conductor_module
+from conductor import teardowns
 from tenks import exceptions
 from tenks import policy
 from tenks.cli import client
@@ -338,14 +338,13 @@ def test_aggregate_changes_print_what_placement_refused(deployed,
 
 def test_teardown_force_reaches_the_conductor(deployed, monkeypatch):
     asked = []
-    submit = conductor_module.Conductor.submit_teardown
+    submit = teardowns.Teardowns.submit
 
     def recorded(self, name, force=False):
         asked.append((name, force))
         return submit(self, name, force)
 
-    monkeypatch.setattr(conductor_module.Conductor, 'submit_teardown',
-                        recorded)
+    monkeypatch.setattr(teardowns.Teardowns, 'submit', recorded)
     done = deployed('teardown', '--force', 'unit')
     assert done.code == 0, done.err
     assert asked == [('unit', True)]

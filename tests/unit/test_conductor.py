@@ -36,7 +36,7 @@ def resources(conductor):
 
 
 def test_deploy_creates_every_part_and_records_it(conductor, hypervisor):
-    result = conductor.deploy(make_spec(count=2))
+    result = conductor.deployments.deploy(make_spec(count=2))
     nodes = conductor.db.list_nodes(cluster='unit')
     # One task per node, besides the host's pool and bridge.
     assert sorted(result['changed']) == sorted(
@@ -57,18 +57,18 @@ def test_deploy_creates_every_part_and_records_it(conductor, hypervisor):
 
 def test_redeploy_changes_nothing(conductor, hypervisor):
     spec = make_spec(count=2)
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     things = dict(hypervisor.things)
-    assert conductor.deploy(spec)['changed'] == []
+    assert conductor.deployments.deploy(spec)['changed'] == []
     assert hypervisor.things == things
 
 
 def test_redeploy_repairs_drift_only(conductor, hypervisor):
     spec = make_spec(count=2)
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     tk1 = next(n.uuid for n in conductor.db.list_nodes() if n.name == 'tk1')
     del hypervisor.things[('domain', 'tk1')]
-    assert conductor.deploy(spec)['changed'] == ['node:%s' % tk1]
+    assert conductor.deployments.deploy(spec)['changed'] == ['node:%s' % tk1]
     assert hypervisor.names('domain') == ['tk0', 'tk1']
 
 
@@ -77,7 +77,7 @@ def test_failure_reverts_exactly_what_the_deploy_created(conductor,
     hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
         driver='fake', action='define tk1', reason='disk full')
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(make_spec(count=2))
+        conductor.deployments.deploy(make_spec(count=2))
     message = str(raised.value)
     assert 'define tk1: disk full' in message
     assert 'Everything this deploy created was rolled back' in message
@@ -108,7 +108,7 @@ def test_whoever_sees_an_operation_end_sees_its_event(conductor, hypervisor,
 
     monkeypatch.setattr(conductor.db, 'finish_operation', finish_and_look)
     try:
-        conductor.deploy(make_spec(count=2))
+        conductor.deployments.deploy(make_spec(count=2))
     except exceptions.OperationFailed:
         assert fails
     last = 'tenks.cluster.deploy.%s' % ('error' if fails else 'end')
@@ -119,7 +119,7 @@ def test_whoever_sees_an_operation_end_sees_its_event(conductor, hypervisor,
 
 def test_failed_shrink_says_what_it_removed_and_what_remains(
         conductor, hypervisor, monkeypatch):
-    conductor.deploy(make_spec(count=3))
+    conductor.deployments.deploy(make_spec(count=3))
     real_remove = hypervisor.remove
 
     def remove(kind, name):
@@ -130,7 +130,7 @@ def test_failed_shrink_says_what_it_removed_and_what_remains(
 
     monkeypatch.setattr(hypervisor, 'remove', remove)
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     message = str(raised.value)
     assert 'deployed before is kept' not in message
     assert message.endswith(
@@ -140,7 +140,7 @@ def test_failed_shrink_says_what_it_removed_and_what_remains(
     assert sorted(n.name for n in conductor.db.list_nodes()) == ['tk0',
                                                                  'tk2']
     monkeypatch.undo()
-    assert conductor.deploy(make_spec(count=1))['changed']
+    assert conductor.deployments.deploy(make_spec(count=1))['changed']
     assert [n.name for n in conductor.db.list_nodes()] == ['tk0']
 
 
@@ -150,7 +150,7 @@ def test_a_rolled_back_node_is_announced_gone(conductor, hypervisor,
     its tenks.node.delete.end."""
     small = make_spec()['node_types']['small']
     types = {'small': small, 'other': dict(small, vcpus=2)}
-    conductor.deploy(make_spec(node_types=types, specs=[
+    conductor.deployments.deploy(make_spec(node_types=types, specs=[
         {'type': 'small', 'count': 1}, {'type': 'other', 'count': 1}]))
     real_remove = hypervisor.remove
 
@@ -163,10 +163,10 @@ def test_a_rolled_back_node_is_announced_gone(conductor, hypervisor,
     monkeypatch.setattr(hypervisor, 'remove', remove)
     # tk2 is made and announced; removing tk1 (last) fails.
     with pytest.raises(exceptions.OperationFailed):
-        conductor.deploy(make_spec(node_types=types, specs=[
+        conductor.deployments.deploy(make_spec(node_types=types, specs=[
             {'type': 'small', 'count': 2}, {'type': 'other', 'count': 0}]))
     assert 'tk2' not in [n.name for n in conductor.db.list_nodes()]
-    events = conductor.list_events('unit')
+    events = conductor.records.list_events('unit')
     last = events[events.index(next(
         e for e in reversed(events)
         if e['event_type'] == 'tenks.cluster.deploy.start')):]
@@ -180,7 +180,7 @@ def test_a_rolled_back_node_is_announced_gone(conductor, hypervisor,
 def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
                                                         hypervisor):
     spec = make_spec(count=2)
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     deployed = dict(hypervisor.things)
     recorded = resources(conductor)
     hypervisor.fail[('bmc', 'tk0')] = exceptions.DriverError(
@@ -190,7 +190,7 @@ def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
     bigger = make_spec(count=3, node_types={'small': dict(
         spec['node_types']['small'], memory_mb=256)})
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(bigger)
+        conductor.deployments.deploy(bigger)
     assert 'deployed before is kept' in str(raised.value)
     # Nothing deployed before is removed; the new node is gone.
     assert hypervisor.things == deployed
@@ -200,7 +200,7 @@ def test_failed_redeploy_keeps_what_was_deployed_before(conductor,
     assert conductor.db.get_cluster('unit').state == 'deployed'
     assert conductor.db.get_cluster('unit').spec['specs'][0]['count'] == 2
     del hypervisor.fail[('bmc', 'tk0')]
-    assert conductor.deploy(spec)['changed'] == []
+    assert conductor.deployments.deploy(spec)['changed'] == []
     assert conductor.db.get_cluster('unit').state == 'deployed'
 
 
@@ -208,7 +208,7 @@ def test_conflict_is_not_adopted_nor_removed(conductor, hypervisor):
     hypervisor.fail[('bridge', 'brtenks0')] = fakes.conflict('bridge',
                                                              'brtenks0')
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     assert 'not owned' in str(raised.value)
     assert hypervisor.calls['remove_bridge'] == 0
     assert hypervisor.things == {}
@@ -217,7 +217,7 @@ def test_conflict_is_not_adopted_nor_removed(conductor, hypervisor):
 
 def test_teardown_removes_in_dependency_order(conductor, hypervisor,
                                               monkeypatch):
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     uuids = [n.uuid for n in conductor.db.list_nodes()]
     order = []
     real_remove = hypervisor.remove
@@ -227,7 +227,7 @@ def test_teardown_removes_in_dependency_order(conductor, hypervisor,
         return real_remove(kind, name)
 
     monkeypatch.setattr(hypervisor, 'remove', remove)
-    result = conductor.teardown('unit')
+    result = conductor.teardowns.teardown('unit')
     assert sorted(result['changed']) == sorted(
         ['remove-pool:hv1:tenks-unit', 'remove-bridge:hv1:brtenks0']
         + ['remove:%s' % uuid for uuid in uuids])
@@ -249,7 +249,7 @@ def test_teardown_removes_in_dependency_order(conductor, hypervisor,
 
 def test_failed_teardown_keeps_the_record_of_what_remains(conductor,
                                                           hypervisor):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     real_remove = hypervisor.remove
 
     def remove(kind, name):
@@ -260,23 +260,23 @@ def test_failed_teardown_keeps_the_record_of_what_remains(conductor,
 
     hypervisor.remove = remove
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.teardown('unit')
+        conductor.teardowns.teardown('unit')
     assert '1 resource(s) remain recorded' in str(raised.value)
     assert [r.kind for r in conductor.db.list_resources('unit')] == ['pool']
     hypervisor.remove = real_remove
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
     assert hypervisor.things == {}
     assert conductor.db.get_cluster('unit') is None
 
 
 def test_teardown_of_unknown_cluster(conductor):
     with pytest.raises(exceptions.ClusterNotFound):
-        conductor.teardown('nope')
+        conductor.teardowns.teardown('nope')
 
 
 def test_changed_spec_is_applied(conductor, hypervisor):
-    conductor.deploy(make_spec(count=1))
-    result = conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=1))
+    result = conductor.deployments.deploy(make_spec(count=2))
     assert [(c['node'], c['resource'], c['action'])
             for c in result['plan'] if c['resource'] == 'domain'] == [
         ('tk1', 'domain', 'create')]
@@ -286,14 +286,14 @@ def test_changed_spec_is_applied(conductor, hypervisor):
 
 def test_interrupted_deploy_is_finished_with_its_own_spec(conductor,
                                                           hypervisor):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     # A deploy of two nodes that a dead process left running.
     conductor.operations.create('deploy', 'unit', make_spec(count=2))
     with pytest.raises(exceptions.SpecChanged) as raised:
-        conductor.deploy(make_spec(count=3))
+        conductor.deployments.deploy(make_spec(count=3))
     assert 'specs' in str(raised.value)
     assert hypervisor.names('domain') == ['tk0']
-    result = conductor.deploy(make_spec(count=2))
+    result = conductor.deployments.deploy(make_spec(count=2))
     assert result['resumed']
     assert hypervisor.names('domain') == ['tk0', 'tk1']
 
@@ -336,11 +336,11 @@ def test_a_resumed_deploy_reports_the_whole_operation(conf, hypervisor):
     killed(conf, """
     monkeypatch.setattr(records.CommitSpec, 'execute',
                         lambda self, operation_id, cluster: os._exit(9))
-    conductor.deploy(conftest.make_spec(count=2))
+    conductor.deployments.deploy(conftest.make_spec(count=2))
 """)
     with embedded.embedded(conf) as conductor:
-        result = conductor.deploy(make_spec(count=2))
-        operation = conductor.get_operation(result['operation'])
+        result = conductor.deployments.deploy(make_spec(count=2))
+        operation = conductor.records.get_operation(result['operation'])
         uuids = [n.uuid for n in conductor.db.list_nodes(cluster='unit')]
     assert result['resumed']
     assert sorted(result['changed']) == sorted(
@@ -359,7 +359,7 @@ def test_a_teardown_killed_after_its_last_removal_ends(conf, hypervisor):
     """Its cluster's record gone, no operation of that cluster would end
     it: the next embedded conductor does, with its real outcome."""
     killed(conf, """
-    conductor.deploy(conftest.make_spec(count=2))
+    conductor.deployments.deploy(conftest.make_spec(count=2))
     forget = records.ForgetCluster.execute
 
     def forget_and_die(self, cluster):
@@ -367,18 +367,18 @@ def test_a_teardown_killed_after_its_last_removal_ends(conf, hypervisor):
         os._exit(9)
 
     monkeypatch.setattr(records.ForgetCluster, 'execute', forget_and_die)
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
 """)
     with embedded.embedded(conf) as conductor:
-        [deploy, teardown] = conductor.list_operations('unit')
+        [deploy, teardown] = conductor.records.list_operations('unit')
         assert teardown['state'] == 'succeeded', teardown['error']
         # Every removal of the killed process counts.
         assert len([t for t in teardown['result']['changed']
                     if t.startswith('remove:')]) == 2
-        assert conductor.list_events('unit')[-1]['event_type'] == (
+        assert conductor.records.list_events('unit')[-1]['event_type'] == (
             'tenks.cluster.teardown.end')
         # Its cluster is free for a new deploy at once.
-        assert conductor.deploy(make_spec(count=1))['changed']
+        assert conductor.deployments.deploy(make_spec(count=1))['changed']
 
 
 def test_a_deploy_killed_once_rolled_back_ends_failed(conf, hypervisor):
@@ -388,16 +388,16 @@ def test_a_deploy_killed_once_rolled_back_ends_failed(conf, hypervisor):
         driver='fake', action='define tk1', reason='disk full')
     monkeypatch.setattr(operations.Operations, '_fail',
                         lambda *args: os._exit(9))
-    conductor.deploy(conftest.make_spec(count=2))
+    conductor.deployments.deploy(conftest.make_spec(count=2))
 """)
     with embedded.embedded(conf) as conductor:
-        [operation] = conductor.list_operations('unit')
+        [operation] = conductor.records.list_operations('unit')
         assert operation['state'] == 'failed'
         assert operation['error'] == (
             'Deploy of cluster unit failed: it had failed and been rolled '
             'back when the process running it stopped, before recording '
             'why. Everything this deploy created was rolled back')
-        assert conductor.list_nodes() == []
+        assert conductor.records.list_nodes() == []
     assert hypervisor.things == {}
 
 
@@ -412,7 +412,7 @@ def test_busy_cluster_is_refused(conductor, hypervisor, conf):
     try:
         assert holder.stdout.readline() == 'locked\n'
         with pytest.raises(exceptions.ClusterBusy):
-            conductor.deploy(make_spec(count=1))
+            conductor.deployments.deploy(make_spec(count=1))
     finally:
         holder.communicate('')
     assert hypervisor.things == {}
@@ -429,22 +429,23 @@ def test_an_operation_holds_its_cluster_until_its_end_is_recorded(
 
     def submit_then_finish(operation_id, *args, **kwargs):
         try:
-            conductor.submit_deploy(spec)
+            conductor.deployments.submit(spec)
         except exceptions.ClusterBusy as e:
             refused.append(e)
         finish(operation_id, *args, **kwargs)
 
     monkeypatch.setattr(conductor.db, 'finish_operation', submit_then_finish)
-    result = conductor.deploy(spec)
+    result = conductor.deployments.deploy(spec)
     assert len(refused) == 1
     operation = conductor.db.get_operation(result['operation'])
     assert operation.state == 'succeeded'
 
 
 def test_names_and_ports_are_unique_across_clusters(conductor, hypervisor):
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     hypervisor.busy_ports.add(6232)
-    conductor.deploy(make_spec(count=1, cluster='other', bridge_prefix='bro'))
+    conductor.deployments.deploy(make_spec(count=1, cluster='other',
+                                           bridge_prefix='bro'))
     other = conductor.db.list_nodes(cluster='other')
     assert [(n.name, n.bmc_port) for n in other] == [('tk2', 6233)]
 
@@ -453,7 +454,7 @@ def test_typed_errors_cross_the_bus(conductor, hypervisor):
     hypervisor.fail[('pool', 'tenks-unit')] = exceptions.HypervisorUnavailable(
         uri='qemu:///system', reason='no socket')
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     assert 'Cannot reach libvirt at qemu:///system' in str(raised.value)
     assert '(on hv1)' in str(raised.value)
 
@@ -485,7 +486,7 @@ def node_task(conductor, spec, name):
 def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
     """A task that never finished is reverted with no result: what it had
     recorded as being created is removed, nothing else."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     deployed = dict(hypervisor.things)
     recorded = resources(conductor)
     task, operation_id = node_task(conductor, two_volumes(), 'tk0')
@@ -525,28 +526,28 @@ def test_request_is_sent_again_until_the_agent_answers(conductor, conf,
 def test_hypervisor_delete_refuses_one_up_or_hosting_nodes(conductor,
                                                            hypervisor,
                                                            monkeypatch):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     with pytest.raises(exceptions.HypervisorInUse) as raised:
-        conductor.delete_hypervisor('hv1')
+        conductor.registry.delete_hypervisor('hv1')
     message = str(raised.value)
     assert 'its hostagent is up' in message
     assert 'cluster(s) unit' in message
     monkeypatch.setattr(conductor.registry, 'hypervisor_state',
                         lambda row: 'down')
     with pytest.raises(exceptions.HypervisorInUse) as raised:
-        conductor.delete_hypervisor('hv1')
+        conductor.registry.delete_hypervisor('hv1')
     assert 'is up' not in str(raised.value)
-    conductor.teardown('unit')
-    conductor.delete_hypervisor('hv1')
-    assert conductor.list_hypervisors() == []
+    conductor.teardowns.teardown('unit')
+    conductor.registry.delete_hypervisor('hv1')
+    assert conductor.registry.list_hypervisors() == []
     with pytest.raises(exceptions.HypervisorNotFound):
-        conductor.delete_hypervisor('hv1')
+        conductor.registry.delete_hypervisor('hv1')
 
 
 def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     """A volume the agent reports as already there (not created by this
     request) is kept by the revert; what it created is removed."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
     db.delete_resource('hv1', 'volume', 'tk0vol0')
     task, operation_id = node_task(conductor, two_volumes(), 'tk0')
@@ -570,7 +571,7 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
     """No answer (the agent made the node, the reply was lost): the
     records stay, and the revert asks for removal by owner mark; a
     thing the agent then finds not ours is left, its record dropped."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
     real_request = conductor.agents.request
 
@@ -625,9 +626,9 @@ def test_unannounced_deploy_ends_failed_and_forgets_the_cluster(
     emit = conductor.notifier.emit
     monkeypatch.setattr(conductor.notifier, 'emit', broken)
     with pytest.raises(exceptions.ConductorBusy) as raised:
-        conductor.submit_deploy(make_spec(count=1))
+        conductor.deployments.submit(make_spec(count=1))
     assert 'bus down' in str(raised.value)
-    [operation] = conductor.list_operations()
+    [operation] = conductor.records.list_operations()
     assert operation['state'] == 'failed'
     assert 'did not start it' in operation['error']
     assert 'bus down' in operation['error']
@@ -636,12 +637,12 @@ def test_unannounced_deploy_ends_failed_and_forgets_the_cluster(
     # The cluster is not left locked. (Only this test's patch goes:
     # undo() would also undo the fake hypervisor's.)
     monkeypatch.setattr(conductor.notifier, 'emit', emit)
-    assert conductor.deploy(make_spec(count=1))['changed']
+    assert conductor.deployments.deploy(make_spec(count=1))['changed']
 
 
 def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
         conductor, hypervisor, monkeypatch):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
 
     def shut(*args, **kwargs):
         # stop() shut the pool down after the accepting check.
@@ -649,16 +650,16 @@ def test_submit_racing_a_stop_ends_failed_and_keeps_the_cluster(
 
     monkeypatch.setattr(conductor.operations._pool, 'submit', shut)
     with pytest.raises(exceptions.ConductorBusy) as raised:
-        conductor.submit_teardown('unit')
+        conductor.teardowns.submit('unit')
     assert 'shutting down' in str(raised.value)
-    operation = conductor.list_operations()[-1]
+    operation = conductor.records.list_operations()[-1]
     assert (operation['kind'], operation['state']) == ('teardown', 'failed')
     assert 'shutting down' in operation['error']
     # Deployed before: the record stays, as do its things.
     assert conductor.db.get_cluster('unit').state == 'deployed'
     assert hypervisor.names('domain') == ['tk0']
     monkeypatch.undo()
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
 
 
 def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
@@ -675,7 +676,8 @@ def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
 
     hypervisor.ensure = slow_ensure
     with embedded.embedded(conf) as conductor:
-        first = conductor.submit_deploy(make_spec(count=1, cluster='first'))
+        first = conductor.deployments.submit(make_spec(count=1,
+                                                       cluster='first'))
         # An operation a dead process left running, resumed behind it.
         conductor.db.save_cluster('second', make_spec(
             count=1, cluster='second', bridge_prefix='brs'), 'scheduled')
@@ -683,8 +685,8 @@ def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
         conductor.resume_interrupted()
         outcome = []
         waiter = threading.Thread(target=lambda: outcome.append(
-            pytest.raises(exceptions.OperationFailed, conductor.wait,
-                          second)))
+            pytest.raises(exceptions.OperationFailed,
+                          conductor.operations.wait, second)))
         waiter.start()
         time.sleep(0.2)  # the waiter waits before the stop cancels
         stopper = threading.Thread(target=conductor.stop, args=(10,))
@@ -692,17 +694,17 @@ def test_waiting_on_a_resume_cancelled_by_stop_gives_the_reason(
         waiter.join(10)
         release.set()
         stopper.join(10)
-        assert conductor.get_operation(first)['state'] == 'succeeded'
+        assert conductor.records.get_operation(first)['state'] == 'succeeded'
     message = str(outcome[0].value)
     assert 'Deploy of cluster second failed' in message
     assert 'stopped before it could resume it' in message
     # Handed back as it was, for the next start to resume.
-    assert conductor.get_operation(second)['state'] == 'running'
+    assert conductor.records.get_operation(second)['state'] == 'running'
 
 
 def test_teardown_leaves_a_replaced_thing_and_warns(conductor, hypervisor,
                                                    monkeypatch):
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     real_remove = hypervisor.remove
 
     def remove(kind, name):
@@ -711,7 +713,7 @@ def test_teardown_leaves_a_replaced_thing_and_warns(conductor, hypervisor,
         return real_remove(kind, name)
 
     monkeypatch.setattr(hypervisor, 'remove', remove)
-    result = conductor.teardown('unit')
+    result = conductor.teardowns.teardown('unit')
     [warning] = result['warnings']
     assert warning.startswith('Left parts of node tk1 on hv1: they are no '
                               'longer ours')
@@ -720,7 +722,7 @@ def test_teardown_leaves_a_replaced_thing_and_warns(conductor, hypervisor,
     assert conductor.db.get_cluster('unit') is None
     assert conductor.db.list_resources() == []
     assert conductor.db.list_nodes() == []
-    operation = conductor.list_operations()[-1]
+    operation = conductor.records.list_operations()[-1]
     assert operation['result']['warnings'] == [warning]
 
 
@@ -728,20 +730,20 @@ def test_waiting_on_an_operation_that_has_ended_gives_its_outcome(
         conductor, hypervisor):
     """wait() of an operation that ended before the call (a caller
     waiting on several in turn) reads it from its record."""
-    operation_id = conductor.submit_deploy(make_spec(count=1))
-    first = conductor.wait(operation_id)
-    again = conductor.wait(operation_id)
+    operation_id = conductor.deployments.submit(make_spec(count=1))
+    first = conductor.operations.wait(operation_id)
+    again = conductor.operations.wait(operation_id)
     assert again['operation'] == operation_id
     assert again['changed'] == first['changed']
     hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
         driver='fake', action='define tk1', reason='disk full')
-    failed = conductor.submit_deploy(make_spec(count=2))
+    failed = conductor.deployments.submit(make_spec(count=2))
     with pytest.raises(exceptions.OperationFailed):
-        conductor.wait(failed)
+        conductor.operations.wait(failed)
     with pytest.raises(exceptions.OperationFailed, match='disk full'):
-        conductor.wait(failed)
+        conductor.operations.wait(failed)
     with pytest.raises(exceptions.OperationNotFound):
-        conductor.wait('no-such-operation')
+        conductor.operations.wait('no-such-operation')
 
 
 def test_a_restarted_conductor_waits_for_the_hostagents_it_knew(
@@ -791,9 +793,9 @@ def test_prune_forgets_ended_flows_then_what_the_retention_lets_go(
     hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
         driver='fake', action='define tk1', reason='disk full')
     with pytest.raises(exceptions.OperationFailed):
-        conductor.deploy(make_spec(count=2))
+        conductor.deployments.deploy(make_spec(count=2))
     del hypervisor.fail[('domain', 'tk1')]
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     # A flow of an operation still running (a dead process's) stays.
     running = conductor.operations.create('deploy', 'unit')
     with db.engine.begin() as connection:
@@ -839,10 +841,10 @@ def test_flow_store_forgets_a_flow_once_it_has_run(conductor, hypervisor):
     its run ends, failed or not: a conductor's memory does not grow with
     every operation it ran."""
     memory = conductor.runner.backend.get_connection()
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     assert memory._written == {} and memory._atoms == {}
     hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
         driver='fake', action='define tk1', reason='disk full')
     with pytest.raises(exceptions.OperationFailed):
-        conductor.deploy(make_spec(count=2))
+        conductor.deployments.deploy(make_spec(count=2))
     assert memory._written == {} and memory._atoms == {}

@@ -96,7 +96,7 @@ def test_database_older_than_the_migrations_is_refused(tmp_path):
 def test_state_files_are_private_whatever_the_umask(conf, hypervisor):
     state_dir = conf.state_dir
     with umask(0o022), embedded.embedded(conf) as conductor:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
         db = os.path.join(state_dir, 'state.sqlite')
         # WAL and shared memory exist while a connection is open.
         assert [mode(db + suffix) for suffix in ('', '-wal', '-shm')] == [
@@ -133,7 +133,8 @@ def test_a_directory_the_operator_chose_keeps_its_mode(tmp_path):
 def test_teardown_forgets_the_bmc_password(conf, hypervisor):
     password = secrets.token_hex(10)
     with embedded.embedded(conf) as conductor:
-        conductor.deploy(make_spec(count=2, ipmi_password=password))
+        conductor.deployments.deploy(make_spec(count=2,
+                                               ipmi_password=password))
         # Only the cluster's record holds it, not the flows' details.
         holders = []
         with conductor.db.engine.connect() as connection:
@@ -144,7 +145,7 @@ def test_teardown_forgets_the_bmc_password(conf, hypervisor):
                        for row in rows for value in row):
                     holders.append(table)
         assert holders == ['tenks_clusters']
-        conductor.teardown('unit')
+        conductor.teardowns.teardown('unit')
         assert files_holding(conf.state_dir, password.encode()) == []
     assert files_holding(conf.state_dir, password.encode()) == []
 

@@ -22,7 +22,7 @@ def fault():
 def test_off_unless_asked(conductor, hypervisor, monkeypatch):
     monkeypatch.delenv(faults.ENV, raising=False)
     assert faults.active() is None
-    assert conductor.deploy(make_spec(count=2))['changed']
+    assert conductor.deployments.deploy(make_spec(count=2))['changed']
     assert hypervisor.things
 
 
@@ -32,14 +32,14 @@ def test_a_failed_answer_rolls_the_deploy_back(conductor, hypervisor,
     names the task, and the rollback removes what the request made."""
     fault(fail='node:*')
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     [failed] = raised.value.kwargs['failed_tasks']
     assert failed.startswith('node:')
     assert ('Injected fault: the answer of hv1 to ensure_node of task %s '
             'replaced' % failed) in str(raised.value)
     assert hypervisor.calls['ensure_domain'] == 1
     assert hypervisor.things == {}
-    assert conductor.list_clusters() == []
+    assert conductor.records.list_clusters() == []
 
 
 def test_a_task_without_an_agent_has_its_result_replaced(conductor,
@@ -47,7 +47,7 @@ def test_a_task_without_an_agent_has_its_result_replaced(conductor,
     fault(fail='cluster:commit')
     with pytest.raises(exceptions.OperationFailed,
                        match='the result of task cluster:commit replaced'):
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     assert hypervisor.things == {}
 
 
@@ -57,10 +57,10 @@ def test_one_task_fails_once(conductor, hypervisor, fault):
     installed = fault(fail='node:*')
     spec = make_spec(count=2)
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(spec)
+        conductor.deployments.deploy(spec)
     assert raised.value.kwargs['failed_tasks'] == [installed.failed]
-    assert conductor.deploy(spec)['changed']
-    assert [n['state'] for n in conductor.list_nodes('unit')] == [
+    assert conductor.deployments.deploy(spec)['changed']
+    assert [n['state'] for n in conductor.records.list_nodes('unit')] == [
         'deployed', 'deployed']
 
 
@@ -74,7 +74,7 @@ def test_an_action_at_a_task_boundary(conductor, hypervisor, fault):
         seen.append(sorted(k for k in hypervisor.things))
 
     installed = fault(at=2, action=action)
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     assert installed.tasks[0] == 'cluster:deploying'
     assert installed.tasks[-1] == 'cluster:commit'
     assert len(installed.tasks) == 5
@@ -88,7 +88,7 @@ def test_an_action_at_a_task_boundary(conductor, hypervisor, fault):
 def test_boundary_zero_comes_before_any_task(conductor, hypervisor, fault):
     seen = []
     fault(at=0, action=lambda: seen.append(dict(hypervisor.things)))
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     assert seen == [{}]
 
 
@@ -97,9 +97,9 @@ def test_the_environment_names_the_fault(conductor, hypervisor,
     monkeypatch.setenv(faults.ENV, 'fail:pool:*')
     spec = make_spec(count=1)
     with pytest.raises(exceptions.OperationFailed, match='ensure_pool'):
-        conductor.deploy(spec)
+        conductor.deployments.deploy(spec)
     # Once per process.
-    assert conductor.deploy(spec)['changed']
+    assert conductor.deployments.deploy(spec)['changed']
 
 
 @pytest.mark.parametrize('value,expected', [
@@ -129,7 +129,7 @@ def test_a_host_thing_answered_with_an_error_is_rolled_back(
     fault(fail=task)
     with pytest.raises(exceptions.OperationFailed, match='Injected'):
         # (lo: an interface every host has, not the fake's uplink)
-        conductor.deploy(make_spec(count=1, physnet_mappings={
+        conductor.deployments.deploy(make_spec(count=1, physnet_mappings={
             'physnet1': 'lo'}))
     assert hypervisor.things == {}
     assert conductor.db.list_resources() == []
@@ -143,20 +143,20 @@ def test_a_cluster_whose_first_task_failed_has_its_old_state(
     no other task ran, and the cluster is as it was, not 'failed' (found
     by the fault suite)."""
     if before:
-        conductor.deploy(make_spec(count=before))
+        conductor.deployments.deploy(make_spec(count=before))
     things = dict(hypervisor.things)
     fault(fail='cluster:*')
     with pytest.raises(exceptions.OperationFailed, match='Injected'):
         if operation == 'teardown':
-            conductor.teardown('unit')
+            conductor.teardowns.teardown('unit')
         else:
-            conductor.deploy(make_spec(count=2))
+            conductor.deployments.deploy(make_spec(count=2))
     assert hypervisor.things == things
     if before is None:
-        assert conductor.list_clusters() == []
+        assert conductor.records.list_clusters() == []
     else:
-        assert conductor.get_cluster('unit')['state'] == 'deployed'
-        assert [n['state'] for n in conductor.list_nodes('unit')] == [
+        assert conductor.records.get_cluster('unit')['state'] == 'deployed'
+        assert [n['state'] for n in conductor.records.list_nodes('unit')] == [
             'deployed']
 
 
@@ -166,19 +166,19 @@ def test_a_node_whose_removal_failed_is_marked_failed(conductor, hypervisor,
     may have removed part of the node): the node is recorded failed, not
     deployed, and the error says so rather than that the cluster is
     kept (found by the fault suite); a re-run finishes."""
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     fault(fail='remove:*')
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(make_spec(count=1))
+        conductor.deployments.deploy(make_spec(count=1))
     message = str(raised.value)
     assert 'deployed before is kept' not in message
     assert 'tk1 (failed)' in message
     assert 'run the deploy again to finish' in message
-    assert [(n['name'], n['state']) for n in conductor.list_nodes(
+    assert [(n['name'], n['state']) for n in conductor.records.list_nodes(
         'unit')] == [('tk0', 'deployed'), ('tk1', 'failed')]
-    assert conductor.get_cluster('unit')['state'] == 'failed'
+    assert conductor.records.get_cluster('unit')['state'] == 'failed'
     faults.install(None)
-    conductor.deploy(make_spec(count=1))
-    assert [n['name'] for n in conductor.list_nodes('unit')] == ['tk0']
-    assert conductor.get_cluster('unit')['state'] == 'deployed'
+    conductor.deployments.deploy(make_spec(count=1))
+    assert [n['name'] for n in conductor.records.list_nodes('unit')] == ['tk0']
+    assert conductor.records.get_cluster('unit')['state'] == 'deployed'
     assert ('domain', 'tk1') not in hypervisor.things

@@ -135,7 +135,7 @@ def bigger(count=1, memory_mb=256):
 
 def test_reverting_a_node_update_gives_it_back_what_it_had(conductor,
                                                             hypervisor):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     deployed = state(conductor, hypervisor)
     tasks, store = deployable(conductor, bigger())
     [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNode)]
@@ -179,7 +179,7 @@ def test_a_failed_task_removes_only_what_it_began(conductor, hypervisor):
 
 
 def test_node_and_cluster_records_are_restored(conductor, hypervisor):
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     deployed = state(conductor, hypervisor)
     # On a deployed cluster, a node's update that finishes it, then
     # reverted, leaves the node deployed with its old sizes.

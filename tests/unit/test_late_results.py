@@ -71,12 +71,12 @@ def test_requests_of_a_failed_teardown_never_run_later(services, hypervisor,
     stopped; when it comes back, the requests it finds queued have
     expired: it drops them, and the node stays as recorded."""
     conductor = services.conductor
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     deployed = dict(hypervisor.things)
     services.stop_agent()
     conductor.agents.timeout = TIMEOUT
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.teardown('unit')
+        conductor.teardowns.teardown('unit')
     assert 'Hostagent on hv1 did not answer remove_node' in str(
         raised.value)
     [teardown] = [o for o in conductor.db.list_operations('unit')
@@ -96,7 +96,7 @@ def test_requests_of_a_failed_teardown_never_run_later(services, hypervisor,
     # Failed: a teardown that fails may have removed part of it.
     assert db.get_cluster('unit').state == 'failed'
 
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
     assert hypervisor.things == {}
     assert db.list_clusters() == []
 
@@ -107,7 +107,7 @@ def test_late_removal_forgets_the_node_and_announces_it(conductor,
     """remove_node began before its deadline and ends after its waiter
     gave up: the node's records go, its delete.end is sent, and the
     cluster, short of a node, is failed."""
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     release = threading.Event()
     real_remove = hypervisor.remove
 
@@ -119,7 +119,7 @@ def test_late_removal_forgets_the_node_and_announces_it(conductor,
     monkeypatch.setattr(hypervisor, 'remove', slow_remove)
     conductor.agents.timeout = TIMEOUT
     with pytest.raises(exceptions.OperationFailed):
-        conductor.teardown('unit')
+        conductor.teardowns.teardown('unit')
     db = conductor.db
     tk1 = node(db, 'tk1')
     assert node(db, 'tk0') is None
@@ -135,7 +135,7 @@ def test_late_removal_forgets_the_node_and_announces_it(conductor,
     assert db.get_cluster('unit').state == 'failed'
     assert hypervisor.names('domain') == []
 
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
     assert hypervisor.things == {}
     assert db.list_clusters() == []
 
@@ -147,7 +147,7 @@ def test_late_creation_is_recorded_present(conductor, hypervisor,
     meanwhile, expires and is dropped. What the late answer says was
     made is recorded present, credited to the deploy that made it, so a
     teardown removes it."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     release = threading.Event()
     real_ensure = hypervisor.ensure
 
@@ -159,7 +159,7 @@ def test_late_creation_is_recorded_present(conductor, hypervisor,
     monkeypatch.setattr(hypervisor, 'ensure', slow_ensure)
     conductor.agents.timeout = TIMEOUT
     with pytest.raises(exceptions.OperationFailed):
-        conductor.deploy(make_spec(count=2))
+        conductor.deployments.deploy(make_spec(count=2))
     db = conductor.db
     [deploy] = [o for o in db.list_operations('unit')
                 if o.state == 'failed']
@@ -177,7 +177,7 @@ def test_late_creation_is_recorded_present(conductor, hypervisor,
     assert hypervisor.names('domain') == ['tk0', 'tk1']
     assert hypervisor.calls['remove_node'] == 0
 
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
     assert hypervisor.things == {}
 
 
@@ -194,7 +194,7 @@ def late_request(conductor, effect, things, operation='op-1'):
 def test_an_answer_is_applied_once(conductor, hypervisor):
     """A second copy of the answer (a retry's, or one sent to two
     conductors) finds nothing to do; so does an error."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
     tk0 = node(db, 'tk0')
     things = [(r.kind, r.name) for r in db.list_resources(node=tk0.uuid)]
@@ -213,7 +213,7 @@ def test_a_later_request_supersedes_a_late_answer(conductor, hypervisor):
     """A deploy that records the node again before a late removal's
     answer comes decides what the node is: that answer no longer
     removes its records."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
     tk0 = node(db, 'tk0')
     wanted = [(r.kind, r.name, r.remove_args)
@@ -232,7 +232,7 @@ def test_late_conflict_drops_the_records_of_a_removal(conductor,
     """As a teardown does: what the agent found not ours is left, its
     record dropped; a late ensure that failed leaves the records as
     they were (what may exist stays recorded)."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
     request_id = late_request(conductor, 'ensure', [('bridge', 'brtenks0')])
     conductor.late_results.apply(request_id, 'hv1', error={
@@ -247,7 +247,7 @@ def test_late_conflict_drops_the_records_of_a_removal(conductor,
 def test_late_ensure_credits_only_what_it_created(conductor, hypervisor):
     """A thing the agent says it did not create is not credited to the
     operation, so that operation's revert would not remove it."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
     tk0 = node(db, 'tk0')
     task, operation_id = test_conductor.node_task(

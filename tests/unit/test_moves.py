@@ -130,11 +130,12 @@ def hv2(conf, conductor, monkeypatch, tmp_path):
     agent.start()
     monkeypatch.setattr(conductor.registry, 'hypervisors',
                         lambda: ['hv1', 'hv2'])
-    conductor.register_agent('hv2', agent.manager.facts())
+    conductor.registry.register_agent('hv2', agent.manager.facts())
     # hv1's first heartbeat may have come before the conductor listened.
     hostagent_rpcapi.HostAgentAPI(conductor.bus).ask_to_register()
     deadline = time.monotonic() + 10
-    while not any(h['host'] == 'hv1' for h in conductor.list_hypervisors()):
+    while not any(h['host'] == 'hv1'
+                  for h in conductor.registry.list_hypervisors()):
         assert time.monotonic() < deadline, 'hv1 never registered'
         time.sleep(0.01)
     yield hv
@@ -146,28 +147,28 @@ def wait_all(conductor, answer):
     ended = []
     for operation_id in answer['operations']:
         try:
-            conductor.wait(operation_id)
+            conductor.operations.wait(operation_id)
         except exceptions.TenksError:
             pass  # recorded in the operation
-        ended.append(conductor.get_operation(operation_id))
+        ended.append(conductor.records.get_operation(operation_id))
     return ended
 
 
 def deploy_on_hv1(conductor, hypervisor, count, running=True):
     """Deploy ``count`` nodes, all on hv1 (hv2 disabled meanwhile); tk0
     runs if ``running``."""
-    conductor.update_hypervisor('hv2', False, 'later')
-    conductor.deploy(make_spec(count=count))
+    conductor.registry.update_hypervisor('hv2', False, 'later')
+    conductor.deployments.deploy(make_spec(count=count))
     if running:
         hypervisor.running.add('tk0')
-    conductor.update_hypervisor('hv2', True)
+    conductor.registry.update_hypervisor('hv2', True)
 
 
 def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
         conductor, hypervisor, hv2):
     deploy_on_hv1(conductor, hypervisor, count=2)
 
-    answer = conductor.start_host_maintenance('hv1', 'fans')
+    answer = conductor.maintenance.start('hv1', 'fans')
     [operation] = wait_all(conductor, answer)
     assert operation['state'] == 'succeeded', operation['error']
     assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
@@ -180,24 +181,24 @@ def test_maintenance_moves_every_node_and_rebalance_brings_one_back(
     assert hv2.running == {'tk0'}
     assert {r.hypervisor for r in conductor.db.list_resources('unit')} == {
         'hv2'}
-    assert conductor.get_hypervisor('hv1')['state'] == 'maintenance'
+    assert conductor.registry.describe('hv1')['state'] == 'maintenance'
     # The deploy sees the nodes where they are now: nothing to change.
-    assert conductor.deploy(make_spec(count=2))['changed'] == []
+    assert conductor.deployments.deploy(make_spec(count=2))['changed'] == []
 
-    answer = conductor.stop_host_maintenance('hv1', rebalance=True)
+    answer = conductor.maintenance.stop('hv1', rebalance=True)
     [operation] = wait_all(conductor, answer)
     assert operation['state'] == 'succeeded', operation['error']
     assert {n.name: n.hypervisor for n in conductor.db.list_nodes()} == {
         'tk0': 'hv2', 'tk1': 'hv1'}
     assert hypervisor.names('port') == ['p-tk1-0']
-    assert conductor.get_hypervisor('hv1')['state'] == 'up'
+    assert conductor.registry.describe('hv1')['state'] == 'up'
 
 
 def test_a_move_operation_records_how_many_nodes_it_moved(
         conductor, hypervisor, hv2):
     deploy_on_hv1(conductor, hypervisor, count=2)
-    [started] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
-    [stopped] = wait_all(conductor, conductor.stop_host_maintenance(
+    [started] = wait_all(conductor, conductor.maintenance.start('hv1'))
+    [stopped] = wait_all(conductor, conductor.maintenance.stop(
         'hv1', rebalance=True))
     assert [(o['state'], o['result']['moved']) for o in (
         started, stopped)] == [('succeeded', 2), ('succeeded', 1)]
@@ -209,7 +210,7 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
     before = dict(hypervisor.things)
     hv2.fail[('bmc', 'tk0')] = exceptions.DriverError(
         driver='fake', action='start a BMC', reason='port taken')
-    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
     assert operation['state'] == 'failed'
     assert 'port taken' in operation['error']
     assert 'rolled back to their old hypervisor' in operation['error']
@@ -222,7 +223,7 @@ def test_a_failed_move_leaves_the_node_whole_where_it_was(
     assert hv2.things == {}
     assert {r.hypervisor for r in conductor.db.list_resources('unit')} == {
         'hv1'}
-    teardown = conductor.teardown('unit')
+    teardown = conductor.teardowns.teardown('unit')
     assert teardown['changed']
     assert hypervisor.things == {}
 
@@ -245,7 +246,7 @@ def test_a_failed_move_says_where_each_node_is(conductor, hypervisor,
         return ensure(kind, name, value)
 
     hv2.ensure = ensure_but_tk1s_bmc
-    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
     assert operation['state'] == 'failed'
     assert operation['error'].endswith(
         'those moved stay at their new one: tk0 moved to hv2; tk1 stays '
@@ -259,7 +260,7 @@ def test_a_move_that_fails_at_its_last_step_leaves_the_node_whole_there(
     deploy_on_hv1(conductor, hypervisor, count=1)
     hv2.fail[('start', 'tk0')] = exceptions.DriverError(
         driver='fake', action='start domain tk0', reason='no memory')
-    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
     assert operation['state'] == 'failed'
     assert 'no memory' in operation['error']
     assert operation['error'].endswith('tk0 moved to hv2')
@@ -275,7 +276,7 @@ def test_a_move_that_fails_at_its_last_step_leaves_the_node_whole_there(
             for r in conductor.db.list_resources('unit')} == {
         ('hv2', kind, name) for kind, name in hv2.things}
     # A teardown finds everything where the record says.
-    assert conductor.teardown('unit')['changed']
+    assert conductor.teardowns.teardown('unit')['changed']
     assert hv2.things == {}
 
 
@@ -284,7 +285,7 @@ def test_a_move_between_hostagents_of_one_libvirt_is_refused_first(
     deploy_on_hv1(conductor, hypervisor, count=1)
     before = dict(hypervisor.things)
     hv2.libvirt_daemon = hypervisor.libvirt_daemon
-    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
     assert operation['state'] == 'failed'
     assert 'hv2: it shares the libvirt %s with hv1' % (
         hypervisor.libvirt_daemon) in operation['error']
@@ -300,13 +301,13 @@ def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,
     deploy_on_hv1(conductor, hypervisor, count=1, running=False)
     conductor.locks.acquire('unit')
     try:
-        answer = conductor.start_host_maintenance('hv1')
+        answer = conductor.maintenance.start('hv1')
     finally:
         conductor.locks.release('unit')
     assert answer['operations'] == []
     assert 'locked by another operation' in answer['refused']['unit']
     # In maintenance all the same: a second start moves what is left.
-    assert conductor.get_hypervisor('hv1')['state'] == 'maintenance'
-    [operation] = wait_all(conductor, conductor.start_host_maintenance('hv1'))
+    assert conductor.registry.describe('hv1')['state'] == 'maintenance'
+    [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
     assert operation['state'] == 'succeeded', operation['error']
     assert [n.hypervisor for n in conductor.db.list_nodes()] == ['hv2']

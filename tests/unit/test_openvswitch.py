@@ -87,7 +87,7 @@ def ovs_spec(count=1):
 def test_an_ovs_cluster_is_made_and_removed_by_the_ovs_driver(
         typed_conductor, hypervisor):
     spec = ovs_spec()
-    typed_conductor.deploy(spec)
+    typed_conductor.deployments.deploy(spec)
     made = sorted(hypervisor.things)
     assert ('openvswitch:bridge', 'brtenks0') in made
     assert ('openvswitch:uplink', 'brtenks0') in made
@@ -100,14 +100,14 @@ def test_an_ovs_cluster_is_made_and_removed_by_the_ovs_driver(
     # with its uplink, before the node's port.
     del hypervisor.things[('openvswitch:bridge', 'brtenks0')]
     del hypervisor.things[('openvswitch:port', 'p-tk0-0')]
-    changes = typed_conductor.plan(spec)['changes']
+    changes = typed_conductor.deployments.plan(spec)['changes']
     assert {(c['resource'], c['action'], c['old']) for c in changes} == {
         ('bridge brtenks0', 'repair', 'missing'),
         ('port p-tk0-0', 'repair', 'missing')}
-    typed_conductor.deploy(spec)
+    typed_conductor.deployments.deploy(spec)
     assert sorted(hypervisor.things) == made
 
-    typed_conductor.teardown('unit')
+    typed_conductor.teardowns.teardown('unit')
     assert not [k for k, _ in hypervisor.things if ':' in k]
 
 
@@ -283,10 +283,10 @@ def test_a_linux_bridge_deploy_reads_no_open_vswitch_marks(
     asked = []
     monkeypatch.setattr(TypedNetwork, 'marks', lambda self, names: (
         asked.append((self.name, sorted(names))) or {}))
-    typed_conductor.deploy(ovs_spec())
-    typed_conductor.deploy(dict(ovs_spec(), cluster='lb',
-                                bridge_prefix='brlb',
-                                bridge_type='linuxbridge'))
+    typed_conductor.deployments.deploy(ovs_spec())
+    typed_conductor.deployments.deploy(dict(ovs_spec(), cluster='lb',
+                                            bridge_prefix='brlb',
+                                            bridge_type='linuxbridge'))
     assert [name for name, names in asked if names] == [
         'openvswitch', 'linuxbridge']
 

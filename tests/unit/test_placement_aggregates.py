@@ -113,13 +113,13 @@ def nodes(conductor, cloud):
     """Two nodes on hv1, recorded as enrolled in Ironic, each with a
     provider (as nova-compute makes them) in a foreign aggregate."""
     # The embedded hostagent registers as it starts.
-    while not conductor.list_hypervisors():
+    while not conductor.registry.list_hypervisors():
         time.sleep(0.01)
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     uuids = [n.uuid for n in conductor.db.list_nodes()]
     assert {n.hypervisor for n in conductor.db.list_nodes()} == {'hv1'}
-    conductor.register_agent('hv2', {'host': 'hv2', 'cpus': 4,
-                                     'memory_mb': 4096})
+    conductor.registry.register_agent('hv2', {'host': 'hv2', 'cpus': 4,
+                                              'memory_mb': 4096})
     conductor.db.begin_resources('unit', 'openstack', 'op', [
         ('ironic_node', u, {'uuid': u}) for u in uuids])
     for u in uuids:
@@ -129,43 +129,43 @@ def nodes(conductor, cloud):
 
 def test_add_and_remove_host_keep_placement_in_step(conductor, cloud,
                                                     nodes):
-    a1 = conductor.create_aggregate('a1', 'az1')
-    a2 = conductor.create_aggregate('a2')
+    a1 = conductor.aggregates.create('a1', 'az1')
+    a2 = conductor.aggregates.create('a2')
     other = str(uuid.uuid4())
     cloud.add(other, [FOREIGN])  # not a node of Tenks
-    assert conductor.add_aggregate_host('a1', 'hv1')['warnings'] == []
-    conductor.add_aggregate_host('a2', 'hv1')
+    assert conductor.aggregates.add_host('a1', 'hv1')['warnings'] == []
+    conductor.aggregates.add_host('a2', 'hv1')
     for u in nodes:
         assert cloud.aggregates(u) == {FOREIGN, a1['uuid'], a2['uuid']}
     # A host without nodes: nothing to ask Placement.
     cloud.calls.clear()
-    conductor.add_aggregate_host('a2', 'hv2')
+    conductor.aggregates.add_host('a2', 'hv2')
     assert cloud.calls == []
 
-    conductor.update_hypervisor('hv1', False, 'moving')
-    assert conductor.remove_aggregate_host('a1', 'hv1')['warnings'] == []
+    conductor.registry.update_hypervisor('hv1', False, 'moving')
+    assert conductor.aggregates.remove_host('a1', 'hv1')['warnings'] == []
     for u in nodes:
         assert cloud.aggregates(u) == {FOREIGN, a2['uuid']}
     # Somebody else's provider in a Tenks aggregate is not Tenks' to
     # change.
     cloud.aggregates(other).add(a2['uuid'])
-    conductor.remove_aggregate_host('a2', 'hv1')
-    conductor.update_hypervisor('hv2', False, 'moving')
-    conductor.remove_aggregate_host('a2', 'hv2')
+    conductor.aggregates.remove_host('a2', 'hv1')
+    conductor.registry.update_hypervisor('hv2', False, 'moving')
+    conductor.aggregates.remove_host('a2', 'hv2')
     for u in nodes:
         assert cloud.aggregates(u) == {FOREIGN}
-    assert conductor.delete_aggregate('a2') == {'warnings': []}
+    assert conductor.aggregates.delete('a2') == {'warnings': []}
     assert cloud.aggregates(other) == {FOREIGN, a2['uuid']}
 
 
 def test_a_deleted_aggregate_leaves_the_providers_it_was_left_on(
         conductor, cloud, nodes):
-    a1 = conductor.create_aggregate('a1')
-    conductor.add_aggregate_host('a1', 'hv1')
-    conductor.update_hypervisor('hv1', False)
+    a1 = conductor.aggregates.create('a1')
+    conductor.aggregates.add_host('a1', 'hv1')
+    conductor.registry.update_hypervisor('hv1', False)
     cloud.refuse = 503
     # Placement failed: the host left the aggregate, its providers not.
-    left = conductor.remove_aggregate_host('a1', 'hv1')
+    left = conductor.aggregates.remove_host('a1', 'hv1')
     assert left['hosts'] == []
     assert left['warnings'] == [
         'Placement answered HTTP 503 to GET /resource_providers/%s/'
@@ -174,7 +174,7 @@ def test_a_deleted_aggregate_leaves_the_providers_it_was_left_on(
         % (u, i, u) for i, u in enumerate(nodes)]
     cloud.refuse = None
     cloud.calls.clear()
-    assert conductor.delete_aggregate('a1') == {'warnings': []}
+    assert conductor.aggregates.delete('a1') == {'warnings': []}
     assert cloud.calls[0] == ('GET', '/resource_providers?member_of=%s'
                               % a1['uuid'])
     for u in nodes:
@@ -183,19 +183,19 @@ def test_a_deleted_aggregate_leaves_the_providers_it_was_left_on(
 
 def test_placement_refusals_are_warnings_and_the_change_stands(
         conductor, cloud, nodes):
-    conductor.create_aggregate('a1')
+    conductor.aggregates.create('a1')
     cloud.refuse = 403
-    added = conductor.add_aggregate_host('a1', 'hv1')
+    added = conductor.aggregates.add_host('a1', 'hv1')
     assert added['hosts'] == ['hv1']
     assert len(added['warnings']) == 2
     assert added['warnings'][0].startswith(
         'Placement answered HTTP 403 to GET /resource_providers/%s/'
         'aggregates; the resource provider of node tk0' % nodes[0])
-    assert conductor.get_aggregate('a1')['hosts'] == ['hv1']
+    assert conductor.aggregates.get('a1')['hosts'] == ['hv1']
 
 
 def test_a_concurrent_writer_is_merged_with(conductor, cloud, nodes):
-    a1 = conductor.create_aggregate('a1')
+    a1 = conductor.aggregates.create('a1')
     theirs = str(uuid.uuid4())
 
     def meddle(rp):
@@ -205,20 +205,20 @@ def test_a_concurrent_writer_is_merged_with(conductor, cloud, nodes):
             cloud.providers[rp]['generation'] += 1
 
     cloud.meddle = meddle
-    assert conductor.add_aggregate_host('a1', 'hv1')['warnings'] == []
+    assert conductor.aggregates.add_host('a1', 'hv1')['warnings'] == []
     for u in nodes:
         assert cloud.aggregates(u) == {FOREIGN, theirs, a1['uuid']}
 
 
 def test_a_writer_that_always_wins_ends_in_a_warning(conductor, cloud,
                                                      nodes):
-    conductor.create_aggregate('a1')
+    conductor.aggregates.create('a1')
 
     def meddle(rp):
         cloud.providers[rp]['generation'] += 1
 
     cloud.meddle = meddle
-    warnings = conductor.add_aggregate_host('a1', 'hv1')['warnings']
+    warnings = conductor.aggregates.add_host('a1', 'hv1')['warnings']
     assert warnings[0].startswith(
         'Placement kept answering HTTP 409 (a concurrent change) to PUT '
         '/resource_providers/%s/aggregates after 5 attempts' % nodes[0])
@@ -229,7 +229,7 @@ def test_join_after_a_deploy(conductor, cloud, nodes):
     # No aggregate: Placement is not asked.
     assert pa.join(conductor.db, conductor.cloud.connection, names) == []
     assert cloud.calls == []
-    a1 = conductor.create_aggregate('a1')
+    a1 = conductor.aggregates.create('a1')
     conductor.db.add_aggregate_host(a1['id'], 'hv1')  # no mirror yet
     del cloud.providers[nodes[1]]  # nova-compute has not made it yet
     assert pa.join(conductor.db, conductor.cloud.connection, names) == [
@@ -261,9 +261,9 @@ def test_join_after_a_deploy(conductor, cloud, nodes):
 
 def test_a_deploy_that_changes_nothing_joins_new_providers(
         conductor, cloud, nodes):
-    a1 = conductor.create_aggregate('a1')
+    a1 = conductor.aggregates.create('a1')
     conductor.db.add_aggregate_host(a1['id'], 'hv1')  # no mirror yet
-    result = conductor.deploy(make_spec(count=2))
+    result = conductor.deployments.deploy(make_spec(count=2))
     assert (result['changed'], result['warnings']) == ([], [])
     for u in nodes:
         assert cloud.aggregates(u) == {FOREIGN, a1['uuid']}
@@ -271,8 +271,8 @@ def test_a_deploy_that_changes_nothing_joins_new_providers(
 
 def test_a_removed_node_leaves_tenks_aggregates_only(conductor, cloud,
                                                       nodes, monkeypatch):
-    a1 = conductor.create_aggregate('a1')
-    conductor.add_aggregate_host('a1', 'hv1')
+    a1 = conductor.aggregates.create('a1')
+    conductor.aggregates.add_host('a1', 'hv1')
     monkeypatch.setattr(ironic, 'delete_node',
                         lambda conn, conf, uuid, force: True)
     svc = type('Svc', (), {'db': conductor.db, 'cloud': conductor.cloud})
@@ -289,9 +289,9 @@ def test_a_removed_node_leaves_tenks_aggregates_only(conductor, cloud,
 
 def test_a_pass_changes_only_the_providers_out_of_step(conductor, cloud,
                                                        nodes):
-    a1 = conductor.create_aggregate('a1')
-    a2 = conductor.create_aggregate('a2')
-    conductor.add_aggregate_host('a1', 'hv1')
+    a1 = conductor.aggregates.create('a1')
+    a2 = conductor.aggregates.create('a2')
+    conductor.aggregates.add_host('a1', 'hv1')
     cloud.calls.clear()
     # All in step: one member_of query per aggregate, nothing else.
     assert conductor.aggregates.mirror_all() == []
@@ -322,8 +322,8 @@ def test_a_pass_changes_only_the_providers_out_of_step(conductor, cloud,
 
 
 def test_passes_run_until_the_mirror_stops(conductor, cloud, nodes):
-    a1 = conductor.create_aggregate('a1')
-    conductor.add_aggregate_host('a1', 'hv1')
+    a1 = conductor.aggregates.create('a1')
+    conductor.aggregates.add_host('a1', 'hv1')
     cloud.aggregates(nodes[0]).clear()
     conductor.aggregates.start_mirror(0.05)
     try:
@@ -341,8 +341,8 @@ def test_passes_run_until_the_mirror_stops(conductor, cloud, nodes):
 def test_a_node_without_its_ironic_record_leaves(conductor, cloud, nodes):
     # Its removal deleted the Ironic node and its record: a pass that
     # read the node list before must not put its provider back.
-    a1 = conductor.create_aggregate('a1')
-    conductor.add_aggregate_host('a1', 'hv1')
+    a1 = conductor.aggregates.create('a1')
+    conductor.aggregates.add_host('a1', 'hv1')
     conductor.db.delete_resource('openstack', 'ironic_node', nodes[0])
     outcome = pa.sync(conductor.db, conductor.cloud.connection,
                       {u: 'hv1' for u in nodes})

@@ -186,10 +186,10 @@ def test_only_admins_see_what_is_admin_only_of_hypervisors(conductor):
     facts = {'host': 'hv2', 'cpus': 4, 'memory_mb': 4096,
              'physnet_mappings': {'physnet1': 'eth1'},
              'ipmi_address': '192.0.2.2'}
-    conductor.register_agent('hv2', facts)
-    conductor.create_aggregate('rack1', 'az1')
-    conductor.add_aggregate_host('rack1', 'hv2')
-    conductor.update_hypervisor('hv2', False, 'fan broken')
+    conductor.registry.register_agent('hv2', facts)
+    conductor.aggregates.create('rack1', 'az1')
+    conductor.aggregates.add_host('rack1', 'hv2')
+    conductor.registry.update_hypervisor('hv2', False, 'fan broken')
     api = conductor_rpcapi.ConductorAPI(conductor.bus)
     public = {'host', 'enabled', 'maintenance', 'last_seen', 'answered_at',
               'state', 'nodes'}
@@ -220,7 +220,7 @@ def test_only_admins_see_deployment_uuids(conductor, hypervisor,
     mark is in an answer (a warning of a teardown) or an error (a plan
     refused for another deployment's Redfish emulator)."""
     api = conductor_rpcapi.ConductorAPI(conductor.bus)
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     deployment = conductor.db.get_cluster('unit').uuid
     for context in (READER, MEMBER):
         assert 'uuid' not in api.get_cluster(context, 'unit')
@@ -252,7 +252,7 @@ def test_only_admins_see_deployment_uuids(conductor, hypervisor,
 
     monkeypatch.setattr(fakes.FakeVirt, 'remove_domain', not_ours)
     operation_id = api.teardown_cluster(MEMBER, 'unit')
-    conductor.wait(operation_id)
+    conductor.operations.wait(operation_id)
     mark = names.agent_owner(names.owner('unit', deployment), 'hv1')
     assert mark in json.dumps(api.get_operation(ADMIN, operation_id))
     for context in (READER, MEMBER):

@@ -77,10 +77,10 @@ def names(conductor):
 
 
 def test_count_up_adds_nodes_and_keeps_the_others(conductor, hypervisor):
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     before = {key: value for key, value in hypervisor.things.items()}
     macs = {nic['mac'] for n in conductor.db.list_nodes() for nic in n.nics}
-    result = conductor.deploy(make_spec(count=4))
+    result = conductor.deployments.deploy(make_spec(count=4))
     assert names(conductor) == ['tk0', 'tk1', 'tk2', 'tk3']
     assert_agree(conductor, hypervisor)
     # What was there is untouched; the new ones take fresh MACs and
@@ -95,8 +95,8 @@ def test_count_up_adds_nodes_and_keeps_the_others(conductor, hypervisor):
 
 
 def test_count_down_removes_the_newest_first(conductor, hypervisor):
-    conductor.deploy(make_spec(count=4))
-    result = conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=4))
+    result = conductor.deployments.deploy(make_spec(count=2))
     assert names(conductor) == ['tk0', 'tk1']
     assert_agree(conductor, hypervisor)
     assert {c['node'] for c in result['plan'] if c['action'] == 'delete'
@@ -106,16 +106,16 @@ def test_count_down_removes_the_newest_first(conductor, hypervisor):
     tk0 = next(n for n in db.list_nodes() if n.name == 'tk0')
     db.update_node(tk0.uuid, created_at=datetime.datetime.now(
         datetime.timezone.utc) + datetime.timedelta(hours=1))
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     assert names(conductor) == ['tk1']
     assert_agree(conductor, hypervisor)
     assert hypervisor.names('bmc') == ['tk1']
 
 
 def test_resize_redefines_the_domains_in_place(conductor, hypervisor):
-    conductor.deploy(sized(count=2))
+    conductor.deployments.deploy(sized(count=2))
     uuids = sorted(n.uuid for n in conductor.db.list_nodes())
-    conductor.deploy(sized(count=2, memory_mb=256, vcpus=2))
+    conductor.deployments.deploy(sized(count=2, memory_mb=256, vcpus=2))
     assert sorted(n.uuid for n in conductor.db.list_nodes()) == uuids
     for name in ('tk0', 'tk1'):
         domain = hypervisor.things[('domain', name)]
@@ -124,22 +124,22 @@ def test_resize_redefines_the_domains_in_place(conductor, hypervisor):
 
 
 def test_a_running_node_is_resized_only_when_forced(conductor, hypervisor):
-    conductor.deploy(sized(count=1))
+    conductor.deployments.deploy(sized(count=1))
     hypervisor.running.add('tk0')
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(sized(count=1, memory_mb=256))
+        conductor.deployments.deploy(sized(count=1, memory_mb=256))
     assert 'tk0' in str(raised.value) and 'memory_mb' in str(raised.value)
     assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 128
     assert_agree(conductor, hypervisor)
-    conductor.deploy(sized(count=1, memory_mb=256), force=True)
+    conductor.deployments.deploy(sized(count=1, memory_mb=256), force=True)
     assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 256
     assert 'tk0' in hypervisor.running
     assert_agree(conductor, hypervisor)
 
 
 def test_volume_added_and_grown(conductor, hypervisor):
-    conductor.deploy(sized(count=1))
-    conductor.deploy(sized(count=1, volumes=('2GiB', '1GiB')))
+    conductor.deployments.deploy(sized(count=1))
+    conductor.deployments.deploy(sized(count=1, volumes=('2GiB', '1GiB')))
     assert hypervisor.things[('volume', 'tk0vol0')] == 2 * 1024 ** 3
     assert hypervisor.things[('volume', 'tk0vol1')] == 1024 ** 3
     domain = hypervisor.things[('domain', 'tk0')]
@@ -148,9 +148,10 @@ def test_volume_added_and_grown(conductor, hypervisor):
 
 
 def test_nic_added_then_removed(conductor, hypervisor):
-    conductor.deploy(sized(count=1))
+    conductor.deployments.deploy(sized(count=1))
     [mac] = [nic['mac'] for nic in conductor.db.list_nodes()[0].nics]
-    conductor.deploy(sized(count=1, physnets=('physnet1', 'physnet2')))
+    conductor.deployments.deploy(sized(count=1,
+                                       physnets=('physnet1', 'physnet2')))
     assert hypervisor.names('port') == ['p-tk0-0', 'p-tk0-1']
     assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1']
     [node] = conductor.db.list_nodes()
@@ -158,7 +159,8 @@ def test_nic_added_then_removed(conductor, hypervisor):
     assert node.nics[0]['mac'] == mac
     assert_agree(conductor, hypervisor)
     # Back to one network: the NIC goes, and the bridge no node uses.
-    conductor.deploy(sized(count=1, physical_networks=['physnet1']))
+    conductor.deployments.deploy(sized(count=1,
+                                       physical_networks=['physnet1']))
     assert hypervisor.names('port') == ['p-tk0-0']
     assert hypervisor.names('bridge') == ['brtenks0']
     assert [r.name for r in conductor.db.list_resources('unit')
@@ -169,41 +171,45 @@ def test_nic_added_then_removed(conductor, hypervisor):
 def test_bridges_keep_their_names_while_their_physnets_exist(
         conductor, hypervisor):
     three = ['physnet1', 'physnet2', 'physnet3']
-    conductor.deploy(sized(count=1, physnets=('physnet2', 'physnet3'),
-                           physical_networks=three,
-                           physnet_mappings={'physnet2': 'lo'}))
+    conductor.deployments.deploy(sized(
+        count=1, physnets=('physnet2', 'physnet3'),
+        physical_networks=three,
+        physnet_mappings={'physnet2': 'lo'}))
     assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1',
                                           'brtenks2']
     uplinks = sorted(name for kind, name in hypervisor.things
                      if kind == 'uplink')
     # physnet1 goes: physnet2 and physnet3 keep their bridges, and the
     # uplink stays where it is.
-    conductor.deploy(sized(count=1, physnets=('physnet2', 'physnet3'),
-                           physical_networks=three[1:],
-                           physnet_mappings={'physnet2': 'lo'}))
+    conductor.deployments.deploy(sized(
+        count=1, physnets=('physnet2', 'physnet3'),
+        physical_networks=three[1:],
+        physnet_mappings={'physnet2': 'lo'}))
     assert hypervisor.names('bridge') == ['brtenks1', 'brtenks2']
     assert sorted(name for kind, name in hypervisor.things
                   if kind == 'uplink') == uplinks
     [node] = conductor.db.list_nodes()
     assert [nic['bridge'] for nic in node.nics] == ['brtenks1', 'brtenks2']
     # A new physnet takes the lowest index no bridge of the cluster has.
-    conductor.deploy(sized(count=1, physnets=('physnet2', 'physnet3'),
-                           physical_networks=three[1:] + ['physnet4'],
-                           physnet_mappings={'physnet2': 'lo'}))
+    conductor.deployments.deploy(sized(
+        count=1, physnets=('physnet2', 'physnet3'),
+        physical_networks=three[1:] + ['physnet4'],
+        physnet_mappings={'physnet2': 'lo'}))
     assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1',
                                           'brtenks2']
     # One that comes as another goes never takes the index of the one
     # going: its bridge is removed at the end of that same deploy.
-    conductor.deploy(sized(count=1, physnets=('physnet2',),
-                           physical_networks=['physnet2', 'physnet4',
-                                              'physnet5'],
-                           physnet_mappings={'physnet2': 'lo'}))
+    conductor.deployments.deploy(sized(
+        count=1, physnets=('physnet2',),
+        physical_networks=['physnet2', 'physnet4',
+        'physnet5'],
+        physnet_mappings={'physnet2': 'lo'}))
     assert hypervisor.names('bridge') == ['brtenks0', 'brtenks1',
                                           'brtenks3']
     assert conductor.db.get_cluster('unit').spec['physnet_indices'] == {
         'physnet2': 1, 'physnet4': 0, 'physnet5': 3}
     assert_agree(conductor, hypervisor)
-    conductor.teardown('unit')
+    conductor.teardowns.teardown('unit')
     assert hypervisor.things == {}
 
 
@@ -213,17 +219,17 @@ def test_a_physnet_only_the_hostagent_maps(conductor, hypervisor, conf):
     spec = sized(count=1, physnets=('physnet1', 'pn9'),
                  physical_networks=['physnet1'])
     with pytest.raises(exceptions.NoValidHost) as raised:
-        conductor.deploy(spec)
+        conductor.deployments.deploy(spec)
     assert ('node type small: its physical network pn9 is neither declared '
             '(physical_networks) nor mapped by a hypervisor (mapped: none)'
             in str(raised.value))
     assert hypervisor.things == {}
     conf.set_override('physnet_mappings', {'pn9': 'lo'}, group='hostagent')
-    plan = conductor.plan(spec)
+    plan = conductor.deployments.plan(spec)
     assert plan['notes'] == [
         'physical network physnet1 is mapped on no hypervisor: its bridges '
         'are isolated, with no uplink']
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     [node] = conductor.db.list_nodes()
     assert [(nic['physnet'], nic['bridge']) for nic in node.nics] == [
         ('physnet1', 'brtenks0'), ('pn9', 'brtenks1')]
@@ -240,7 +246,8 @@ def test_a_physnet_mapped_to_the_host_s_uplink_needs_an_opt_in(
     for source, why in (('eth0', 'what its default route leaves by'),
                         ('lo', 'the loopback interface')):
         spec = sized(count=1, physnet_mappings={'physnet1': source})
-        for attempt in (conductor.plan, conductor.deploy):
+        for attempt in (conductor.deployments.plan,
+                        conductor.deployments.deploy):
             with pytest.raises(exceptions.UplinkRefused) as raised:
                 attempt(spec)
             assert str(raised.value) == (
@@ -248,8 +255,9 @@ def test_a_physnet_mapped_to_the_host_s_uplink_needs_an_opt_in(
                 "bridge would take over the host's own traffic; list it in "
                 "allow_host_uplinks to map it all the same" % (source, why))
         assert hypervisor.things == {}
-    conductor.deploy(sized(count=1, physnet_mappings={'physnet1': 'lo'},
-                           allow_host_uplinks=['lo']))
+    conductor.deployments.deploy(sized(
+        count=1, physnet_mappings={'physnet1': 'lo'},
+        allow_host_uplinks=['lo']))
     assert ('uplink', 'brtenks0') in hypervisor.things
 
 
@@ -263,9 +271,9 @@ def two_entries(order=(0, 1)):
 
 
 def test_reordering_specs_runs_no_flow(conductor, hypervisor):
-    conductor.deploy(two_entries())
+    conductor.deployments.deploy(two_entries())
     before = snapshot(conductor, hypervisor)
-    result = conductor.deploy(two_entries(order=(1, 0)))
+    result = conductor.deployments.deploy(two_entries(order=(1, 0)))
     assert result['changed'] == [] and result['plan'] == []
     # No flow ran, none was saved.
     with pytest.raises(tf_exceptions.NotFound):
@@ -281,7 +289,7 @@ def test_reordering_specs_runs_no_flow(conductor, hypervisor):
     # And a count changed afterwards goes to the right entry.
     grown = two_entries(order=(1, 0))
     grown['specs'][0]['count'] = 2
-    conductor.deploy(grown)
+    conductor.deployments.deploy(grown)
     assert names(conductor) == ['a0', 'a1', 'b0', 'b1']
     assert hypervisor.things[('domain', 'b1')]['memory_mb'] == 256
 
@@ -313,7 +321,7 @@ def fail_new_definition(hypervisor, monkeypatch, name, memory_mb,
 
 def test_a_failed_reconfigure_rolls_everything_back(conductor, hypervisor,
                                                     monkeypatch):
-    conductor.deploy(sized(count=2))
+    conductor.deployments.deploy(sized(count=2))
     before = snapshot(conductor, hypervisor)
 
     def others_done():
@@ -327,8 +335,8 @@ def test_a_failed_reconfigure_rolls_everything_back(conductor, hypervisor,
     # Grow and resize at once; tk1's resize fails once tk2 is made and
     # tk0 resized, with a new volume.
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.deploy(sized(count=3, memory_mb=256,
-                               volumes=('1GiB', '1GiB')))
+        conductor.deployments.deploy(sized(count=3, memory_mb=256,
+                                           volumes=('1GiB', '1GiB')))
     message = str(raised.value)
     assert 'define tk1: no memory' in message
     assert held == [True]
@@ -344,7 +352,8 @@ def test_a_failed_reconfigure_rolls_everything_back(conductor, hypervisor,
     # The same deploy without the fault applies it all.
     monkeypatch.setattr(hypervisor, 'ensure', type(hypervisor).ensure.__get__(
         hypervisor))
-    conductor.deploy(sized(count=3, memory_mb=256, volumes=('1GiB', '1GiB')))
+    conductor.deployments.deploy(sized(count=3, memory_mb=256,
+                                       volumes=('1GiB', '1GiB')))
     assert names(conductor) == ['tk0', 'tk1', 'tk2']
     assert_agree(conductor, hypervisor)
     assert conductor.db.get_cluster('unit').state == 'deployed'
@@ -352,11 +361,11 @@ def test_a_failed_reconfigure_rolls_everything_back(conductor, hypervisor,
 
 def test_a_failed_reconfigure_removes_no_node(conductor, hypervisor,
                                               monkeypatch):
-    conductor.deploy(sized(count=3))
+    conductor.deployments.deploy(sized(count=3))
     before = snapshot(conductor, hypervisor)
     fail_new_definition(hypervisor, monkeypatch, 'tk0', 256)
     with pytest.raises(exceptions.OperationFailed):
-        conductor.deploy(sized(count=1, memory_mb=256))
+        conductor.deployments.deploy(sized(count=1, memory_mb=256))
     assert names(conductor) == ['tk0', 'tk1', 'tk2']
     after = snapshot(conductor, hypervisor)
     assert after['things'] == before['things']
@@ -388,7 +397,7 @@ def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
     engine = conductor.db.engine
     sa.event.listen(engine, 'before_cursor_execute', counted)
     try:
-        conductor.deploy(make_spec(count=count))
+        conductor.deployments.deploy(make_spec(count=count))
     finally:
         sa.event.remove(engine, 'before_cursor_execute', counted)
     assert names(conductor) == ['tk%d' % i for i in range(count)]
@@ -406,7 +415,7 @@ def test_sql_statements_per_node_of_a_deploy(conductor, hypervisor):
 def test_a_rerun_that_changes_nothing_writes_only_its_operation(
         conductor, hypervisor):
     spec = make_spec(count=8)
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     statements = []
 
     def counted(conn, cursor, statement, parameters, context, many):
@@ -416,7 +425,7 @@ def test_a_rerun_that_changes_nothing_writes_only_its_operation(
     engine = conductor.db.engine
     sa.event.listen(engine, 'before_cursor_execute', counted)
     try:
-        assert conductor.deploy(spec)['changed'] == []
+        assert conductor.deployments.deploy(spec)['changed'] == []
     finally:
         sa.event.remove(engine, 'before_cursor_execute', counted)
     writes = collections.Counter(s for s in statements
@@ -430,29 +439,29 @@ def test_a_rerun_that_changes_nothing_writes_only_its_operation(
 
 
 def test_plan_shows_the_changes_and_makes_none(conductor, hypervisor):
-    conductor.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2))
     before = snapshot(conductor, hypervisor)
-    operations = conductor.list_operations()
-    plan = conductor.plan(make_spec(count=3))
+    operations = conductor.records.list_operations()
+    plan = conductor.deployments.plan(make_spec(count=3))
     assert {(c['node'], c['resource'], c['action'])
             for c in plan['changes']} == {
         ('tk2', 'domain', 'create'), ('tk2', 'volume tk2vol0', 'create'),
         ('tk2', 'port p-tk2-0', 'create'), ('tk2', 'bmc', 'create')}
     assert not plan['destructive']
-    assert conductor.plan(make_spec(count=1))['destructive']
+    assert conductor.deployments.plan(make_spec(count=1))['destructive']
     assert snapshot(conductor, hypervisor) == before
-    assert conductor.list_operations() == operations
+    assert conductor.records.list_operations() == operations
 
 
 def test_plan_refuses_what_deploy_refuses(conductor, hypervisor):
     """Another cluster with this one's bridge prefix: the plan fails as
     the deploy does, naming the clash, and neither changes anything."""
-    conductor.deploy(make_spec(count=1))
+    conductor.deployments.deploy(make_spec(count=1))
     before = snapshot(conductor, hypervisor)
     other = make_spec(cluster='other', specs=[
         {'type': 'small', 'count': 1, 'node_name_prefix': 'o'}])
     errors = []
-    for attempt in (conductor.plan, conductor.deploy):
+    for attempt in (conductor.deployments.plan, conductor.deployments.deploy):
         with pytest.raises(exceptions.InterfaceConflict) as raised:
             attempt(other)
         errors.append(str(raised.value))
@@ -471,7 +480,7 @@ def test_plan_and_deploy_refuse_a_domain_or_volume_not_theirs(
     hypervisor.fail[('volume', 'tk0vol0')] = fakes.conflict('volume',
                                                             'tk0vol0')
     errors = []
-    for attempt in (conductor.plan, conductor.deploy):
+    for attempt in (conductor.deployments.plan, conductor.deployments.deploy):
         with pytest.raises(exceptions.NameConflict) as raised:
             attempt(make_spec(count=2))
         errors.append(str(raised.value))
@@ -493,15 +502,15 @@ def test_an_unexpected_plan_error_is_one_clean_error(conductor, hypervisor,
 
     monkeypatch.setattr(planner, 'plan_deploy', broken)
     with pytest.raises(exceptions.OperationFailed) as raised:
-        conductor.plan(make_spec(count=1))
+        conductor.deployments.plan(make_spec(count=1))
     assert str(raised.value) == (
         "Plan of cluster unit failed: KeyError: 'physnet9'")
 
 
 def test_ipmi_port_range_change_moves_the_bmcs(conductor, hypervisor):
-    conductor.deploy(make_spec(count=2))
-    conductor.deploy(make_spec(count=2, ipmi_port_range_start=6240,
-                               ipmi_port_range_end=6250))
+    conductor.deployments.deploy(make_spec(count=2))
+    conductor.deployments.deploy(make_spec(count=2, ipmi_port_range_start=6240,
+                                           ipmi_port_range_end=6250))
     assert sorted(value[1] for (kind, _), value in hypervisor.things.items()
                   if kind == 'bmc') == [6240, 6241]
     assert_agree(conductor, hypervisor)

@@ -317,7 +317,7 @@ def test_a_wildcard_address_overlaps_every_other():
 
 def test_a_mixed_cluster_deploys_and_tears_down(conductor, hypervisor):
     spec = mixed_spec(ipmi=1, redfish=2, redfish_port=9100)
-    conductor.deploy(spec)
+    conductor.deployments.deploy(spec)
     owner = 'tenks:unit:%s' % conductor.db.get_cluster('unit').uuid
     assert hypervisor.names('bmc') == ['ip0']
     assert hypervisor.names('system') == ['rf0', 'rf1']
@@ -328,7 +328,7 @@ def test_a_mixed_cluster_deploys_and_tears_down(conductor, hypervisor):
     # The emulator's port taken by another process: refused at once.
     hypervisor.busy_tcp_ports.add(9101)
     with pytest.raises(exceptions.EndpointInUse):
-        conductor.deploy(dict(spec, redfish_port=9101))
-    assert conductor.deploy(spec)['changed'] == []
-    conductor.teardown('unit')
+        conductor.deployments.deploy(dict(spec, redfish_port=9101))
+    assert conductor.deployments.deploy(spec)['changed'] == []
+    conductor.teardowns.teardown('unit')
     assert hypervisor.names('system') == [] == hypervisor.names('bmc')

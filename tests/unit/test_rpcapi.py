@@ -192,7 +192,7 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
     api = ContextBound(conductor_rpcapi.ConductorAPI(conductor.bus),
                        policy.admin_context())
     operation_id = api.deploy_cluster(make_spec(count=1))
-    conductor.wait(operation_id)
+    conductor.operations.wait(operation_id)
     assert api.get_operation(operation_id)['state'] == 'succeeded'
     assert [o['id'] for o in api.list_operations('unit')] == [operation_id]
     assert api.get_cluster('unit')['state'] == 'deployed'
@@ -215,7 +215,7 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
             'volumes': [{'capacity': '512MiB'}],
             'physical_networks': ['physnet1']}}))
     forced = api.deploy_cluster(make_spec(count=2), force=True)
-    conductor.wait(forced)
+    conductor.operations.wait(forced)
     assert len(api.list_nodes('unit')) == 2
     with pytest.raises(exceptions.HypervisorInUse):
         api.delete_hypervisor('hv1')
@@ -225,7 +225,7 @@ def test_every_client_call_reaches_its_handler(conductor, hypervisor):
     conductor.operations.create('deploy', 'unit', make_spec(count=1))
     with pytest.raises(exceptions.SpecChanged):
         api.deploy_cluster(make_spec(count=2))
-    conductor.wait(api.teardown_cluster('unit'))
+    conductor.operations.wait(api.teardown_cluster('unit'))
     with pytest.raises(exceptions.ClusterNotFound):
         api.teardown_cluster('unit')
 

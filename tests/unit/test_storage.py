@@ -280,7 +280,7 @@ def test_plan_and_deploy_refuse_a_new_node_whose_existing_volume_is_gone(
         conductor, hypervisor):
     spec = typed({'capacity': '1GiB'}, {'existing': USER})
     errors = []
-    for attempt in (conductor.plan, conductor.deploy):
+    for attempt in (conductor.deployments.plan, conductor.deployments.deploy):
         with pytest.raises(exceptions.ExistingVolumesGone) as refused:
             attempt(spec)
         errors.append(str(refused.value))
@@ -298,12 +298,12 @@ def test_an_existing_volume_gone_after_deploy_is_refused_by_plan_and_re_run(
     hypervisor.things[('existing', 'default', 'keep.qcow2')] = {
         'capacity': 4096, 'format': 'raw'}
     spec = typed({'capacity': '1GiB'}, {'existing': USER})
-    conductor.deploy(spec)
-    assert conductor.plan(spec)['changes'] == []
+    conductor.deployments.deploy(spec)
+    assert conductor.deployments.plan(spec)['changes'] == []
     del hypervisor.things[('existing', 'default', 'keep.qcow2')]
     before = dict(hypervisor.things)
     errors = []
-    for attempt in (conductor.plan, conductor.deploy):
+    for attempt in (conductor.deployments.plan, conductor.deployments.deploy):
         with pytest.raises(exceptions.ExistingVolumesGone) as refused:
             attempt(spec)
         errors.append(str(refused.value))
@@ -316,7 +316,7 @@ def test_an_existing_volume_gone_after_deploy_is_refused_by_plan_and_re_run(
     # Put back, the node is as it was: nothing to do.
     hypervisor.things[('existing', 'default', 'keep.qcow2')] = {
         'capacity': 4096, 'format': 'raw'}
-    assert conductor.plan(spec)['changes'] == []
+    assert conductor.deployments.plan(spec)['changes'] == []
 
 
 def test_a_backing_file_of_another_image_is_a_conflict():
@@ -585,7 +585,7 @@ def test_plan_and_deploy_refuse_a_device_a_logical_pool_may_not_take(
     hypervisor.unfit_devices['/dev/loop7'] = 'holds ext4 (at offset 0x438)'
     spec = logical('/dev/sdb', '/dev/loop7')
     errors = []
-    for attempt in (conductor.plan, conductor.deploy):
+    for attempt in (conductor.deployments.plan, conductor.deployments.deploy):
         with pytest.raises(exceptions.DeviceRefused) as refused:
             attempt(spec)
         errors.append(str(refused.value))
@@ -598,8 +598,8 @@ def test_plan_and_deploy_refuse_a_device_a_logical_pool_may_not_take(
     assert conductor.db.get_cluster('unit') is None
     # Opted in: the device is the pool's, and the plan asks first.
     spec = logical('/dev/sdb', {'path': '/dev/loop7', 'wipe': True})
-    assert conductor.plan(spec)['destructive']
-    conductor.deploy(spec)
+    assert conductor.deployments.plan(spec)['destructive']
+    conductor.deployments.deploy(spec)
     assert hypervisor.names('pool') == ['tenks-unit']
 
 
