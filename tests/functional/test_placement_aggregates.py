@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tenks import policy
-from tenks.cli import embedded
+from tenks.cli import client
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
 from tests.functional import openstack_fixtures as of
@@ -179,16 +179,16 @@ def spec(env, count, **top):
 
 
 def admin(env, method, *args):
-    """A call of the conductor's aggregate API (embedded, as admin), once
+    """A call of the conductor's API (embedded, as admin), once
     the local hostagent has registered."""
-    with embedded.embedded(env.conf) as conductor:
+    with client.EmbeddedClient(env.conf) as tenks:
         deadline = time.monotonic() + 30
-        while not conductor.registry.list_hypervisors():
+        while not tenks.list_hypervisors():
             assert time.monotonic() < deadline, 'the hostagent never came'
             time.sleep(0.1)
         if method == 'host':
-            return conductor.registry.list_hypervisors()[0]['host']
-        return getattr(conductor, method)(*args)
+            return tenks.list_hypervisors()[0]['host']
+        return getattr(tenks, method)(*args)
 
 
 def test_providers_follow_their_hypervisors_aggregates(env, cloud):
