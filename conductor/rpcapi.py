@@ -149,7 +149,8 @@ class ConductorAPI:
     def deploy_cluster(self, context, spec, force=False):
         """Start deploying ``spec`` (a dict); return its operation id."""
         if force:
-            # An older conductor cannot take force: nothing to drop.
+            # Never left out for an older conductor: it changes what
+            # the deploy may do.
             return self._call(context, 'deploy_cluster', '1.2', ['force'],
                               spec=spec, force=True)
         return self._call(context, 'deploy_cluster', spec=spec)
