@@ -108,6 +108,8 @@ def interface_conflicts(spec, wanted, facts, recorded):
 
 # The spec field that names each kind of a node's parts.
 NAMED_BY = {'volume': 'vol_name_prefix'}
+# The parts of new nodes check_new_nodes reads.
+NEW_NODE_PARTS = ('domain', 'volume')
 
 
 def check_new_nodes(agents, plan, passwords, operation=None):
@@ -131,7 +133,12 @@ def check_new_nodes(agents, plan, passwords, operation=None):
             operation,
             nodes=[hostagent_rpcapi.node_request(e['new'], passwords)
                    for e in entries],
-            owner=plan['owner'], parts=['domain', 'volume'])['nodes']
+            owner=plan['owner'], parts=list(NEW_NODE_PARTS))['nodes']
+        # An agent older than 1.7 (under an [upgrade_levels] cap) reads
+        # every part.
+        found = {node: [part for part in parts
+                        if part[0] in NEW_NODE_PARTS]
+                 for node, parts in found.items()}
         drift.update(found)
         for entry in entries:
             field = 'specs[%d].%%s' % entry['new']['record']['spec_index']

@@ -30,6 +30,16 @@ from tenks.exceptions, and they are all a caller can get:
 * audit (1.6, admin): PolicyNotAuthorized only; what it cannot read is
   an ``unchecked`` entry of its answer.
 
+During a rolling upgrade the client sends no message newer than the
+cap [upgrade_levels] conductor of its bus's configuration sets (the
+oldest conductor's version; see tenks.rpc.Bus.get_client). Each call is
+sent at the oldest version that carries it, so most are 1.0's;
+deploy_cluster and teardown_cluster send ``force`` only when it is
+true. A call the cap does not allow (a method newer than it, or
+``force`` before 1.2 or 1.4: an older conductor would refuse it, and it
+cannot be left out) raises VersionCapped, naming it, the version it
+needs and the cap, before anything is sent.
+
 API version history:
 
 * 1.0 - Initial version: report_result and register_agent (casts from
@@ -109,9 +119,12 @@ class ConductorAPI:
         if retry is not None:
             self.client = self.client.prepare(retry=retry)
 
-    def _call(self, context, method, version='1.0', **kwargs):
-        return self.client.prepare(version=version).call(
-            policy.to_dict(context), method, **kwargs)
+    def _call(self, context, method, version='1.0', newer=(), **kwargs):
+        """Call ``method`` at ``version``; ``newer``: the optional
+        arguments that need it (VersionCapped names them)."""
+        with rpc.capped(rpc.CONDUCTOR_TOPIC, method, newer):
+            return self.client.prepare(version=version).call(
+                policy.to_dict(context), method, **kwargs)
 
     # From hostagents
 
@@ -119,22 +132,26 @@ class ConductorAPI:
                       result=None, error=None):
         """Hand the outcome of ``request_id`` to the conductor waiting."""
         cctxt = self.client.prepare(server=conductor, version='1.0')
-        cctxt.cast(policy.to_dict(context), 'report_result',
-                   request_id=request_id, host=host, result=result,
-                   error=error)
+        with rpc.capped(rpc.CONDUCTOR_TOPIC, 'report_result'):
+            cctxt.cast(policy.to_dict(context), 'report_result',
+                       request_id=request_id, host=host, result=result,
+                       error=error)
 
     def register_agent(self, context, host, facts):
         """Register or heartbeat hostagent ``host`` with its facts."""
-        self.client.prepare(version='1.0').cast(
-            policy.to_dict(context), 'register_agent', host=host,
-            facts=facts)
+        with rpc.capped(rpc.CONDUCTOR_TOPIC, 'register_agent'):
+            self.client.prepare(version='1.0').cast(
+                policy.to_dict(context), 'register_agent', host=host,
+                facts=facts)
 
     # For operators and other services
 
     def deploy_cluster(self, context, spec, force=False):
         """Start deploying ``spec`` (a dict); return its operation id."""
         if force:
-            return self._call(context, 'deploy_cluster', version='1.2',
+            # Never left out for an older conductor: it changes what
+            # the deploy may do.
+            return self._call(context, 'deploy_cluster', '1.2', ['force'],
                               spec=spec, force=True)
         return self._call(context, 'deploy_cluster', spec=spec)
 
@@ -151,7 +168,7 @@ class ConductorAPI:
         """Start tearing cluster ``name`` down; return its operation id.
         ``force``: remove nodes Ironic has deployed too."""
         if force:
-            return self._call(context, 'teardown_cluster', version='1.4',
+            return self._call(context, 'teardown_cluster', '1.4', ['force'],
                               name=name, force=True)
         return self._call(context, 'teardown_cluster', name=name)
 

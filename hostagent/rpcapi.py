@@ -41,6 +41,18 @@ name that is not ``owner``'s: ensure_node would refuse), ``stopped`` (a
 BMC as asked that does not run) or ``smaller`` (a volume to grow). It
 reads each kind of thing once for all the nodes.
 
+During a rolling upgrade a conductor sends no cast newer than the cap
+[upgrade_levels] hostagent sets (the oldest hostagent's version). Under
+it, a cast is sent in the older form where one does the same: without
+``parts`` (inspect_nodes then reads every kind of part; the caller reads
+what it asked for), and below 1.6 with its deadline still in the
+context but not asking for 1.6 (an older agent runs it whenever it
+comes, as it always did). A method newer than the cap, and an
+argument newer than it that changes what the agent does (``bridge_type``,
+``pool_type``, ``devices``, ``wipe``, the Redfish endpoint of inspect),
+raise VersionCapped, naming them, the version needed and the cap, before
+anything is sent. register_now is not sent below 1.1.
+
 API version history:
 
 * 1.0 - Initial version: inspect; ensure/remove of pool, volume, bridge,
@@ -206,6 +218,10 @@ SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'clean': '1.10'}
 # What a cast with a deadline asks for (every method has it).
 DEADLINES = '1.6'
+# Optional arguments an older agent can do without, left out when the
+# cap does not let the client send the version that brought them:
+# without ``parts``, inspect_nodes reads and reports every kind of part.
+DROPPABLE = {'parts'}
 
 
 def node_request(view, passwords, gone=None):
@@ -266,20 +282,40 @@ class HostAgentAPI:
             raise TypeError('%s takes %s (and optionally %s), got %s' % (
                 method, sorted(expected), sorted(optional), sorted(kwargs)))
         # The newest version of what the request uses: an older agent
-        # refuses it rather than ignore a part of it.
-        versions = [SINCE.get(method, '1.0')]
-        versions += [OPTIONAL_SINCE.get(arg, '1.4')
-                     for arg in set(kwargs) & optional]
+        # refuses it rather than ignore a part of it. Under a cap, what
+        # an older agent can do without is left out instead.
+        since = SINCE.get(method, '1.0')
+        versions = [since]
+        beyond = []
+        for arg in sorted(set(kwargs) & optional):
+            needs = OPTIONAL_SINCE.get(arg, '1.4')
+            if not self.client.can_send_version(needs):
+                if arg in DROPPABLE:
+                    del kwargs[arg]
+                    continue
+                beyond.append(arg)
+            versions.append(needs)
         context = {}
         if deadline is not None:
             context = {'operation': operation, 'deadline': deadline}
-            versions.append(DEADLINES)
+            # Under a cap below 1.6 it goes at the older version: an
+            # older agent runs the request whenever it comes, as it
+            # always did; a newer one still drops it when late.
+            if self.client.can_send_version(DEADLINES):
+                versions.append(DEADLINES)
         version = max(versions, key=lambda v: tuple(map(int, v.split('.'))))
         cctxt = self.client.prepare(server=host, version=version)
-        cctxt.cast(context, method, request_id=request_id,
-                   reply_to=reply_to, **kwargs)
+        # Named only when the method itself may be sent.
+        if not self.client.can_send_version(since):
+            beyond = []
+        with rpc.capped(rpc.HOSTAGENT_TOPIC, method, beyond):
+            cctxt.cast(context, method, request_id=request_id,
+                       reply_to=reply_to, **kwargs)
 
     def ask_to_register(self):
-        """Ask every hostagent to register with its facts now."""
-        self.client.prepare(fanout=True, version='1.1').cast(
-            {}, 'register_now')
+        """Ask every hostagent to register with its facts now; not
+        under a cap below 1.1 (the agents register at their next
+        heartbeat)."""
+        if self.client.can_send_version('1.1'):
+            self.client.prepare(fanout=True, version='1.1').cast(
+                {}, 'register_now')

@@ -305,6 +305,32 @@ openstack_opts = [
 ]
 
 
+# A version of an RPC API, as oslo.messaging takes it.
+RPC_VERSION_REGEX = r'^[0-9]+\.[0-9]+$'
+
+upgrade_levels_opts = [
+    cfg.StrOpt('conductor',
+               regex=RPC_VERSION_REGEX,
+               help='The newest version of the conductor RPC API this '
+                    'service\'s clients send (the CLI, a hostagent, '
+                    'another service), as Nova\'s [upgrade_levels]: set '
+                    'it to the version of the oldest conductor while '
+                    'older conductors still run during a rolling '
+                    'upgrade, and remove it once all are upgraded. A '
+                    'call that needs a newer version fails at once '
+                    '(VersionCapped), naming it. Unset: no cap.'),
+    cfg.StrOpt('hostagent',
+               regex=RPC_VERSION_REGEX,
+               help='The newest version of the hostagent RPC API a '
+                    'conductor sends: the version of the oldest '
+                    'hostagent while older ones still run during a '
+                    'rolling upgrade. Requests are sent in the older '
+                    'form where one exists; one that needs a newer '
+                    'hostagent fails at once (VersionCapped), naming '
+                    'it. Unset: no cap.'),
+]
+
+
 SERVICE_GROUPS = ('conductor', 'hostagent')
 
 
@@ -315,7 +341,14 @@ def register(conf):
     conf.register_opts(hostagent_opts, group='hostagent')
     conf.register_opts(openstack_opts, group='openstack')
     conf.register_opts(scheduler_opts, group='scheduler')
+    register_upgrade_levels(conf)
     return conf
+
+
+def register_upgrade_levels(conf):
+    """[upgrade_levels], which the RPC clients read: also registered by
+    tenks.rpc on the ConfigOpts of another service's bus."""
+    conf.register_opts(upgrade_levels_opts, group='upgrade_levels')
 
 
 class ConfigOpts(cfg.ConfigOpts):
@@ -354,6 +387,7 @@ def list_opts():
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
         ('scheduler', scheduler_opts),
+        ('upgrade_levels', upgrade_levels_opts),
     ] + rpc.UNLISTED_OPTS
 
 

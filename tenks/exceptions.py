@@ -111,6 +111,16 @@ class NothingToResume(TenksError):
                'created nothing; run it again')
 
 
+class VersionCapped(TenksError):
+    """A call needs a newer version of an RPC API than [upgrade_levels]
+    lets its client send; raised before anything is sent."""
+
+    msg_fmt = ('%(call)s needs version %(version)s of the %(service)s RPC '
+               'API, above its cap %(cap)s ([upgrade_levels] %(service)s, '
+               'set while older %(service)ss run): it can run once every '
+               '%(service)s is upgraded and the cap is raised or removed')
+
+
 class ConductorBusy(TenksError):
     msg_fmt = 'Conductor %(host)s takes no new operation: %(reason)s'
 

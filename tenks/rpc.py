@@ -7,6 +7,7 @@ bus. With no ``transport_url`` configured, Tenks runs embedded on the
 in-memory transport: the same code path, in one process.
 """
 
+import contextlib
 import functools
 import logging
 
@@ -21,10 +22,15 @@ from oslo_messaging._metrics import client as metrics_client  # noqa: E402
 from oslo_messaging._tracing import client as tracing_client  # noqa: E402
 from oslo_messaging.notify import notifier as msg_notifier  # noqa: E402
 
+from tenks import conf as tenks_conf  # noqa: E402
+from tenks import exceptions  # noqa: E402
 from tenks import memory_transport  # noqa: E402
 
 CONDUCTOR_TOPIC = 'tenks-conductor'
 HOSTAGENT_TOPIC = 'tenks-hostagent'
+# The service of each topic: its [upgrade_levels] option caps the
+# versions its clients send.
+SERVICES = {CONDUCTOR_TOPIC: 'conductor', HOSTAGENT_TOPIC: 'hostagent'}
 EMBEDDED_TRANSPORT_URL = 'kombu+memory:////'
 
 # Errors that keep their type when a call crosses the bus.
@@ -59,9 +65,11 @@ UNLISTED_OPTS = [
 
 
 def register_opts(conf):
-    """Register oslo.messaging's options on a private ConfigOpts."""
+    """Register oslo.messaging's options on a private ConfigOpts, and
+    [upgrade_levels], which the clients read."""
     for group, opts in messaging_opts.list_opts() + UNLISTED_OPTS:
         conf.register_opts(opts, group=group)
+    tenks_conf.register_upgrade_levels(conf)
 
 
 def configured_transport_url(conf):
@@ -71,6 +79,22 @@ def configured_transport_url(conf):
     if location == cfg.Locations.opt_default:
         return None
     return conf.transport_url
+
+
+@contextlib.contextmanager
+def capped(topic, method, arguments=()):
+    """Raise VersionCapped, naming ``method`` (sent with the optional
+    ``arguments``), for the RPCVersionCapError of a message that the
+    client's [upgrade_levels] cap does not let it send."""
+    try:
+        yield
+    except messaging.RPCVersionCapError as e:
+        call = method
+        if arguments:
+            call += ' with %s' % ', '.join(sorted(arguments))
+        raise exceptions.VersionCapped(
+            call=call, method=method, version=e.version, cap=e.version_cap,
+            service=SERVICES[topic]) from None
 
 
 class Bus:
@@ -105,8 +129,23 @@ class Bus:
         return self.url == EMBEDDED_TRANSPORT_URL
 
     def get_client(self, topic, version):
+        """A client of the API of ``topic`` at ``version``, which sends
+        no message newer than [upgrade_levels] <its service>."""
         target = messaging.Target(topic=topic, version=version)
-        return messaging.get_rpc_client(self.transport, target)
+        return messaging.get_rpc_client(
+            self.transport, target,
+            version_cap=self.version_cap(topic, version))
+
+    def version_cap(self, topic, version):
+        service = SERVICES[topic]
+        cap = self.conf.upgrade_levels[service]
+        if cap is not None and cap.split('.')[0] != version.split('.')[0]:
+            raise exceptions.ConfigError(
+                reason='[upgrade_levels] %s = %s: the %s RPC API of this '
+                       'Tenks is %s, and a cap must have its major version '
+                       '(%s.x)' % (service, cap, service, version,
+                                   version.split('.')[0]))
+        return cap
 
     def get_server(self, topic, server, endpoints):
         target = messaging.Target(topic=topic, server=server)

@@ -5,6 +5,7 @@ version the server serves."""
 import functools
 import inspect
 
+import oslo_messaging as messaging
 import pytest
 from oslo_utils import versionutils
 
@@ -12,37 +13,35 @@ from conductor import manager as conductor_manager
 from conductor import rpcapi as conductor_rpcapi
 from hostagent import manager as hostagent_manager
 from hostagent import rpcapi as hostagent_rpcapi
+from tenks import conf as tenks_conf
 from tenks import exceptions
 from tenks import policy
 from tenks import rpc
+from tenks.cli import embedded
 from tests.unit.conftest import make_spec
 
 
-class RecordingClient:
-    """Stands in for an oslo.messaging RPCClient; records each message."""
+class Bus(rpc.Bus):
+    """The real clients, on a transport that records each message
+    instead of sending it. ``caps``: {service: its [upgrade_levels]
+    cap}."""
 
-    def __init__(self, sent, **options):
-        self.sent = sent
-        self.options = options
-
-    def prepare(self, **options):
-        return RecordingClient(self.sent, **dict(self.options, **options))
-
-    def call(self, context, method, **kwargs):
-        self.sent.append(('call', method, kwargs, self.options))
-
-    def cast(self, context, method, **kwargs):
-        self.sent.append(('cast', method, kwargs,
-                          dict(self.options, context=context)))
-
-
-class Bus:
-
-    def __init__(self):
+    def __init__(self, **caps):
+        conf = tenks_conf.new_conf()
+        conf([], default_config_files=[])
+        for service, cap in caps.items():
+            conf.set_override(service, cap, group='upgrade_levels')
+        super().__init__(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
         self.sent = []
+        self.transport._send = self._record
 
-    def get_client(self, topic, version):
-        return RecordingClient(self.sent, topic=topic, version=version)
+    def _record(self, target, context, message, wait_for_reply=False,
+                **options):
+        options = {'topic': target.topic, 'server': target.server,
+                   'fanout': target.fanout, 'version': message['version'],
+                   'context': context}
+        self.sent.append(('call' if wait_for_reply else 'cast',
+                          message['method'], message['args'], options))
 
 
 def public_methods(cls):
@@ -136,7 +135,7 @@ def test_ask_to_register_reaches_every_hostagent():
     hostagent_rpcapi.HostAgentAPI(bus).ask_to_register()
     [(kind, target, kwargs, options)] = bus.sent
     assert (kind, target, kwargs) == ('cast', 'register_now', {})
-    assert options['fanout'] and 'server' not in options
+    assert options['fanout'] and options['server'] is None
     assert options['topic'] == rpc.HOSTAGENT_TOPIC
     assert versionutils.is_compatible(options['version'],
                                       hostagent_manager.RPC_API_VERSION)
@@ -288,3 +287,140 @@ def test_optional_arguments_ask_for_the_version_that_brought_them():
              wipe=['/dev/sdb'])
     assert [options['version'] for _, _, _, options in bus.sent] == [
         '1.7', '1.7', '1.4', '1.6', '1.8']
+
+
+# Version caps ([upgrade_levels]): rolling upgrades
+
+
+def test_a_call_newer_than_the_conductor_cap_fails_naming_it():
+    """Nothing is sent: an older conductor would refuse it."""
+    bus = Bus(conductor='1.1')
+    api = conductor_rpcapi.ConductorAPI(bus)
+    context = policy.admin_context()
+    with pytest.raises(exceptions.VersionCapped) as raised:
+        api.plan_cluster(context, make_spec(count=1))
+    assert str(raised.value) == (
+        'plan_cluster needs version 1.2 of the conductor RPC API, above '
+        'its cap 1.1 ([upgrade_levels] conductor, set while older '
+        'conductors run): it can run once every conductor is upgraded and '
+        'the cap is raised or removed')
+    with pytest.raises(exceptions.VersionCapped) as raised:
+        api.deploy_cluster(context, make_spec(count=1), force=True)
+    assert str(raised.value).startswith(
+        'deploy_cluster with force needs version 1.2 of the conductor RPC '
+        'API, above its cap 1.1')
+    assert bus.sent == []
+    # What the cap allows is sent as before.
+    api.deploy_cluster(context, make_spec(count=1))
+    api.delete_hypervisor(context, 'hv1')
+    assert [(m, o['version']) for _, m, _, o in bus.sent] == [
+        ('deploy_cluster', '1.0'), ('delete_hypervisor', '1.1')]
+
+
+def test_a_hostagent_capped_at_1_0_still_registers_and_reports():
+    bus = Bus(conductor='1.0')
+    api = conductor_rpcapi.ConductorAPI(bus)
+    api.register_agent(policy.service_context(), 'hv1', {'cpus': 1})
+    api.report_result(policy.service_context(), 'c1', 'r', 'hv1', {})
+    assert [(m, o['version']) for _, m, _, o in bus.sent] == [
+        ('register_agent', '1.0'), ('report_result', '1.0')]
+
+
+def test_a_request_newer_than_the_hostagent_cap_fails_naming_it():
+    bus = Bus(hostagent='1.8')
+    api = hostagent_rpcapi.HostAgentAPI(bus)
+    with pytest.raises(exceptions.VersionCapped) as raised:
+        api.cast('hv1', 'ensure_bmc', 'req', 'c1', deadline=1.0,
+                 domain='d', address='a', port=1, username='u',
+                 password='p', owner='o')
+    assert str(raised.value).startswith(
+        'ensure_bmc needs version 1.9 of the hostagent RPC API, above its '
+        'cap 1.8 ([upgrade_levels] hostagent')
+    # An argument an older agent cannot do without.
+    capped = hostagent_rpcapi.HostAgentAPI(Bus(hostagent='1.7'))
+    with pytest.raises(exceptions.VersionCapped) as raised:
+        capped.cast('hv1', 'ensure_pool', 'req', 'c1', name='p', path='/p',
+                    owner='o', pool_type='logical', devices=['/dev/sdb'],
+                    wipe=['/dev/sdb'])
+    assert str(raised.value).startswith(
+        'ensure_pool with wipe needs version 1.8 of the hostagent RPC API, '
+        'above its cap 1.7')
+    assert raised.value.kwargs['method'] == 'ensure_pool'
+    assert bus.sent == []
+
+
+def test_a_capped_conductor_sends_the_older_form_of_a_request():
+    """Under 1.7 inspect_nodes goes without ``parts`` (an agent of 1.6
+    would refuse it); under 1.6 a request keeps its deadline in its
+    context but asks for no more than the request itself needs."""
+    sent = {}
+    for cap in (None, '1.6', '1.5'):
+        bus = Bus(**({'hostagent': cap} if cap else {}))
+        api = hostagent_rpcapi.HostAgentAPI(bus)
+        api.cast('hv1', 'inspect_nodes', 'req', 'c1', operation='op',
+                 deadline=1.0, nodes=[], owner='o', parts=['domain'])
+        api.cast('hv1', 'ensure_bridge', 'req', 'c1', operation='op',
+                 deadline=1.0, name='b', owner='o',
+                 bridge_type='openvswitch')
+        sent[cap] = [(kwargs, options['version'], options['context'])
+                     for _, _, kwargs, options in bus.sent]
+    deadline = {'operation': 'op', 'deadline': 1.0}
+    inspect = dict(request_id='req', reply_to='c1', nodes=[], owner='o')
+    bridge = dict(request_id='req', reply_to='c1', name='b', owner='o',
+                  bridge_type='openvswitch')
+    # No cap: as before.
+    assert sent[None] == [(dict(inspect, parts=['domain']), '1.7', deadline),
+                          (bridge, '1.6', deadline)]
+    assert sent['1.6'] == [(inspect, '1.6', deadline),
+                           (bridge, '1.6', deadline)]
+    assert sent['1.5'] == [(inspect, '1.4', deadline),
+                           (bridge, '1.4', deadline)]
+
+
+def test_register_now_is_not_sent_below_its_version():
+    bus = Bus(hostagent='1.0')
+    hostagent_rpcapi.HostAgentAPI(bus).ask_to_register()
+    assert bus.sent == []
+
+
+def test_a_cap_of_another_major_version_is_refused_naming_it():
+    with pytest.raises(exceptions.ConfigError) as raised:
+        conductor_rpcapi.ConductorAPI(Bus(conductor='2.0'))
+    assert str(raised.value) == (
+        'Invalid configuration: [upgrade_levels] conductor = 2.0: the '
+        'conductor RPC API of this Tenks is 1.6, and a cap must have its '
+        'major version (1.x)')
+
+
+class AgentOf16(hostagent_manager.HostAgentManager):
+    """A hostagent of API 1.6: inspect_nodes takes no ``parts``."""
+
+    target = messaging.Target(version='1.6')
+
+    def inspect_nodes(self, context, request_id, reply_to, nodes, owner):
+        super().inspect_nodes(context, request_id, reply_to, nodes, owner)
+
+
+def test_a_capped_conductor_works_with_older_hostagents(conf, hypervisor,
+                                                         monkeypatch):
+    """A rolling upgrade: the conductor is newer than its hostagents of
+    1.6 and [upgrade_levels] hostagent = 1.6. It plans, deploys and
+    tears down; its check of new nodes reads the domains and volumes of
+    the agent's whole answer only, as a newer agent gives them: a BMC
+    of another owner is no name conflict of the plan."""
+    monkeypatch.setattr(hostagent_manager, 'HostAgentManager', AgentOf16)
+    conf.set_override('hostagent', '1.6', group='upgrade_levels')
+    # Without the cap the agent would never answer: fail fast.
+    conf.set_override('agent_timeout', 2, group='conductor')
+    conf.set_override('agent_retries', 0, group='conductor')
+    hypervisor.things[('bmc', 'tk0')] = ('127.0.0.1', 6230)
+    hypervisor.bmc_owners['tk0'] = 'somebody else'
+    with embedded.embedded(conf) as conductor:
+        plan = conductor.deployments.plan(make_spec(count=1))
+        assert {(c['node'], c['resource'], c['action'])
+                for c in plan['changes']} >= {('tk0', 'domain', 'create')}
+        del hypervisor.things[('bmc', 'tk0')], hypervisor.bmc_owners['tk0']
+        conductor.deployments.deploy(make_spec(count=1))
+        assert ('domain', 'tk0') in hypervisor.things
+        conductor.teardowns.teardown('unit')
+    assert hypervisor.things == {}

@@ -164,3 +164,27 @@ def test_an_operators_malloc_tuning_is_kept(monkeypatch):
     monkeypatch.delenv('GLIBC_TUNABLES', raising=False)
     monkeypatch.setenv('MALLOC_ARENA_MAX', '4')
     runtime.tune_malloc()
+
+
+def test_a_cap_that_is_no_version_is_named_with_its_file(tmp_path):
+    conf = parse(tmp_path, GOOD % (tmp_path / 'state')
+                 + '[upgrade_levels]\nconductor = dalmatian\n')
+    [problem] = daemon.validate(conf, 'hostagent')
+    assert problem.startswith('[upgrade_levels] conductor (in %s): Value '
+                              "'dalmatian' doesn't match regex"
+                              % (tmp_path / 'tenks.conf'))
+
+
+def test_a_cap_of_another_major_version_stops_the_service(tmp_path):
+    """Found as the service makes its clients: it does not start."""
+    from conductor import rpcapi
+    path = tmp_path / 'tenks.conf'
+    path.write_text(GOOD % (tmp_path / 'state')
+                    + '[upgrade_levels]\nconductor = 2.1\n')
+    with pytest.raises(SystemExit) as raised:
+        daemon.run('hostagent', lambda conf, bus: rpcapi.ConductorAPI(bus),
+                   argv=['--config-file', str(path)])
+    assert str(raised.value) == (
+        'tenks-hostagent: Invalid configuration: [upgrade_levels] conductor '
+        '= 2.1: the conductor RPC API of this Tenks is 1.6, and a cap must '
+        'have its major version (1.x), not starting')
