@@ -1,14 +1,11 @@
 """Tasks shared by every phase, and the names of the store's keys."""
 
-from oslo_log import log as logging
 from taskflow import task
 
 from flows import context
+from flows import ledger
 from tenks import exceptions
-from tenks import states
 from tenks.db import api as db_api
-
-LOG = logging.getLogger(__name__)
 
 # Store keys: JSON values only, injected when a flow is loaded.
 OPERATION_ID = 'operation_id'
@@ -38,18 +35,15 @@ def late_remove(cluster, things):
 class EnsureResource(task.Task):
     """Create one thing on a hypervisor through its hostagent.
 
-    The thing is recorded as 'creating', credited to this operation,
-    before the request (so a crash between the two leaves a record), and
-    'present' once the agent answers. It stays credited to this
-    operation only if the agent says this request created it.
+    Its record follows the ledger's rules (flows.ledger): 'creating'
+    before the request, 'present' once the agent answers, credited to
+    this operation only if this request created it.
 
     Reversion strategy: remove only what this operation created: what
     the agent said it created, or what it was asked to create without an
     answer (a timeout, a crash) or with an error (an agent that failed
     half way may not have undone it: libvirt gone), removed by owner
-    mark, so a thing the agent finds not ours (ResourceConflict) is left
-    and its record dropped. A record kept because removal failed lets a
-    re-run or a teardown finish the job.
+    mark; its record goes or stays as the ledger says.
     """
 
     kind = None
@@ -96,37 +90,19 @@ class EnsureResource(task.Task):
     def execute(self, operation_id, cluster):
         svc = context.get()
         key = (self.kind, self.resource)
-        before = svc.db.begin_resources(
-            cluster, self.host, operation_id,
-            [(self.kind, self.resource, self.remove_args)],
-            node=self.node_uuid, new=self.new).get(key)
-        # This operation asked for it before (a resume, a retry): the
-        # agent may since have forgotten that it created it.
-        asked_before = (before is not None and before['operation'] ==
-                        operation_id and before['state'] ==
-                        states.RESOURCE_CREATING)
+        wanted = [(self.kind, self.resource, self.remove_args)]
+        before = ledger.begin(svc, cluster, self.host, operation_id, wanted,
+                              node=self.node_uuid, new=self.new)
         try:
             result = self.ensure(svc, operation_id, cluster,
-                                 adopt=before is not None)
+                                 adopt=key in before)
         except exceptions.ResourceConflict:
-            # Somebody else's is there: this request made nothing. On any
-            # other error the record stays for the revert.
-            if before is None:
-                svc.db.delete_resource(self.host, self.kind, self.resource)
+            # Somebody else's is there: this request made nothing.
+            ledger.drop_unrecorded(svc, self.host, wanted, before)
             raise
-        created = result['created']
-        if before is not None and (
-                before['state'] == states.RESOURCE_PRESENT or not created
-                and not asked_before):
-            # Recorded before: a thing re-created because it had gone
-            # only restores what the record says, and stays.
-            credit = before['operation']
-        elif created or asked_before:
-            credit = operation_id
-        else:
-            credit = None
-        svc.db.finish_resource(self.host, self.kind, self.resource, result,
-                               credit)
+        credit = ledger.finish_one(svc, self.host, self.kind, self.resource,
+                                   before.get(key), result['created'],
+                                   operation_id, result)
         return dict(result, new=credit == operation_id)
 
     def revert(self, result, operation_id, cluster, **kwargs):
@@ -140,15 +116,7 @@ class EnsureResource(task.Task):
             row = svc.db.get_resource(self.host, self.kind, self.resource)
             if row is None or row.operation != operation_id:
                 return
-        try:
-            self.remove(svc, operation_id, cluster)
-        except exceptions.ResourceConflict as e:
-            # Not ours after all (made by somebody else meanwhile).
-            LOG.warning('Leaving %s %s on %s while reverting: %s',
-                        self.kind, self.resource, self.host, e)
-        except Exception as e:
-            # Keep the record so a re-run or a teardown can finish.
-            LOG.warning('Could not remove %s %s on %s while reverting: %s',
-                        self.kind, self.resource, self.host, e)
-            return
-        svc.db.delete_resource(self.host, self.kind, self.resource)
+        ledger.remove_or_keep(
+            svc, self.host, [(self.kind, self.resource)],
+            '%s %s on %s' % (self.kind, self.resource, self.host),
+            self.remove, svc, operation_id, cluster)

@@ -23,13 +23,13 @@ from flows import base
 from flows import context
 from flows import deploy
 from flows import host_setup
+from flows import ledger
 from flows import nodes
 from flows import records
 from flows import registration
 from flows import teardown
 from hostagent import rpcapi as hostagent_rpcapi
 from tenks import constants
-from tenks import exceptions
 from tenks import reconcile
 from tenks import states
 from tenks.cloud import placement_aggregates
@@ -222,8 +222,8 @@ class PlaceNode(_MoveTask):
                                      'backing': False})
                    for vol in new['volumes']]
         wanted = nodes.node_resources(new)
-        before = svc.db.begin_resources(cluster, host, operation_id, wanted,
-                                        node=self.move['uuid'], new=True)
+        before = ledger.begin(svc, cluster, host, operation_id, wanted,
+                              node=self.move['uuid'], new=True)
         try:
             result = self.request(
                 svc, host, 'ensure_node', operation_id,
@@ -233,22 +233,10 @@ class PlaceNode(_MoveTask):
                     dict(new, volumes=volumes), self.passwords),
                 owner=new['owner'], force=False)
         except nodes.REFUSALS:
-            svc.db.delete_resources(host, [
-                (kind, name) for kind, name, _ in wanted
-                if (kind, name) not in before])
+            ledger.drop_unrecorded(svc, host, wanted, before)
             raise
         created = {tuple(pair) for pair in result['created']}
-        credits = {}
-        for kind, name, _ in wanted:
-            row = before.get((kind, name))
-            if row is not None and row['state'] == states.RESOURCE_PRESENT:
-                credits[(kind, name)] = row['operation']
-            elif (kind, name) in created or row is not None and (
-                    row['operation'] == operation_id):
-                credits[(kind, name)] = operation_id
-            else:
-                credits[(kind, name)] = None
-        svc.db.finish_resources(host, credits)
+        ledger.finish(svc, host, wanted, before, created, operation_id)
         return {'changed': True, 'created': sorted(created)}
 
     def revert(self, result, operation_id, cluster, **kwargs):
@@ -260,23 +248,14 @@ class PlaceNode(_MoveTask):
             node=self.move['uuid'], operation=operation_id, hypervisor=host)]
         if not rows:
             return
-        try:
-            self.request(svc, host, 'remove_node', operation_id, 'revert',
-                         late=base.late_remove(cluster, [
-                             (r['kind'], r['name']) for r in rows]),
-                         node=dict(nodes.parts_of(rows),
-                                   name=self.move['name']),
-                         owner=self.move['new']['owner'])
-        except exceptions.ResourceConflict as e:
-            LOG.warning('Leaving parts of node %s on %s while reverting its '
-                        'move: %s', self.move['name'], host, e)
-        except Exception as e:
-            # Kept recorded: a teardown finishes the job.
-            LOG.warning('Could not remove node %s from %s while reverting '
-                        'its move: %s', self.move['name'], host, e)
-            return
-        svc.db.delete_resources(host, [(r['kind'], r['name'])
-                                       for r in rows])
+        things = [(r['kind'], r['name']) for r in rows]
+        ledger.remove_or_keep(
+            svc, host, things, 'the new parts of node %s on %s' % (
+                self.move['name'], host),
+            self.request, svc, host, 'remove_node', operation_id, 'revert',
+            late=base.late_remove(cluster, things),
+            node=dict(nodes.parts_of(rows), name=self.move['name']),
+            owner=self.move['new']['owner'])
 
 
 class MoveIronicNode(registration.EnsureIronicNode):
@@ -318,25 +297,24 @@ class RetireNode(_MoveTask):
         source, name = self.move['source'], self.move['name']
         rows = [r.as_dict() for r in svc.db.list_resources(
             node=self.move['uuid'], hypervisor=source)]
+        things = [(r['kind'], r['name']) for r in rows]
         warnings = []
         try:
-            self.request(svc, source, 'remove_node', operation_id,
-                         late=base.late_remove(cluster, [
-                             (r['kind'], r['name']) for r in rows]),
-                         node=dict(nodes.parts_of(rows), name=name),
-                         owner=self.move['old']['owner'])
-            svc.db.delete_resources(source, [(r['kind'], r['name'])
-                                             for r in rows])
-        except exceptions.ResourceConflict as e:
-            warnings.append('Left parts of node %s on %s: they are no '
-                            'longer ours (%s)' % (name, source, e))
-            svc.db.delete_resources(source, [(r['kind'], r['name'])
-                                             for r in rows])
+            _, conflict = ledger.remove(
+                svc, source, things, self.request, svc, source,
+                'remove_node', operation_id,
+                late=base.late_remove(cluster, things),
+                node=dict(nodes.parts_of(rows), name=name),
+                owner=self.move['old']['owner'])
         except Exception as e:
             warnings.append('Node %s moved to %s, but its old parts on %s '
                             'could not be removed (%s): they stay recorded, '
                             'and a teardown removes them' % (
                                 name, self.move['target'], source, e))
+        else:
+            if conflict is not None:
+                warnings.append('Left parts of node %s on %s: they are no '
+                                'longer ours (%s)' % (name, source, conflict))
         try:
             self.request(svc, source, 'close_export', operation_id,
                          name=name)

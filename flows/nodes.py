@@ -2,9 +2,9 @@
 
 A node's volumes, NIC ports, domain and BMC are made, changed or removed
 by one hostagent request (``ensure_node`` / ``remove_node``), and
-recorded in two short transactions: the things it may create are
-recorded 'creating' before the request, and confirmed (or forgotten)
-after it.
+recorded in two short transactions (flows.ledger): the things it may
+create are recorded 'creating' before the request, and confirmed (or
+forgotten) after it.
 """
 
 from oslo_log import log as logging
@@ -12,6 +12,7 @@ from taskflow import task
 
 from flows import base
 from flows import context
+from flows import ledger
 from flows import records
 from flows import registration
 from hostagent import rpcapi as hostagent_rpcapi
@@ -117,8 +118,8 @@ class ConvergeNode(task.Task):
         svc = context.get()
         new, old = self.entry['new'], self.entry['old']
         wanted = node_resources(new)
-        before = svc.db.begin_resources(
-            cluster, self.host, operation_id, wanted, node=self.uuid,
+        before = ledger.begin(
+            svc, cluster, self.host, operation_id, wanted, node=self.uuid,
             new=self.entry['action'] == constants.CREATE)
         try:
             result = svc.agents.request(
@@ -129,30 +130,12 @@ class ConvergeNode(task.Task):
                 node=hostagent_rpcapi.node_request(new, self.passwords, old),
                 owner=new['owner'], force=self.force)
         except REFUSALS:
-            # Refused before the agent touched anything: nothing of this
-            # request exists.
-            svc.db.delete_resources(self.host, [
-                (kind, name) for kind, name, _ in wanted
-                if (kind, name) not in before])
+            ledger.drop_unrecorded(svc, self.host, wanted, before)
             raise
-        # On any other error the records stay for the revert: without an
-        # answer the agent may have made things, and one that answers
-        # with an error may have failed to undo them (libvirt gone).
         created = _keys(result['created'])
-        credits = {}
-        for kind, name, _ in wanted:
-            row = before.get((kind, name))
-            asked_before = (row is not None
-                            and row['operation'] == operation_id
-                            and row['state'] == states.RESOURCE_CREATING)
-            if row is not None and row['state'] == states.RESOURCE_PRESENT:
-                credits[(kind, name)] = row['operation']
-            elif (kind, name) in created or asked_before:
-                credits[(kind, name)] = operation_id
-            else:
-                credits[(kind, name)] = None
         removed = _keys(result['removed'])
-        svc.db.finish_resources(self.host, credits, removed)
+        ledger.finish(svc, self.host, wanted, before, created, operation_id,
+                      removed)
         if self.finishes:
             records.finish_node(svc, cluster, new['record'],
                                 announce=(self.entry['action']
@@ -173,7 +156,16 @@ class ConvergeNode(task.Task):
             node=self.uuid, operation=operation_id)]
         if self.entry['action'] == constants.CREATE:
             if mine:
-                self._remove(svc, operation_id, cluster, mine)
+                things = [(r['kind'], r['name']) for r in mine]
+                ledger.remove_or_keep(
+                    svc, self.host, things, 'node %s on %s' % (
+                        self.entry['name'], self.host),
+                    svc.agents.request, self.host, 'remove_node',
+                    base.request_id(operation_id, self.name, 'revert'),
+                    operation=operation_id,
+                    late=base.late_remove(cluster, things),
+                    node=dict(parts_of(mine), name=self.entry['name']),
+                    owner=self.entry['new']['owner'])
             node = svc.db.get_node(self.uuid)
             # Failed, kept with what could not be removed, or forgotten;
             # one announced created (deployed) is announced gone.
@@ -190,8 +182,8 @@ class ConvergeNode(task.Task):
             nics=[_nic(r['remove_args']) for r in mine
                   if r['kind'] == 'port'])
         wanted = node_resources(old)
-        before = svc.db.begin_resources(cluster, self.host, operation_id,
-                                        wanted, node=self.uuid)
+        before = ledger.begin(svc, cluster, self.host, operation_id, wanted,
+                              node=self.uuid)
         try:
             result = svc.agents.request(
                 self.host, 'ensure_node',
@@ -207,38 +199,13 @@ class ConvergeNode(task.Task):
             return
         # What this revert made again (empty) was part of the node before;
         # what this operation added is gone now, removed or never made.
-        svc.db.finish_resources(
-            self.host, {(kind, name): before[(kind, name)]['operation']
-                        if (kind, name) in before else None
-                        for kind, name, _ in wanted},
-            _keys(result['removed']) | {
+        ledger.restore(
+            svc, self.host, wanted, before, _keys(result['removed']) | {
                 (r['kind'], r['name']) for r in mine
                 if r['kind'] in ('volume', 'port')
                 and (r['kind'], r['name']) not in {
                     (kind, name) for kind, name, _ in wanted}})
         self._record(svc, old['record'])
-
-    def _remove(self, svc, operation_id, cluster, rows):
-        """Remove the things ``rows`` record; whether they are gone."""
-        try:
-            svc.agents.request(
-                self.host, 'remove_node',
-                base.request_id(operation_id, self.name, 'revert'),
-                operation=operation_id, late=base.late_remove(
-                    cluster, [(r['kind'], r['name']) for r in rows]),
-                node=dict(parts_of(rows), name=self.entry['name']),
-                owner=self.entry['new']['owner'])
-        except exceptions.ResourceConflict as e:
-            LOG.warning('Leaving parts of node %s on %s while reverting: '
-                        '%s', self.entry['name'], self.host, e)
-        except Exception as e:
-            # Keep the records so a re-run or a teardown can finish.
-            LOG.warning('Could not remove node %s on %s while reverting: '
-                        '%s', self.entry['name'], self.host, e)
-            return False
-        svc.db.delete_resources(self.host, [(r['kind'], r['name'])
-                                            for r in rows])
-        return True
 
 
 class RemoveNode(task.Task):
@@ -285,8 +252,6 @@ class RemoveNode(task.Task):
                     svc, force=self.force, **row['remove_args'])
                 changed = removed['changed'] or changed
                 warnings += removed['warnings']
-                svc.db.delete_resource(row['hypervisor'], row['kind'],
-                                       row['name'])
         # Its host's, and those a move could not remove from its old
         # host.
         by_host = {}
@@ -296,22 +261,20 @@ class RemoveNode(task.Task):
         for host, here in sorted(by_host.items()):
             owner = next((r['remove_args']['owner'] for r in here
                           if 'owner' in r['remove_args']), None)
-            try:
-                result = svc.agents.request(
-                    host, 'remove_node', base.request_id(
-                        operation_id, self.name,
-                        'execute' if host == self.host else host),
-                    operation=operation_id, late=base.late_remove(
-                        cluster, [(r['kind'], r['name']) for r in here]),
-                    node=dict(parts_of(here), name=self.node_name),
-                    owner=owner)
-                changed = result['changed'] or changed
-            except exceptions.ResourceConflict as e:
+            things = [(r['kind'], r['name']) for r in here]
+            result, conflict = ledger.remove(
+                svc, host, things, svc.agents.request, host, 'remove_node',
+                base.request_id(operation_id, self.name,
+                                'execute' if host == self.host else host),
+                operation=operation_id,
+                late=base.late_remove(cluster, things),
+                node=dict(parts_of(here), name=self.node_name), owner=owner)
+            if conflict is not None:
                 warnings.append('Left parts of node %s on %s: they are no '
                                 'longer ours (%s); their records are '
-                                'dropped' % (self.node_name, host, e))
-            svc.db.delete_resources(host, [(r['kind'], r['name'])
-                                           for r in here])
+                                'dropped' % (self.node_name, host, conflict))
+            else:
+                changed = result['changed'] or changed
         records.forget_node(svc, cluster, self.node_uuid)
         return {'changed': changed, 'warnings': warnings}
 

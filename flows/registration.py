@@ -5,6 +5,7 @@ from oslo_log import log as logging
 
 from flows import base
 from flows import context
+from flows import ledger
 from flows import records
 from tenks import constants
 from tenks.cloud import ironic
@@ -19,8 +20,11 @@ def remove_node(svc, uuid, force=False):
     fails: nova-compute deletes the provider anyway). Without the
     record, no pass of the aggregate mirror puts it back."""
     conn = svc.cloud.connection
-    changed = ironic.delete_node(conn, svc.cloud.conf, uuid, force)
-    svc.db.delete_resource(constants.CLOUD_HOST, 'ironic_node', uuid)
+    # An Ironic node is ours by its record, not by a mark: deleting it
+    # finds no conflict.
+    changed, _ = ledger.remove(
+        svc, constants.CLOUD_HOST, [('ironic_node', uuid)],
+        ironic.delete_node, conn, svc.cloud.conf, uuid, force)
     return {'changed': changed,
             'warnings': placement_aggregates.leave(svc.db, conn, uuid)}
 

@@ -1,17 +1,19 @@
 """The teardown flow, built from the recorded resources of a cluster."""
 
+import functools
+
 from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.patterns import unordered_flow
 
 from flows import base
 from flows import context
+from flows import ledger
 from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
 from tenks import constants
-from tenks import exceptions
 from tenks import states
 
 # What lives in the cloud rather than on a hypervisor, by kind:
@@ -59,20 +61,21 @@ def remove(svc, row, request_id, operation_id, cluster):
     """Remove the thing of resource ``row`` (a dict), then its record;
     see RemoveResource. An agent's answer that comes after the request
     gave up forgets the record then (conductor.late)."""
-    try:
-        if row['kind'] in CLOUD_REMOVERS:
-            result = CLOUD_REMOVERS[row['kind']](svc, **row['remove_args'])
-        else:
-            result = svc.agents.request(
-                row['hypervisor'], 'remove_' + row['kind'], request_id,
-                operation=operation_id, late=base.late_remove(
-                    cluster, [(row['kind'], row['name'])]),
-                **row['remove_args'])
-    except exceptions.ResourceConflict as e:
+    things = [(row['kind'], row['name'])]
+    if row['kind'] in CLOUD_REMOVERS:
+        request = functools.partial(CLOUD_REMOVERS[row['kind']], svc)
+    else:
+        request = functools.partial(
+            svc.agents.request, row['hypervisor'], 'remove_' + row['kind'],
+            request_id, operation=operation_id,
+            late=base.late_remove(cluster, things))
+    result, conflict = ledger.remove(svc, row['hypervisor'], things, request,
+                                     **row['remove_args'])
+    if conflict is not None:
         result = {'changed': False, 'warnings': [
             'Left %s %s on %s: it is no longer ours (%s); its record is '
-            'dropped' % (row['kind'], row['name'], row['hypervisor'], e)]}
-    svc.db.delete_resource(row['hypervisor'], row['kind'], row['name'])
+            'dropped' % (row['kind'], row['name'], row['hypervisor'],
+                         conflict)]}
     return result
 
 

@@ -6,10 +6,12 @@ the scheduler reads nothing but its arguments. The CLI is the
 composition root above them all.
 
 Within them: only ``tenks/cloud/`` talks to the cloud (openstacksdk,
-keystoneauth); a flow module uses no other flow module's tasks (the
-modules that build flows may use the tasks of those that only hold
-tasks, and each other's factories); the conductor takes from the flows
-their factories only, and installs their clients (``flows.context``)."""
+keystoneauth); of the flows, only the ledger (``flows/ledger.py``)
+writes the records of resources; a flow module uses no other flow
+module's tasks (the modules that build flows may use the tasks of those
+that only hold tasks, and each other's factories); the conductor takes
+from the flows their factories only, and installs their clients
+(``flows.context``)."""
 
 import ast
 import pathlib
@@ -142,6 +144,40 @@ def test_only_the_cloud_package_calls_the_cloud():
              if not path.startswith(CLOUD_PACKAGE)
              for line, what in cloud_calls(source)]
     assert found == []
+
+
+# The state database's writes of resource records, which the flows make
+# only through the ledger.
+LEDGER = 'flows/ledger.py'
+RECORD_WRITES = ('begin_resources', 'finish_resource', 'finish_resources',
+                 'delete_resource', 'delete_resources')
+
+
+def record_writes(source):
+    """(line, method) of each use of a record write in ``source``."""
+    return sorted((node.lineno, node.attr) for node in ast.walk(
+        ast.parse(source)) if isinstance(node, ast.Attribute)
+        and node.attr in RECORD_WRITES)
+
+
+def test_only_the_ledger_writes_resource_records_in_the_flows():
+    found = ['%s:%d %s' % (path, line, method)
+             for path, source in _sources('flows') if path != LEDGER
+             for line, method in record_writes(source)]
+    assert found == []
+
+
+def test_record_writes_are_found_in_every_form():
+    source = '''
+def make(svc, db):
+    svc.db.begin_resources('c', 'hv', 'op', [])
+    finish = db.finish_resources
+    db.delete_resource('hv', 'pool', 'p')
+    db.get_resource('hv', 'pool', 'p')
+'''
+    assert record_writes(source) == [(3, 'begin_resources'),
+                                     (4, 'finish_resources'),
+                                     (5, 'delete_resource')]
 
 
 def flow_uses(source):
