@@ -21,6 +21,7 @@ from oslo_config import cfg  # noqa: E402
 from oslo_log import log as logging  # noqa: E402
 
 from tenks import conf as tenks_conf  # noqa: E402
+from tenks import exceptions  # noqa: E402
 from tenks import rpc  # noqa: E402
 
 # [hostagent] option -> entry point group of its drivers.
@@ -42,7 +43,11 @@ def run(name, factory, argv=None):
                  % (name, '\n  '.join(problems)))
     logging.setup(conf, 'tenks')
     bus = rpc.Bus(conf)
-    service = factory(conf, bus)
+    try:
+        service = factory(conf, bus)
+    except exceptions.StateDatabaseError as e:
+        bus.cleanup()
+        sys.exit('tenks-%s: not starting: %s' % (name, e))
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
