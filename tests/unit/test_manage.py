@@ -156,8 +156,9 @@ def test_sync_refuses_a_schema_newer_than_the_code(configured, tmp_path,
 def set_revision(url, revision):
     engine = sa.create_engine(url)
     with engine.begin() as connection:
-        connection.execute(sa.text('UPDATE %s SET version_num = :r'
-                                   % migrations.VERSION_TABLE), {'r': revision})
+        connection.execute(sa.text(
+            'UPDATE %s SET version_num = :r' % migrations.VERSION_TABLE),
+            {'r': revision})
     engine.dispose()
 
 
