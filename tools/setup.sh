@@ -312,25 +312,31 @@ DB_USER=tenks
 DB_PASSWORD=tenks
 
 step_postgresql() {
-    local version name status
-    read -r version name _ status _ < <(pg_lsclusters -h | head -n1)
+    local version name status datadir logfile
+    read -r version name _ status _ datadir logfile < <(pg_lsclusters -h | head -n1)
     [[ -n ${name:-} ]] || die "no PostgreSQL cluster (pg_lsclusters lists none)"
-    local conf=/etc/postgresql/$version/$name/conf.d/tenks.conf
+    local etc=/etc/postgresql/$version/$name
     local want="listen_addresses = '127.0.0.1'"
     local changed=""
-    if [[ ! -f $conf || $(<"$conf") != "$want" ]]; then
-        printf '%s\n' "$want" >"$conf"
+    if [[ ! -f $etc/conf.d/tenks.conf || $(<"$etc/conf.d/tenks.conf") != "$want" ]]; then
+        printf '%s\n' "$want" >"$etc/conf.d/tenks.conf"
         changed=1
     fi
-    local t0=$SECONDS state="already running"
+    # pg_ctl itself: pg_ctlcluster takes 2 s more to start the same server.
+    local action="" state="already running"
     if [[ $status != online ]]; then
-        start_daemon pg_ctlcluster "$version" "$name" start \
-            || die "pg_ctlcluster $version $name start failed (see /var/log/postgresql)"
-        state="started"
+        action=start state=started
     elif [[ -n $changed ]]; then
-        start_daemon pg_ctlcluster "$version" "$name" restart \
-            || die "pg_ctlcluster $version $name restart failed"
-        state="restarted (listen_addresses)"
+        action="restart -m fast" state="restarted (listen_addresses)"
+    fi
+    local t0=$SECONDS
+    if [[ -n $action ]]; then
+        install -d -o postgres -g postgres -m 2775 /run/postgresql
+        # shellcheck disable=SC2086
+        start_daemon runuser -u postgres -- \
+            "/usr/lib/postgresql/$version/bin/pg_ctl" -D "$datadir" -l "$logfile" \
+            -o "-c config_file=$etc/postgresql.conf" -w -s $action \
+            || die "PostgreSQL $version/$name did not start (see $logfile)"
     fi
     wait_for "PostgreSQL on 127.0.0.1:5432" 60 port_open 5432
     # A role that may create (and so drop) a database per test.
