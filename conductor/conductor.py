@@ -61,12 +61,19 @@ class Conductor:
         self.state_dir = fileutils.private_dir(conf.state_dir)
         self.lock_dir = fileutils.private_dir(
             os.path.join(self.state_dir, 'locks'))
-        engine = db_api.create_engine(
-            conf.conductor.database_connection
-            or db_api.default_url(self.state_dir))
-        if db_api.schema_version(engine) != migrations.HEAD:
-            # Once, even when several processes start on a fresh database.
+        engine = db_api.create_engine(db_api.url(conf, self.state_dir))
+        version = db_api.schema_version(engine)
+        if version != migrations.HEAD:
             from tenks.db import migration
+            if conf.database.connection:
+                # The operator's database: tenks-manage changes its
+                # schema (see tenks.db.migration).
+                from tenks import manage
+                engine.dispose()
+                raise migration.schema_error(
+                    engine, version,
+                    'run "%s"' % manage.sync_command(conf))
+            # Once, even when several processes start on a fresh database.
             with migration.schema_lock(self.lock_dir):
                 migration.upgrade(engine)
         self._runner = None

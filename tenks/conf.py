@@ -83,9 +83,6 @@ conductor_opts = [
                default=60, min=0,
                help='Seconds a stopping conductor lets running operations '
                     'finish; what still runs is resumed at its next start.'),
-    cfg.StrOpt('database_connection',
-               help='SQLAlchemy URL of the state database. Default: a '
-                    'SQLite file in state_dir.'),
     cfg.FloatOpt('operation_retention_days',
                  default=7, min=0,
                  help='Days an operation that has ended, the events and '
@@ -94,6 +91,21 @@ conductor_opts = [
                       'operation that has ended is forgotten whatever '
                       'this says: it is never resumed. A conductor prunes '
                       'as it starts, and every hour.'),
+]
+
+database_opts = [
+    cfg.StrOpt('connection',
+               secret=True,
+               deprecated_opts=[cfg.DeprecatedOpt('database_connection',
+                                                  group='conductor')],
+               help='SQLAlchemy URL of the state database, which '
+                    'conductors share: postgresql+psycopg://USER:PASSWORD@'
+                    'HOST/DB (pip extra tenks[postgresql]) or '
+                    'mysql+pymysql://USER:PASSWORD@HOST/DB (tenks[mysql]). '
+                    '"tenks-manage db sync" creates and upgrades its schema; '
+                    'a conductor refuses one older than its code. Default: '
+                    'a SQLite file in state_dir, which Tenks upgrades '
+                    'itself.'),
 ]
 
 hostagent_opts = [
@@ -338,6 +350,7 @@ SERVICE_GROUPS = ('conductor', 'hostagent')
 def register(conf):
     conf.register_opts(default_opts)
     conf.register_opts(conductor_opts, group='conductor')
+    conf.register_opts(database_opts, group='database')
     conf.register_opts(hostagent_opts, group='hostagent')
     conf.register_opts(openstack_opts, group='openstack')
     conf.register_opts(scheduler_opts, group='scheduler')
@@ -384,6 +397,7 @@ def list_opts():
     return [
         ('DEFAULT', default_opts),
         ('conductor', conductor_opts),
+        ('database', database_opts),
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
         ('scheduler', scheduler_opts),

@@ -47,7 +47,11 @@ def run(name, factory, argv=None):
         service = factory(conf, bus)
     except exceptions.ConfigError as e:
         # What only the service knows: its clients' [upgrade_levels].
+        bus.cleanup()
         sys.exit('tenks-%s: %s, not starting' % (name, e))
+    except exceptions.StateDatabaseError as e:
+        bus.cleanup()
+        sys.exit('tenks-%s: not starting: %s' % (name, e))
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())

@@ -15,11 +15,18 @@
 #   rabbitmq  start it on 127.0.0.1:5672 only, if not running
 #   openvswitch  start ovsdb-server and ovs-vswitchd (ovs-ctl) if not
 #             running, for bridge_type openvswitch
+#   postgresql  start PostgreSQL's cluster 15/main on 127.0.0.1:5432 only,
+#             with a role tenks (password tenks) that may create databases
+#   mariadb   start MariaDB on 127.0.0.1:3306 only, with a user tenks
+#             (password tenks) that owns every database named tenks_*
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
 #   openstack <repo>/.venv-openstack: Ironic, Placement and Nova, and
 #             <repo>/.venv-glance: Glance, for the functional tests
 #             (tools/openstack_services.py install --full-nova)
+#
+# With step names as arguments (e.g. `setup.sh postgresql mariadb`), only
+# those run.
 #
 # Environment:
 #   TENKS_PYTHON          interpreter for the venv (default: the
@@ -56,6 +63,8 @@ DEB_PACKAGES=(
     iproute2                # bridges, veth pairs
     rabbitmq-server         # the message bus of the distributed mode
     openvswitch-switch      # bridge_type openvswitch
+    postgresql              # shared state databases ([database] connection)
+    mariadb-server          # the same on MariaDB
 )
 
 # Debian and Ubuntu build their Python with PGO and LTO; a source build
@@ -274,6 +283,102 @@ step_openvswitch() {
     say "openvswitch: started in $((SECONDS - t0)) s"
 }
 
+# Is something listening on this loopback TCP port?
+port_open() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Wait until a command succeeds (its output in $LOG), or die naming $1.
+wait_for() {
+    local what=$1 timeout=$2 deadline=$((SECONDS + $2))
+    shift 2
+    until "$@" >"$LOG" 2>&1 9>&-; do
+        if ((SECONDS >= deadline)); then
+            tail -n 20 "$LOG" >&2
+            die "$what did not answer within $timeout s"
+        fi
+        sleep 0.2
+    done
+}
+
+# " in N s" after a daemon that was (re)started at $2 ($SECONDS).
+took() {
+    [[ $1 == "already running" ]] || echo " in $((SECONDS - $2)) s"
+}
+
+# The test databases' account, on both servers: loopback only, so a
+# password in the clear here opens nothing to anyone else.
+DB_USER=tenks
+DB_PASSWORD=tenks
+
+step_postgresql() {
+    local version name status datadir logfile
+    read -r version name _ status _ datadir logfile < <(pg_lsclusters -h | head -n1)
+    [[ -n ${name:-} ]] || die "no PostgreSQL cluster (pg_lsclusters lists none)"
+    local etc=/etc/postgresql/$version/$name
+    local want="listen_addresses = '127.0.0.1'"
+    local changed=""
+    if [[ ! -f $etc/conf.d/tenks.conf || $(<"$etc/conf.d/tenks.conf") != "$want" ]]; then
+        printf '%s\n' "$want" >"$etc/conf.d/tenks.conf"
+        changed=1
+    fi
+    # pg_ctl itself: pg_ctlcluster takes 2 s more to start the same server.
+    local action="" state="already running"
+    if [[ $status != online ]]; then
+        action=start state=started
+    elif [[ -n $changed ]]; then
+        action="restart -m fast" state="restarted (listen_addresses)"
+    fi
+    local t0=$SECONDS
+    if [[ -n $action ]]; then
+        install -d -o postgres -g postgres -m 2775 /run/postgresql
+        # shellcheck disable=SC2086
+        start_daemon runuser -u postgres -- \
+            "/usr/lib/postgresql/$version/bin/pg_ctl" -D "$datadir" -l "$logfile" \
+            -o "-c config_file=$etc/postgresql.conf" -w -s $action \
+            || die "PostgreSQL $version/$name did not start (see $logfile)"
+    fi
+    wait_for "PostgreSQL on 127.0.0.1:5432" 60 port_open 5432
+    # A role that may create (and so drop) a database per test.
+    run_logged runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 -c "
+        DO \$\$ BEGIN
+            IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$DB_USER') THEN
+                CREATE ROLE $DB_USER LOGIN CREATEDB PASSWORD '$DB_PASSWORD';
+            END IF;
+        END \$\$;"
+    say "postgresql: $version/$name $state on 127.0.0.1:5432$(took "$state" "$t0")"
+}
+
+step_mariadb() {
+    local conf=/etc/mysql/mariadb.conf.d/99-tenks.cnf
+    local want
+    want=$(printf '%s\n' '[mysqld]' 'bind-address = 127.0.0.1')
+    local changed=""
+    if [[ ! -f $conf || $(<"$conf") != "$want" ]]; then
+        printf '%s\n' "$want" >"$conf"
+        changed=1
+    fi
+    local t0=$SECONDS state="already running"
+    if [[ -n $changed ]] && port_open 3306; then
+        run_logged mariadb-admin shutdown
+        wait_for "MariaDB's shutdown" 60 bash -c '! (exec 3<>/dev/tcp/127.0.0.1/3306)'
+        state="restarted (bind-address)"
+    fi
+    if ! port_open 3306; then
+        install -d -o mysql -g mysql /run/mysqld
+        # mysqld_safe stays in the foreground (and restarts a crashed
+        # server): detach it entirely.
+        (exec setsid mysqld_safe </dev/null >/dev/null 2>&1 9>&-) &
+        [[ $state == "already running" ]] && state="started"
+    fi
+    wait_for "MariaDB on 127.0.0.1:3306" 60 port_open 3306
+    # Root logs in over the socket (unix_socket authentication).
+    run_logged mariadb -e "
+        CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASSWORD';
+        GRANT ALL PRIVILEGES ON \`${DB_USER}\\_%\`.* TO '$DB_USER'@'127.0.0.1';"
+    say "mariadb: $state on 127.0.0.1:3306$(took "$state" "$t0")"
+}
+
 venv_fingerprint() {
     local f
     for f in setup.cfg setup.py pyproject.toml; do
@@ -330,14 +435,13 @@ main() {
     exec 9>/run/tenks-setup.lock
     flock -w 900 9 || die "another tools/setup.sh holds /run/tenks-setup.lock"
 
-    step_packages
-    step_kvm
-    step_virtlogd
-    step_libvirtd
-    step_rabbitmq
-    step_openvswitch
-    step_venv
-    step_openstack
+    local steps=("$@") step
+    [[ ${#steps[@]} -gt 0 ]] || steps=(packages kvm virtlogd libvirtd rabbitmq
+        openvswitch postgresql mariadb venv openstack)
+    for step in "${steps[@]}"; do
+        declare -F "step_$step" >/dev/null || die "no step '$step'"
+        "step_$step"
+    done
 }
 
 main "$@"

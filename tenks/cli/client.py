@@ -252,24 +252,25 @@ class StateReader:
 
         from tenks.db import api as db_api
         from tenks.db import migrations
-        url = sa.engine.make_url(self.conf.conductor.database_connection
-                                 or db_api.default_url(self.conf.state_dir))
+        url = sa.engine.make_url(db_api.url(self.conf))
         if url.get_backend_name() == 'sqlite' and not os.path.exists(
                 url.database or ''):
             return self
         engine = db_api.create_engine(url)
         version = db_api.schema_version(engine)
-        if version is None:
+        if version is None and not self.conf.database.connection:
             # Being created by the first command of a fresh state
             # directory: nothing is deployed yet.
             engine.dispose()
         elif version != migrations.HEAD:
             engine.dispose()
-            raise exceptions.ConfigError(
-                reason='the state database %s is at schema revision %s, '
-                       'this Tenks reads %s: a command that changes '
-                       'something (or the conductor) upgrades it'
-                       % (url.render_as_string(), version, migrations.HEAD))
+            from tenks import manage
+            from tenks.db import migration
+            raise migration.schema_error(
+                engine, version,
+                'run "%s"' % manage.sync_command(self.conf)
+                if self.conf.database.connection else
+                'a command that changes something upgrades it')
         else:
             self.db = db_api.StateDB(engine)
         return self

@@ -39,15 +39,50 @@ def default_url(state_dir):
     return 'sqlite:///' + os.path.join(state_dir, 'state.sqlite')
 
 
+def url(conf, state_dir=None):
+    """The state database's URL: [database] connection, else the SQLite
+    file in ``state_dir`` (default: [DEFAULT] state_dir)."""
+    return conf.database.connection or default_url(
+        state_dir or conf.state_dir)
+
+
 def schema_version(engine):
     """The migration the database's schema is at, or None while it has
-    none (a database being created by another process's first use)."""
-    with engine.connect() as connection:
-        if not sa.inspect(connection).has_table(migrations.VERSION_TABLE):
-            return None
-        return connection.exec_driver_sql(
-            'SELECT version_num FROM %s' % migrations.VERSION_TABLE
-        ).scalar()
+    none (a database being created by another process's first use).
+    StateDatabaseError when the database cannot be reached."""
+    try:
+        with engine.connect() as connection:
+            if not sa.inspect(connection).has_table(
+                    migrations.VERSION_TABLE):
+                return None
+            return connection.exec_driver_sql(
+                'SELECT version_num FROM %s' % migrations.VERSION_TABLE
+            ).scalar()
+    except sa.exc.DBAPIError as e:
+        raise unreachable(engine, e) from e
+
+
+def unreachable(engine, error):
+    """StateDatabaseError for a database ``error`` (SQLAlchemy's) raised
+    while connecting: the driver's words, with no password (the drivers
+    put none in their messages; the URL is masked)."""
+    reason = str(error.orig if error.orig is not None else error)
+    return exceptions.StateDatabaseError(
+        url=engine.url.render_as_string(),
+        reason='cannot be reached: %s' % ' '.join(reason.split()))
+
+
+# Options of the engines on a server database: a pooled connection the
+# server closed (restarted, idle too long) is replaced, not used.
+# PostgreSQL turns the aware UTC times Tenks writes into its session's
+# zone before it drops the zone: that zone is UTC. MySQL reads, as
+# PostgreSQL does, what other transactions committed (its REPEATABLE
+# READ would show a transaction the rows as they were at its first read).
+SERVER_OPTIONS = {
+    'postgresql': {'pool_pre_ping': True,
+                   'connect_args': {'options': '-c timezone=UTC'}},
+    'mysql': {'pool_pre_ping': True, 'isolation_level': 'READ COMMITTED'},
+}
 
 
 def create_engine(url):
@@ -57,7 +92,17 @@ def create_engine(url):
     its WAL and shared-memory files inherit. Its schema is made by
     tenks.db.migration.upgrade.
     """
-    engine = sa.create_engine(url)
+    try:
+        url = sa.engine.make_url(url)
+        engine = sa.create_engine(
+            url, **SERVER_OPTIONS.get(url.get_backend_name(), {}))
+    except (sa.exc.ArgumentError, ImportError) as e:
+        # An unparsable URL is not shown: it may hold a password.
+        raise exceptions.StateDatabaseError(
+            url=url.render_as_string() if isinstance(url, sa.URL)
+            else '([database] connection)',
+            reason='cannot be used: %s (the drivers: pip extras '
+                   'tenks[postgresql], tenks[mysql])' % e) from e
     if engine.url.get_backend_name() == 'sqlite':
         if engine.url.database not in (None, '', ':memory:'):
             fileutils.private_file(engine.url.database)

@@ -31,6 +31,13 @@ class _Json(sa.types.TypeDecorator):
         return jsonutils.loads(value)
 
 
+def _enum(name, *values):
+    """An enum column type as TaskFlow's migrations make it: a type of
+    that name on PostgreSQL (a plain string there would be refused), an
+    ENUM on MySQL."""
+    return sa.Enum(*values, name=name, create_constraint=False)
+
+
 def _tables():
     metadata = sa.MetaData()
 
@@ -57,8 +64,11 @@ def _tables():
               sa.Column('results', _Json),
               sa.Column('revert_results', _Json),
               sa.Column('revert_failure', _Json),
-              sa.Column('atom_type', sa.String(255)),
-              sa.Column('intention', sa.String(255))))
+              sa.Column('atom_type',
+                        _enum('atom_types', 'RETRY_DETAIL', 'TASK_DETAIL')),
+              sa.Column('intention',
+                        _enum('intention_type', 'EXECUTE', 'IGNORE',
+                              'REVERT', 'RETRY'))))
 
 
 LOGBOOKS, FLOWS, ATOMS = _tables()

@@ -1,9 +1,13 @@
 """The state database's schema, managed by alembic migrations.
 
-Every process that opens the database upgrades it to the newest
-revision first, under an inter-process lock in the state directory, so
-that two commands started at once on a fresh directory create the schema
-once. The migrations live in ``tenks/db/migrations`` (shipped in the
+The default database (SQLite in the state directory) is upgraded to the
+newest revision by every process that opens it, under an inter-process
+lock in the state directory, so that two commands started at once on a
+fresh directory create the schema once. A database named by [database]
+connection is created and upgraded only by ``tenks-manage db sync``:
+conductors of several versions may share it during an upgrade, and the
+operator says when its schema changes. No Tenks uses a schema newer than
+its code. The migrations live in ``tenks/db/migrations`` (shipped in the
 package). To add one after changing ``tenks/db/models.py``::
 
     python -m tenks.db.migration "what changed"
@@ -20,6 +24,7 @@ import fasteners
 import sqlalchemy as sa
 
 from tenks import exceptions
+from tenks.db import api as db_api
 from tenks.db import migrations
 
 MIGRATIONS = os.path.dirname(migrations.__file__)
@@ -41,8 +46,36 @@ def alembic_config(connection):
     return cfg
 
 
+def known_revisions():
+    from alembic import script
+    return {revision.revision for revision in
+            script.ScriptDirectory(MIGRATIONS).walk_revisions()}
+
+
+def schema_error(engine, version, upgrade_with):
+    """StateDatabaseError for a database at revision ``version`` (None:
+    no schema) that is not this code's: older (``upgrade_with`` says how
+    to create or upgrade it) or newer."""
+    if version is None:
+        reason = 'has no schema: %s' % upgrade_with
+    elif version in known_revisions():
+        reason = ('is at schema revision %s, older than this Tenks\' %s: %s'
+                  % (version, migrations.HEAD, upgrade_with))
+    else:
+        reason = ('is at schema revision %s, which this Tenks does not know '
+                  '(its newest is %s): a newer Tenks upgraded it; use that '
+                  'Tenks or a newer one' % (version, migrations.HEAD))
+    return exceptions.StateDatabaseError(url=engine.url.render_as_string(),
+                                         reason=reason)
+
+
 def upgrade(engine):
-    """Upgrade the database to the newest revision (call under the lock)."""
+    """Upgrade the database to the newest revision (call under the lock).
+
+    StateDatabaseError when its schema is newer than this code's."""
+    version = db_api.schema_version(engine)
+    if version is not None and version not in known_revisions():
+        raise schema_error(engine, version, None)
     with engine.begin() as connection:
         tables = sa.inspect(connection).get_table_names()
         if VERSION_TABLE not in tables and any(

@@ -29,12 +29,29 @@ def now():
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+class DateTime(sa.types.TypeDecorator):
+    """A time, to the microsecond on every database: MySQL's DATETIME
+    keeps whole seconds unless told otherwise, and what happened in one
+    second would come in any order (operations, registrations after a
+    conductor's start)."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name == 'mysql':
+            # Loaded with the dialect: nothing to import otherwise.
+            from sqlalchemy.dialects.mysql import DATETIME
+            return dialect.type_descriptor(DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime())
+
+
 def _column(name, type_, nullable=False, **kwargs):
     return sa.Column(name, type_, nullable=nullable, **kwargs)
 
 
 def _created():
-    return _column('created_at', sa.DateTime(), default=now)
+    return _column('created_at', DateTime(), default=now)
 
 
 class Record(types.SimpleNamespace):
@@ -62,7 +79,7 @@ class Cluster(Record):
         _column('spec', sa.JSON()),
         _column('state', sa.String(16)),
         _created(),
-        _column('updated_at', sa.DateTime(), default=now, onupdate=now))
+        _column('updated_at', DateTime(), default=now, onupdate=now))
 
     def as_dict(self):
         """The row for callers: the spec's BMC password masked."""
@@ -101,7 +118,7 @@ class Node(Record):
         _column('console_log', sa.String(4096), nullable=True),
         _column('state', sa.String(16)),
         # A count that goes down removes the newest nodes first.
-        _column('created_at', sa.DateTime(), nullable=True, default=now),
+        _column('created_at', DateTime(), nullable=True, default=now),
         sa.UniqueConstraint('hypervisor', 'name'),
         # One endpoint per BMC: an IPMI port, or a Redfish emulator's
         # system (Redfish nodes of a host share its address and port).
@@ -177,7 +194,7 @@ class Operation(Record):
         _column('plan', sa.JSON(), nullable=True),
         _column('spec', sa.JSON(), nullable=True),
         _created(),
-        _column('finished_at', sa.DateTime(), nullable=True))
+        _column('finished_at', DateTime(), nullable=True))
 
     def as_dict(self):
         """The row for callers: no plan, the spec's BMC password masked."""
@@ -195,7 +212,7 @@ class Hypervisor(Record):
         _column('host', sa.String(255), primary_key=True),
         _column('facts', sa.JSON()),
         _column('enabled', sa.Boolean(), default=True),
-        _column('last_seen', sa.DateTime()),
+        _column('last_seen', DateTime()),
         # Why an operator disabled it ("tenks hypervisor set --disable
         # --reason").
         _column('disabled_reason', sa.Text(), nullable=True),
@@ -205,7 +222,7 @@ class Hypervisor(Record):
                 server_default=sa.false()),
         # When its hostagent answered a request the conductor sent it
         # since it last came up (None: not yet); only then is it used.
-        _column('answered_at', sa.DateTime(), nullable=True))
+        _column('answered_at', DateTime(), nullable=True))
 
 
 class Aggregate(Record):
@@ -220,7 +237,7 @@ class Aggregate(Record):
         _column('availability_zone', sa.String(255), nullable=True),
         _column('metadata', sa.JSON(), default=dict),
         _created(),
-        _column('updated_at', sa.DateTime(), default=now, onupdate=now))
+        _column('updated_at', DateTime(), default=now, onupdate=now))
 
 
 class AggregateHost(Record):
@@ -241,7 +258,7 @@ class Event(Record):
     table = sa.Table(
         'tenks_events', metadata,
         _column('id', sa.Integer(), primary_key=True),
-        _column('timestamp', sa.DateTime(), default=now),
+        _column('timestamp', DateTime(), default=now),
         _column('event_type', sa.String(64)),
         _column('priority', sa.String(8)),
         _column('cluster', sa.String(64), index=True),

@@ -69,11 +69,13 @@ class Service:
 class Deployment:
 
     def __init__(self, tmp_path, agent_timeout=20, grace=5, agent_retries=0,
-                 probe=False, threads=None):
+                 probe=False, threads=None, agents=2, database=None):
         """``probe``: run each service in a memory_probe. ``threads``:
         the most threads each service's RPC server runs requests in
         ([DEFAULT] executor_thread_pool_size; None: oslo.messaging's
-        default)."""
+        default). ``agents``: how many hostagents (1 or 2).
+        ``database``: the conductor's [database] connection (None: the
+        SQLite file of its state directory)."""
         self.token = secrets.token_hex(3)
         self.vhost = 'tenks-test-%s' % self.token
         self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
@@ -82,7 +84,7 @@ class Deployment:
         self.threads = threads
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.conductor_host = 'cond-%s' % self.token
-        self.hosts = ['hva-%s' % self.token, 'hvb-%s' % self.token]
+        self.hosts = ['hva-%s' % self.token, 'hvb-%s' % self.token][:agents]
         self.state_dirs = {h: str(tmp_path / h) for h in self.hosts}
         self.services = {}
         # What the hypervisors' state is once they registered (a host
@@ -95,8 +97,9 @@ agent_timeout = %d
 agent_down_time = 5
 agent_retries = %d
 graceful_shutdown_timeout = %d
-''' % (self.conductor_host, agent_timeout, agent_retries, grace))
-        for host, prefix in zip(self.hosts, 'ab', strict=True):
+''' % (self.conductor_host, agent_timeout, agent_retries, grace) + (
+            '[database]\nconnection = %s\n' % database if database else ''))
+        for host, prefix in zip(self.hosts, 'ab'[:agents], strict=True):
             self._service('hostagent-' + prefix, host, '''
 [hostagent]
 host = %s

@@ -104,7 +104,7 @@ def test_installed_tenks_works(dist, tmp_path, which):
         tenks.__version__)
     helped = run(tenks_cmd, '--help')
     assert 'deploy' in helped and '--os-cloud' in helped
-    for command in ('tenks-conductor', 'tenks-hostagent'):
+    for command in ('tenks-conductor', 'tenks-hostagent', 'tenks-manage'):
         assert '--config-file' in run(str(venv / 'bin' / command), '--help')
 
     sample = venv / 'etc' / 'tenks' / 'tenks.conf.sample'

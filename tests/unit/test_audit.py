@@ -19,6 +19,7 @@ from hostagent import audit as hostagent_audit
 from hostagent import deployments
 from hostagent import nodes
 from hostagent.drivers.bmc import processes
+from tenks import manage
 from tenks import names
 from tenks.cloud import nova
 from tenks.db import api as db_api
@@ -238,8 +239,9 @@ def test_orphan_bmc_processes_are_leftovers(deployed, hypervisor):
 def elsewhere(conf, hypervisor, tmp_path):
     """A conductor whose state database is not in its hostagent's state
     directory (as a distributed one's)."""
-    conf.set_override('database_connection', 'sqlite:///%s' % (
-        tmp_path / 'elsewhere.sqlite'), group='conductor')
+    conf.set_override('connection', 'sqlite:///%s' % (
+        tmp_path / 'elsewhere.sqlite'), group='database')
+    manage.db_sync(conf)
     with conftest.embedded.embedded(conf) as conductor:
         yield conductor
 

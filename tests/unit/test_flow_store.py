@@ -221,3 +221,16 @@ def test_a_database_error_is_a_storage_failure(engine):
         conn.execute(sa.text('DROP TABLE atomdetails'))
     with pytest.raises(tf_exceptions.StorageFailure):
         list(connection.get_atoms_for_flow('any'))
+
+
+def test_enum_columns_are_taskflows():
+    """TaskFlow's migrations make atom_type and intention enum types
+    (PostgreSQL refuses a plain string for them): the same types, values
+    and names here."""
+    from taskflow.persistence.backends.sqlalchemy import tables
+    theirs = tables.fetch(sa.MetaData()).atomdetails.c
+    for column, name in (('atom_type', 'atom_types'),
+                         ('intention', 'intention_type')):
+        ours = flow_tables.ATOMS.c[column].type
+        assert isinstance(ours, sa.Enum), column
+        assert (ours.name, ours.enums) == (name, theirs[column].type.enums)
