@@ -227,6 +227,8 @@ class EmbeddedClient:
 
     def __getattr__(self, name):
         # get_operation, list_nodes, update_hypervisor, ...: the API.
+        if name.startswith('_') or not hasattr(self.conductor.api, name):
+            raise AttributeError(name)
         return functools.partial(self._call, name)
 
     def follow_events(self, callback):
