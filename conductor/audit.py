@@ -160,7 +160,7 @@ class Audit:
                     | {n['hypervisor'] for n in self.nodes}) - {
                         constants.CLOUD_HOST}
         try:
-            hosts = sorted(self.conductor.hypervisors())
+            hosts = sorted(self.conductor.registry.hypervisors())
         except Exception as e:
             LOG.warning('No hypervisor to audit: %s', e)
             hosts = []

@@ -217,10 +217,6 @@ class Conductor:
 
     # What the rooms share
 
-    def hypervisors(self):
-        """The hosts an operation inspects (see HypervisorRegistry)."""
-        return self.registry.hypervisors()
-
     @contextlib.contextmanager
     def allocating(self):
         """Scheduling, one at a time across threads and processes."""

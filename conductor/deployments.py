@@ -46,6 +46,7 @@ class Deployments:
         self.agents = conductor.agents
         self.cloud = conductor.cloud
         self.operations = conductor.operations
+        self.registry = conductor.registry
 
     def deploy(self, spec, force=False):
         """Deploy ``spec`` and wait; see submit."""
@@ -103,7 +104,7 @@ class Deployments:
         try:
             self.cloud.check(cloud_services(spec))
             facts = inspection.inspect(self.agents,
-                                       self.conductor.hypervisors(), spec)
+                                       self.registry.hypervisors(), spec)
             plan, _ = self._checked_plan(spec, cluster, facts, force)
         except exceptions.TenksError:
             raise
@@ -135,7 +136,7 @@ class Deployments:
         try:
             self.cloud.check(cloud_services(spec))
             facts = inspection.inspect(self.agents,
-                                       self.conductor.hypervisors(), spec,
+                                       self.registry.hypervisors(), spec,
                                        operation_id)
             with self.conductor.allocating():
                 plan, missing = self._checked_plan(spec, cluster, facts,

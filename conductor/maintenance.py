@@ -92,7 +92,8 @@ class Maintenance:
         operation = self.db.get_operation(operation_id)
         cluster = self.db.get_cluster(operation.cluster)
         spec = operation.spec
-        facts = inspection.inspect(conductor.agents, conductor.hypervisors(),
+        facts = inspection.inspect(conductor.agents,
+                                   conductor.registry.hypervisors(),
                                    spec, operation_id)
         with conductor.allocating():
             views = conductor.aggregates.host_views()
