@@ -19,6 +19,11 @@
 #             with a role tenks (password tenks) that may create databases
 #   mariadb   start MariaDB on 127.0.0.1:3306 only, with a user tenks
 #             (password tenks) that owns every database named tenks_*
+#   redis     start Redis on 127.0.0.1:6379 only, with an append-only file
+#             in /var/lib/tenks-redis (the jobboard, locks and membership of
+#             several conductors)
+#   zookeeper start ZooKeeper (standalone) on 127.0.0.1:2181 only, data in
+#             /var/lib/tenks-zookeeper (the same on the second backend)
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
 #   openstack <repo>/.venv-openstack: Ironic, Placement and Nova, and
@@ -65,6 +70,9 @@ DEB_PACKAGES=(
     openvswitch-switch      # bridge_type openvswitch
     postgresql              # shared state databases ([database] connection)
     mariadb-server          # the same on MariaDB
+    redis-server            # several conductors' jobboard, locks, membership
+    zookeeper               # the same on ZooKeeper (the second backend)
+    default-jre-headless    # ZooKeeper's Java
 )
 
 # Debian and Ubuntu build their Python with PGO and LTO; a source build
@@ -379,6 +387,122 @@ step_mariadb() {
     say "mariadb: $state on 127.0.0.1:3306$(took "$state" "$t0")"
 }
 
+# Is nothing listening on this loopback TCP port?
+port_closed() {
+    ! port_open "$1"
+}
+
+# Write $2 (and a newline) to file $1 unless it holds that already; succeed
+# only when it changed.
+write_if_changed() {
+    [[ -f $1 && $(<"$1") == "$2" ]] && return 1
+    printf '%s\n' "$2" >"$1"
+}
+
+# Redis and ZooKeeper run with configuration, data and log directories of
+# their own, not the packages' defaults.
+REDIS_CONF=/etc/tenks-redis/redis.conf
+REDIS_DIR=/var/lib/tenks-redis
+REDIS_LOG=/var/log/tenks-redis/redis.log
+
+redis_cli() {
+    redis-cli -h 127.0.0.1 -p 6379 "$@" 9>&-
+}
+
+redis_ping() {
+    [[ $(redis_cli ping 2>&1) == PONG ]]
+}
+
+step_redis() {
+    local want changed=""
+    # The append-only file alone keeps the data (fsync'd every second): a
+    # jobboard's jobs survive a restart, even a kill -9.
+    want=$(printf '%s\n' 'bind 127.0.0.1' 'port 6379' 'protected-mode yes' \
+        'daemonize yes' 'pidfile /run/tenks-redis/redis.pid' \
+        "logfile $REDIS_LOG" "dir $REDIS_DIR" \
+        'appendonly yes' 'appendfsync everysec' 'save ""')
+    install -d "${REDIS_CONF%/*}"
+    write_if_changed "$REDIS_CONF" "$want" && changed=1
+    local t0=$SECONDS state="already running"
+    # A server of another configuration (or the package's) gives way.
+    if port_open 6379 && [[ -n $changed || \
+            $(redis_cli config get dir 2>&1 | tail -n1) != "$REDIS_DIR" ]]; then
+        redis_cli shutdown >/dev/null 2>&1 || true
+        wait_for "Redis's shutdown" 60 port_closed 6379
+        state="restarted (configuration)"
+    fi
+    if port_closed 6379; then
+        install -d -o redis -g redis "$REDIS_DIR" "${REDIS_LOG%/*}" /run/tenks-redis
+        start_daemon runuser -u redis -- redis-server "$REDIS_CONF" \
+            || die "redis-server $REDIS_CONF did not start (see $REDIS_LOG)"
+        [[ $state == "already running" ]] && state="started"
+    fi
+    wait_for "Redis on 127.0.0.1:6379" 60 redis_ping
+    say "redis: $state on 127.0.0.1:6379$(took "$state" "$t0")"
+}
+
+ZK_CONF=/etc/tenks-zookeeper
+ZK_DIR=/var/lib/tenks-zookeeper
+ZK_LOG=/var/log/tenks-zookeeper
+ZK_PIDFILE=/run/tenks-zookeeper.pid
+# Debian's zookeeper.jar names its other jars; log4j writes its log.
+ZK_CLASSPATH=$ZK_CONF:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar
+
+zk_ok() {
+    [[ $( (exec 3<>/dev/tcp/127.0.0.1/2181 && printf ruok >&3 \
+        && timeout 5 cat <&3) 2>/dev/null) == imok ]]
+}
+
+# The pid of the ZooKeeper this step started, if it still runs.
+zk_pid() {
+    local pid
+    pid=$(cat "$ZK_PIDFILE" 2>/dev/null) \
+        && grep -qsF "$ZK_CONF/zoo.cfg" "/proc/$pid/cmdline" && echo "$pid"
+}
+
+step_zookeeper() {
+    local changed=""
+    install -d "$ZK_CONF"
+    # Standalone; envi among the four-letter words: kazoo asks it for the
+    # server's version. No admin server (it would take port 8080).
+    write_if_changed "$ZK_CONF/zoo.cfg" "$(printf '%s\n' 'tickTime=2000' \
+        "dataDir=$ZK_DIR" 'clientPort=2181' 'clientPortAddress=127.0.0.1' \
+        '4lw.commands.whitelist=ruok,srvr,stat,envi' \
+        'admin.enableServer=false' \
+        'autopurge.snapRetainCount=3' 'autopurge.purgeInterval=1')" \
+        && changed=1
+    write_if_changed "$ZK_CONF/log4j.properties" "$(printf '%s\n' \
+        'log4j.rootLogger=INFO, FILE' \
+        'log4j.appender.FILE=org.apache.log4j.RollingFileAppender' \
+        "log4j.appender.FILE.File=$ZK_LOG/zookeeper.log" \
+        'log4j.appender.FILE.MaxFileSize=10MB' \
+        'log4j.appender.FILE.MaxBackupIndex=2' \
+        'log4j.appender.FILE.layout=org.apache.log4j.PatternLayout' \
+        'log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n')" \
+        && changed=1
+    local t0=$SECONDS state="already running" pid
+    if [[ -n $changed ]] && port_open 2181; then
+        pid=$(zk_pid) || die "a ZooKeeper not started by this step answers on 127.0.0.1:2181"
+        kill "$pid"
+        wait_for "ZooKeeper's shutdown" 60 port_closed 2181
+        state="restarted (configuration)"
+    fi
+    # ruok first: a bare connect makes ZooKeeper log a stack trace.
+    if ! zk_ok && port_closed 2181; then
+        install -d -o zookeeper -g zookeeper "$ZK_DIR" "$ZK_LOG"
+        # Stays in the foreground: detach it entirely (see rabbitmq).
+        (exec setsid setpriv --reuid zookeeper --regid zookeeper --init-groups \
+            java -Xmx512m -cp "$ZK_CLASSPATH" \
+            org.apache.zookeeper.server.quorum.QuorumPeerMain "$ZK_CONF/zoo.cfg" \
+            </dev/null >>"$ZK_LOG/zookeeper.out" 2>&1 9>&-) &
+        # $! is java itself: setsid and setpriv each exec the next.
+        echo $! >"$ZK_PIDFILE"
+        [[ $state == "already running" ]] && state="started"
+    fi
+    wait_for "ZooKeeper on 127.0.0.1:2181 (see $ZK_LOG)" 120 zk_ok
+    say "zookeeper: $state on 127.0.0.1:2181$(took "$state" "$t0")"
+}
+
 venv_fingerprint() {
     local f
     for f in setup.cfg setup.py pyproject.toml; do
@@ -437,7 +561,7 @@ main() {
 
     local steps=("$@") step
     [[ ${#steps[@]} -gt 0 ]] || steps=(packages kvm virtlogd libvirtd rabbitmq
-        openvswitch postgresql mariadb venv openstack)
+        openvswitch postgresql mariadb redis zookeeper venv openstack)
     for step in "${steps[@]}"; do
         declare -F "step_$step" >/dev/null || die "no step '$step'"
         "step_$step"
