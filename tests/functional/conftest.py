@@ -4,6 +4,8 @@ import pytest
 
 from tests.functional import cluster_fixtures
 from tests.functional import drivers_fixtures
+from tests.functional.jobboard_fixtures import redis_url  # noqa
+from tests.functional.jobboard_fixtures import zookeeper_url  # noqa
 from tests.functional.openstack_fixtures import cloud  # noqa
 from tests.functional.openstack_fixtures import full_nova  # noqa
 from tests.functional.openstack_fixtures import openstack_services  # noqa
