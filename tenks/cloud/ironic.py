@@ -198,6 +198,18 @@ def enrol(conn, conf, name, node, traits, ports, adopt,
             reason=str(e)) from e
 
 
+# Properties Ironic fills in itself unless a node has them: the vendor its
+# management interface detects when the node is verified.
+DISCOVERED_PROPERTIES = ('vendor',)
+
+
+def _properties(current, wanted):
+    """The node's properties, less those Ironic discovered that Tenks
+    does not set."""
+    return {k: v for k, v in (current.properties or {}).items()
+            if k in wanted or k not in DISCOVERED_PROPERTIES}
+
+
 def node_updates(current, node, defaults, password_changed=False):
     """{field: new value} for each managed field of the Ironic node
     ``current`` that differs from ``node``; ``defaults``: the driver's
@@ -206,7 +218,9 @@ def node_updates(current, node, defaults, password_changed=False):
     wanted.setdefault('conductor_group', '')
     wanted.setdefault('shard', None)
     updates = {k: v for k, v in wanted.items()
-               if k not in INTERFACES and getattr(current, k, None) != v}
+               if k not in INTERFACES and (
+                   _properties(current, v) if k == 'properties'
+                   else getattr(current, k, None)) != v}
     if 'driver' not in updates:
         updates.update(_interfaces(node, current, defaults))
     have = current.driver_info or {}

@@ -32,6 +32,16 @@ def test_a_converged_node_needs_nothing():
     assert ironic.node_updates(ironic_node(), WANTED, DEFAULTS) == {}
 
 
+def test_the_vendor_ironic_detects_is_no_difference():
+    """Ironic records the vendor it detects as it verifies a node; a spec
+    that names one still gets it."""
+    current = ironic_node(properties={'cpus': 1, 'vendor': 'unknown'})
+    assert ironic.node_updates(current, WANTED, DEFAULTS) == {}
+    wanted = dict(WANTED, properties={'cpus': 1, 'vendor': 'tenks'})
+    assert ironic.node_updates(current, wanted, DEFAULTS) == {
+        'properties': {'cpus': 1, 'vendor': 'tenks'}}
+
+
 def test_each_differing_field_is_updated():
     current = ironic_node(resource_class='silver', properties={'cpus': 2},
                           conductor_group='g1', shard='s1',
