@@ -12,6 +12,9 @@ comma-separated:
   no hostagent, its result is.
 - ``kill:<k>``: the process is killed (SIGKILL) once k tasks of a flow
   have ended, done or reverted; 0: before the first runs.
+- ``kill:<pattern>``: the process is killed once the first task whose
+  name matches the fnmatch pattern has succeeded, in a flow run from its
+  start: a conductor that takes the flow over and resumes it finishes it.
 """
 
 import fnmatch
@@ -50,9 +53,12 @@ class Fault:
 
     A Fault with neither only notes each flow's tasks (``tasks``)."""
 
-    def __init__(self, fail=None, at=None, action=kill):
+    def __init__(self, fail=None, at=None, action=kill, after=None):
+        """``after``: the pattern of the task whose success calls
+        ``action``, in flows that are not resumed."""
         self.fail = fail
         self.at = at
+        self.after = after
         self.action = action
         # The names of the tasks of the last flow armed, in an order
         # they may run in.
@@ -60,8 +66,9 @@ class Fault:
         self.failed = None
         self._lock = threading.Lock()
 
-    def arm(self, engine):
-        """Set the fault on ``engine``'s compiled and prepared flow."""
+    def arm(self, engine, resumed=False):
+        """Set the fault on ``engine``'s compiled and prepared flow;
+        ``resumed``: it was interrupted before."""
         graph = engine.compilation.execution_graph
         tasks = [node for node in networkx.lexicographical_topological_sort(
             graph, key=lambda node: node.name)
@@ -82,6 +89,14 @@ class Fault:
             engine.atom_notifier.register(engine.atom_notifier.ANY, on_atom)
             if self.at == 0:
                 self.action()
+        if self.after is not None and not resumed:
+            def on_success(state, details):
+                if state == states.SUCCESS and fnmatch.fnmatchcase(
+                        details['task_name'], self.after):
+                    self.action()
+
+            engine.atom_notifier.register(engine.atom_notifier.ANY,
+                                          on_success)
 
     def _take(self, name):
         """Whether task ``name`` gets the failure (the first to ask)."""
@@ -130,9 +145,12 @@ def parse(value):
             options['fail'] = argument
         elif kind == 'kill' and argument.isdigit():
             options['at'] = int(argument)
+        elif kind == 'kill' and argument:
+            options['after'] = argument
         else:
-            raise ValueError('%s: %r is not fail:<task pattern> or '
-                             'kill:<task ends>' % (ENV, part))
+            raise ValueError('%s: %r is not fail:<task pattern>, '
+                             'kill:<task ends> or kill:<task pattern>'
+                             % (ENV, part))
     return Fault(**options)
 
 

@@ -72,15 +72,22 @@ class FlowRunner:
         engine = engines.load_from_factory(
             factory, factory_kwargs=factory_kwargs, store=store, book=book,
             backend=self.backend, **self._options())
-        return self._run(engine, on_progress)
+        return self._run(engine, on_progress, resumed=False)
 
-    def resume(self, operation_id, on_progress=None):
-        """Resume an interrupted operation where it stopped."""
+    def _flow_detail(self, operation_id):
         try:
             book = self.backend.get_connection().get_logbook(operation_id)
         except tf_exceptions.NotFound:
-            book = ()
-        flow_detail = next(iter(book), None)
+            return None
+        return next(iter(book), None)
+
+    def has_flow(self, operation_id):
+        """Whether the operation's flow was saved: it has begun."""
+        return self._flow_detail(operation_id) is not None
+
+    def resume(self, operation_id, on_progress=None):
+        """Resume an interrupted operation where it stopped."""
+        flow_detail = self._flow_detail(operation_id)
         if flow_detail is None:
             raise exceptions.NothingToResume(id=operation_id)
         if flow_detail.state in (states.REVERTED, states.FAILURE):
@@ -90,20 +97,20 @@ class FlowRunner:
                 'it stopped, before recording why')
         engine = engines.load_from_detail(flow_detail, backend=self.backend,
                                           **self._options())
-        return self._run(engine, on_progress)
+        return self._run(engine, on_progress, resumed=True)
 
     def _options(self):
         return {'engine': 'parallel', 'executor': self.executor}
 
-    def _run(self, engine, on_progress):
+    def _run(self, engine, on_progress, resumed):
         try:
-            return self._run_engine(engine, on_progress)
+            return self._run_engine(engine, on_progress, resumed)
         finally:
             # Its records stay in the database; the store's memory of
             # them goes.
             self.backend.get_connection().forget(engine.storage.flow_uuid)
 
-    def _run_engine(self, engine, on_progress):
+    def _run_engine(self, engine, on_progress, resumed):
         engine.compile()
         engine.prepare()
         graph = engine.compilation.execution_graph
@@ -121,7 +128,7 @@ class FlowRunner:
                                       outcome.on_atom)
         fault = faults.active()
         if fault is not None:
-            fault.arm(engine)
+            fault.arm(engine, resumed)
         try:
             engine.run()
         except tf_exceptions.WrappedFailure as e:

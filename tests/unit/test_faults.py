@@ -103,17 +103,18 @@ def test_the_environment_names_the_fault(conductor, hypervisor,
 
 
 @pytest.mark.parametrize('value,expected', [
-    ('fail:node:*', ('node:*', None)),
-    ('kill:3', (None, 3)),
-    ('fail:remove:*, kill:0', ('remove:*', 0)),
+    ('fail:node:*', ('node:*', None, None)),
+    ('kill:3', (None, 3, None)),
+    ('fail:remove:*, kill:0', ('remove:*', 0, None)),
+    ('kill:ironic_node:*', (None, None, 'ironic_node:*')),
 ])
 def test_parse(value, expected):
     parsed = faults.parse(value)
-    assert (parsed.fail, parsed.at) == expected
+    assert (parsed.fail, parsed.at, parsed.after) == expected
     assert parsed.action is faults.kill
 
 
-@pytest.mark.parametrize('value', ['kill:x', 'fail:', 'stop:1', 'kill'])
+@pytest.mark.parametrize('value', ['kill:', 'fail:', 'stop:1', 'kill'])
 def test_parse_refuses_what_it_does_not_know(value):
     with pytest.raises(ValueError, match=faults.ENV):
         faults.parse(value)
