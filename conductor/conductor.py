@@ -91,7 +91,14 @@ class Conductor:
         context.install(context.Clients(
             db=self.db, agents=self.agents, notifier=self.notifier,
             cloud=self.cloud))
-        self.locks = locks.ClusterLocks(self.lock_dir)
+        self.jobs = None
+        board = coordination = None
+        if conf.conductor.jobboard_url:
+            board, coordination = self._jobboard(conf)
+            self.locks = locks.ClusterLocks(locks.shared(coordination))
+        else:
+            self.locks = locks.ClusterLocks(locks.lock_files(self.lock_dir))
+        self.coordination = coordination
         self._allocation_mutex = threading.Lock()
         self.aggregates = aggregates.Aggregates(
             self.db, self.allocating,
@@ -99,17 +106,35 @@ class Conductor:
         self.registry = hypervisors.HypervisorRegistry(
             conf, bus, self.db, self.agents, self.aggregates)
         self.scheduler_options = scheduler.options_from_conf(conf)
-        self.operations = operations.Operations(conf, self.db,
-                                                self.notifier, self.locks)
+        self.operations = operations.Operations(
+            conf, self.db, self.notifier, self.locks, board)
         # What it does, one room per concern; ``api`` is what callers
         # reach: the RPC API, which the embedded CLI calls too.
         self.records = views.Records(self.db)
         self.deployments = deployments.Deployments(self)
         self.teardowns = teardowns.Teardowns(self)
         self.maintenance = maintenance.Maintenance(self)
+        if board is not None:
+            from conductor import jobs
+            self.jobs = jobs.JobRunner(self, board, coordination)
         self.api = manager.ConductorManager(self, check_policy)
         self.server = bus.get_server(rpc.CONDUCTOR_TOPIC, self.host,
                                      [self.api])
+
+    def _jobboard(self, conf):
+        """The jobboard and the tooz coordination of conductors that
+        share their work (conductor.jobboard)."""
+        if not conf.database.connection:
+            raise exceptions.ConfigError(
+                reason='[conductor] jobboard_url needs [database] '
+                       'connection: conductors that share their operations '
+                       'share their state database')
+        from conductor import jobboard
+        backend = jobboard.backend(conf.conductor.jobboard_url,
+                                   conf.conductor.jobboard_claim_expiry)
+        return (jobboard.Board(backend, self.host,
+                               conf.conductor.jobboard_claim_expiry),
+                jobboard.Coordination(backend, self.host))
 
     @property
     def runner(self):
@@ -124,6 +149,9 @@ class Conductor:
 
     def start(self):
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        if self.jobs is not None:
+            # Before any call comes: a submit posts its job.
+            self.jobs.start()
         self.server.start()
         self.prune()
         if self.bus.embedded:
@@ -170,12 +198,16 @@ class Conductor:
         persisted, and the next start of this conductor resumes them.
         Returns how many were handed back.
         """
+        if self.jobs is not None:
+            self.jobs.stop()
         left = self.drain(grace)
         self._stopping.set()
         self.aggregates.stop_mirror()
         self.server.stop()
         self.server.wait()
         self.operations.shutdown(wait=not left)
+        if self.jobs is not None and not left:
+            self.jobs.close()
         return left
 
     def drain(self, grace=None):
@@ -219,10 +251,26 @@ class Conductor:
 
     @contextlib.contextmanager
     def allocating(self):
-        """Scheduling, one at a time across threads and processes."""
-        path = os.path.join(self.lock_dir, 'allocation.lock')
-        with self._allocation_mutex, fasteners.InterProcessLock(path):
+        """Scheduling, one at a time across threads and processes, and
+        across conductors that share a jobboard."""
+        if self.coordination is not None:
+            lock = self.coordination.lock('allocation')
+        else:
+            lock = fasteners.InterProcessLock(
+                os.path.join(self.lock_dir, 'allocation.lock'))
+        with self._allocation_mutex, lock:
             yield
+
+    def conductors(self):
+        """The live conductors: {'host', 'started_at', 'heartbeat_at',
+        'jobs'} each; without a jobboard, this one alone."""
+        if self.jobs is not None:
+            return sorted(self.jobs.members(), key=lambda c: c['host'])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return [{'host': self.host,
+                 'started_at': self.started_at.isoformat(),
+                 'heartbeat_at': now.isoformat(),
+                 'jobs': self.operations.running()}]
 
     def moving(self):
         """Records of the nodes running moves take to their new hosts."""
@@ -234,13 +282,16 @@ class Conductor:
         """What an operation's flow is given to start with."""
         return {'operation_id': operation_id, 'cluster': name}
 
-    def resume(self, operation_id, on_progress):
+    def resume(self, operation_id, on_progress, start=None):
         """Resume the flow of an interrupted operation; one interrupted
-        before its flow was saved starts again from its checks."""
+        before its flow was saved starts again from its checks, with
+        ``start()`` when given (a job's, with its submit's arguments)."""
         try:
             outcome = self.runner.resume(operation_id,
                                          on_progress=on_progress)
         except exceptions.NothingToResume:
+            if start is not None:
+                return start()
             operation = self.db.get_operation(operation_id)
             if self.db.get_cluster(operation.cluster) is None:
                 raise

@@ -88,8 +88,7 @@ class Deployments:
                                                states.CLUSTER_SCHEDULED)
             operation_id = self.operations.create('deploy', name, spec)
             return self.operations.submit(operation_id, 'deploy', name,
-                                          before, False, self.run, force,
-                                          (cluster, spec))
+                                          before, False, self.run, force)
 
     def plan(self, spec, force=False):
         """What a deploy of ``spec`` would change, changing nothing:
@@ -116,20 +115,17 @@ class Deployments:
                 reason='%s: %s' % (type(e).__name__, e)) from e
         return summary(plan)
 
-    def run(self, operation_id, force=False, known=None, on_progress=None):
+    def run(self, operation_id, force=False, on_progress=None):
         """Check, inspect and plan; then apply the plan with a flow, or,
-        when it changes nothing, only record the spec. ``known``: the
-        cluster's record and the spec, as the submit read them.
+        when it changes nothing, only record the spec (the operation's,
+        as its submit recorded it).
 
         A cluster still 'scheduled' is new: until its flow runs, any
         error forgets it with the nodes scheduled for it.
         """
-        if known is None:
-            operation = self.db.get_operation(operation_id)
-            cluster = self.db.get_cluster(operation.cluster)
-            spec = operation.spec or cluster.spec
-        else:
-            cluster, spec = known
+        operation = self.db.get_operation(operation_id)
+        cluster = self.db.get_cluster(operation.cluster)
+        spec = operation.spec or cluster.spec
         name = cluster.name
         new = cluster.state == states.CLUSTER_SCHEDULED
         missing = []

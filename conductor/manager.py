@@ -134,6 +134,12 @@ class ConductorManager:
     def audit(self, context, cluster=None, clean=False):
         return audits.audit(self.conductor, cluster, clean)
 
+    # Conductors
+
+    @rule('tenks:conductor:list')
+    def list_conductors(self, context):
+        return self.conductor.conductors()
+
     # Hypervisors
 
     @rule('tenks:hypervisor:list')

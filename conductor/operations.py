@@ -4,10 +4,17 @@ Every way an operation can end is recorded as its final state with a
 reason; its cluster's lock, taken by whoever submits it, is released
 when it ends. A stopping conductor ends what waits for a worker and
 hands back, persisted, what still runs after a grace period.
+
+Conductors that share a jobboard (conductor.jobs) post what they accept
+as a job instead, and run the jobs they claim; a cluster's lock then
+covers only the submit, and its running operation, whose job is on the
+board, keeps the cluster busy.
 """
 
 import contextlib
+import functools
 import threading
+import time
 import uuid
 from concurrent import futures
 
@@ -23,17 +30,20 @@ LOG = logging.getLogger(__name__)
 
 class Operations:
 
-    def __init__(self, conf, db, notifier, locks):
+    def __init__(self, conf, db, notifier, locks, board=None):
+        """``board``: the jobboard (conductor.jobboard.Board) of
+        conductors that share their work, or None."""
         self.host = conf.conductor.host
         self.db = db
         self.notifier = notifier
         self.locks = locks
+        self.board = board
+        self.max_operations = conf.conductor.max_operations
         self._pool = futures.ThreadPoolExecutor(
-            max_workers=conf.conductor.max_operations,
+            max_workers=self.max_operations,
             thread_name_prefix='operation')
         self._running = {}
-        # Operations waiting for a worker:
-        # {id: (kind, cluster, its state before, resumed)}.
+        # Operations waiting for a worker: {id: what ends one cancelled}.
         self._queued = {}
         self._running_mutex = threading.Lock()
         self._accepting = True
@@ -62,22 +72,38 @@ class Operations:
 
     def _cancel_queued(self):
         """End the operations still waiting for a worker: a stopping
-        conductor starts no new work. A resumed one is handed back as
-        it was; a new one has done nothing and fails saying so."""
+        conductor starts no new work."""
         with self._running_mutex:
-            queued = [(operation_id, info) for operation_id, info
+            queued = [(operation_id, cancelled) for operation_id, cancelled
                       in self._queued.items()
                       if self._running[operation_id].cancel()]
             for operation_id, _ in queued:
                 del self._queued[operation_id]
                 del self._running[operation_id]
-        for operation_id, (kind, name, before, resumed) in queued:
-            if not resumed:
-                self._fail_unstarted(
-                    operation_id, kind, name, before,
-                    'conductor %s stopped before it began; nothing was '
-                    'changed: run it again' % self.host)
-            self.locks.release(name)
+        for _, cancelled in queued:
+            cancelled()
+
+    def _cancelled(self, operation_id, kind, name, before, resumed):
+        """A resumed operation cancelled is handed back as it was; a new
+        one has done nothing and fails saying so."""
+        if not resumed:
+            self._fail_unstarted(
+                operation_id, kind, name, before,
+                'conductor %s stopped before it began; nothing was '
+                'changed: run it again' % self.host)
+        self.locks.release(name)
+
+    def free_workers(self):
+        """How many more operations could start now."""
+        with self._running_mutex:
+            if not self._accepting:
+                return 0
+            return self.max_operations - len(self._running)
+
+    def running(self):
+        """The ids of the operations this conductor runs or queues."""
+        with self._running_mutex:
+            return sorted(self._running)
 
     def check_accepting(self):
         if not self._accepting:
@@ -91,12 +117,23 @@ class Operations:
         another operation holds it). The lock is released if the block
         raises; once submitted, the operation releases it as it ends."""
         self.check_accepting()
-        self.locks.acquire(name)
+        try:
+            self.locks.acquire(name)
+        except exceptions.ClusterBusy:
+            raise self._busy(name) from None
         try:
             yield
         except BaseException:
             self.locks.release(name)
             raise
+
+    def _busy(self, name):
+        """ClusterBusy of cluster ``name``, naming the operation that
+        runs on it if one is recorded yet."""
+        running = self.db.list_operations(
+            cluster=name, state=states.OPERATION_RUNNING)
+        return exceptions.ClusterBusy(
+            name=name, operation=running[-1] if running else None)
 
     def create(self, kind, name, spec=None):
         """Record a new operation of ``kind`` on cluster ``name``; a
@@ -128,10 +165,18 @@ class Operations:
         """The last operation a dead process left running, if any.
 
         Called with the cluster locked, so nothing else runs it now;
-        older ones are closed as interrupted.
+        older ones are closed as interrupted. With a jobboard, one that
+        has a job there is not interrupted: a conductor runs it, or
+        will (ClusterBusy).
         """
         running = self.db.list_operations(
             cluster=name, state=states.OPERATION_RUNNING)
+        if running and self.board is not None:
+            jobs = {job.details.get('operation') for job in self.board.jobs()}
+            for operation in running:
+                if operation.id in jobs:
+                    raise exceptions.ClusterBusy(name=name,
+                                                 operation=operation)
         for operation in running[:-1]:
             self.db.finish_operation(operation.id,
                                      states.OPERATION_INTERRUPTED)
@@ -153,6 +198,10 @@ class Operations:
         """
         with self._running_mutex:
             future = self._running.get(operation_id)
+        if future is None and self.board is not None:
+            # Any conductor may run it: its record says when it ends.
+            while self._is_running(operation_id):
+                time.sleep(0.2)
         if future is None:
             return self._ended(operation_id)
         try:
@@ -169,6 +218,11 @@ class Operations:
                        'resumes when that conductor starts again'
                        % self.host) from None
 
+    def _is_running(self, operation_id):
+        operation = self.db.get_operation(operation_id)
+        return (operation is not None
+                and operation.state == states.OPERATION_RUNNING)
+
     def _ended(self, operation_id):
         """What wait gives of an operation that has ended already."""
         operation = self.db.get_operation(operation_id)
@@ -183,12 +237,16 @@ class Operations:
     def resume_interrupted(self, resume, which=None):
         """Submit ``resume`` for what this conductor was running when it
         last stopped and no process runs now (its cluster's lock is
-        free); ``which(operation)``: only those it accepts. Returns the
-        ids of those submitted."""
+        free, and it has no job on the jobboard); ``which(operation)``:
+        only those it accepts. Returns the ids of those submitted."""
         submitted = []
+        # With a jobboard, one whose job is there is another's to claim.
+        posted = set() if self.board is None else {
+            job.details.get('operation') for job in self.board.jobs()}
         for operation in self.db.list_operations(
                 state=states.OPERATION_RUNNING, conductor=self.host):
-            if which is not None and not which(operation):
+            if operation.id in posted or (
+                    which is not None and not which(operation)):
                 continue
             try:
                 self.locks.acquire(operation.cluster)
@@ -218,6 +276,10 @@ class Operations:
         the cluster had, for the failure message (None: this submit
         recorded the cluster).
 
+        With a jobboard, post it as a job instead, ``args`` with it
+        (they must be JSON), and release the cluster's lock: the
+        conductor that claims the job runs it (see run_claimed).
+
         Raises ConductorBusy if the conductor is stopping or the start
         cannot be announced; the operation then ends failed, and a
         cluster this submit recorded is forgotten (a resumed operation
@@ -227,13 +289,21 @@ class Operations:
             if not resumed:
                 self.notifier.emit('tenks.cluster.%s.start' % kind, name,
                                    {'operation': operation_id})
+            if self.board is not None:
+                self.check_accepting()
+                self.board.post(operation_id, kind, name, before, args)
+                self.locks.release(name)
+                return operation_id
             with self._running_mutex:
                 self.check_accepting()
-                future = self._pool.submit(self._execute, operation_id,
-                                           kind, name, before, resumed, run,
-                                           *args)
+                future = self._pool.submit(
+                    self._execute, operation_id, kind, name, before,
+                    resumed, functools.partial(self.locks.release, name),
+                    run, *args)
                 self._running[operation_id] = future
-                self._queued[operation_id] = (kind, name, before, resumed)
+                self._queued[operation_id] = functools.partial(
+                    self._cancelled, operation_id, kind, name, before,
+                    resumed)
         except Exception as e:
             if isinstance(e, (exceptions.ConductorBusy, RuntimeError)):
                 # RuntimeError: the pool was shut down.
@@ -251,8 +321,21 @@ class Operations:
                                            reason=reason) from e
         return operation_id
 
-    def _execute(self, operation_id, kind, name, before, resumed, run,
-                 *args):
+    def run_claimed(self, operation_id, kind, name, before, resumed, run,
+                    ended, handed_back):
+        """Run ``run(operation_id, on_progress)``, an operation whose job
+        this conductor claimed; ``ended()`` once its end is recorded,
+        ``handed_back()`` if the conductor stops before it begins.
+        ConductorBusy if the conductor is stopping."""
+        with self._running_mutex:
+            self.check_accepting()
+            self._running[operation_id] = self._pool.submit(
+                self._execute, operation_id, kind, name, before, resumed,
+                ended, run)
+            self._queued[operation_id] = handed_back
+
+    def _execute(self, operation_id, kind, name, before, resumed, ended,
+                 run, *args):
         with self._running_mutex:
             self._queued.pop(operation_id, None)
         recorder = progress.ProgressRecorder(self.db, operation_id)
@@ -296,7 +379,7 @@ class Operations:
                 reason=str(e) or type(e).__name__))
             raise
         finally:
-            self.locks.release(name)
+            ended()
             with self._running_mutex:
                 self._running.pop(operation_id, None)
 

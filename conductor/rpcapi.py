@@ -95,12 +95,15 @@ API version history:
   ``clean``, what dead deployments left is removed first. Returns
   {'drift', 'other', 'removed'}: lists of {'hypervisor', 'kind',
   'name', 'status', 'cluster', 'mark', 'detail'} (see conductor.audit).
+* 1.7 - list_conductors: the live conductors, each {'host',
+  'started_at', 'heartbeat_at', 'jobs'} (the ids of the operations it
+  runs); with a jobboard, every conductor that shares it.
 """
 
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.6'
+RPC_API_VERSION = '1.7'
 
 
 class ConductorAPI:
@@ -193,6 +196,9 @@ class ConductorAPI:
 
     def list_hypervisors(self, context):
         return self._call(context, 'list_hypervisors')
+
+    def list_conductors(self, context):
+        return self._call(context, 'list_conductors', '1.7')
 
     def get_hypervisor(self, context, host):
         return self._call(context, 'get_hypervisor', host=host)

@@ -91,6 +91,30 @@ conductor_opts = [
                       'operation that has ended is forgotten whatever '
                       'this says: it is never resumed. A conductor prunes '
                       'as it starts, and every hour.'),
+    cfg.StrOpt('jobboard_url',
+               secret=True,
+               help='Where several conductors share their operations: a '
+                    'TaskFlow jobboard, on which every operation is '
+                    'posted as a job that one running conductor claims '
+                    'and runs, and another resumes if that one dies; its '
+                    'server also holds the conductors\' locks and '
+                    'membership (tooz). redis://[:PASSWORD@]HOST:PORT[/DB]'
+                    '[?namespace=NAME] or zookeeper://HOST:PORT[,HOST:PORT]'
+                    '[/NAMESPACE]; the namespace (default: tenks) '
+                    'separates the conductors of one state database from '
+                    'those of another on the same server. Needs a '
+                    'shared [database] connection and tenks[jobboard]. '
+                    'Unset (the default): this conductor runs what it '
+                    'accepts and resumes it when it starts again.'),
+    cfg.IntOpt('jobboard_claim_expiry',
+               default=30, min=3,
+               help='Seconds after which the claim of a conductor that '
+                    'stopped renewing it (one killed, or cut off from the '
+                    'jobboard) expires and another conductor takes its '
+                    'jobs over; also how long a dead conductor stays in '
+                    '"tenks conductor list" and holds its locks. A '
+                    'running conductor renews its claims every third of '
+                    'it.'),
 ]
 
 database_opts = [

@@ -58,6 +58,16 @@ class ClusterBusy(TenksError):
     msg_fmt = ('Cluster %(name)s is locked by another operation; '
                'try again when it has finished')
 
+    def __init__(self, message=None, operation=None, **kwargs):
+        """``operation``: the record of the operation that holds the
+        cluster, when known: the message names it and its conductor."""
+        if message is None and operation is not None:
+            message = ('Cluster %s is busy: %s %s runs on conductor %s; '
+                       'try again when it has finished' % (
+                           kwargs['name'], operation.kind, operation.id,
+                           operation.conductor))
+        super().__init__(message, **kwargs)
+
 
 class OperationNotFound(TenksError):
     msg_fmt = 'No operation %(id)s'

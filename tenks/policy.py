@@ -62,6 +62,7 @@ RULES = dict([
     ('tenks:operation:show', (READER, 'Show an operation.')),
     ('tenks:event:list', (READER, 'List recorded events.')),
     ('tenks:hypervisor:list', (READER, 'List hypervisors.')),
+    ('tenks:conductor:list', (READER, 'List the live conductors.')),
     ('tenks:hypervisor:show', (READER, 'Show a hypervisor.')),
     (HYPERVISOR_ADMIN_FIELDS, (
         ADMIN, 'See the facts of hypervisors and what comes from them '

@@ -501,6 +501,11 @@ class StateDB:
     def set_operation_plan(self, operation_id, plan):
         self._update_operation(operation_id, plan=plan)
 
+    def set_operation_conductor(self, operation_id, conductor):
+        """Record that ``conductor`` now runs the operation (it took
+        the operation's job over)."""
+        self._update_operation(operation_id, conductor=conductor)
+
     def set_operation_progress(self, operation_id, progress):
         self._update_operation(operation_id, progress=progress)
 

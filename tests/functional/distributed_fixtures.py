@@ -69,13 +69,18 @@ class Service:
 class Deployment:
 
     def __init__(self, tmp_path, agent_timeout=20, grace=5, agent_retries=0,
-                 probe=False, threads=None, agents=2, database=None):
+                 probe=False, threads=None, agents=2, database=None,
+                 conductors=1, jobboard=None, claim_expiry=4,
+                 openstack=None):
         """``probe``: run each service in a memory_probe. ``threads``:
         the most threads each service's RPC server runs requests in
         ([DEFAULT] executor_thread_pool_size; None: oslo.messaging's
         default). ``agents``: how many hostagents (1 or 2).
-        ``database``: the conductor's [database] connection (None: the
-        SQLite file of its state directory)."""
+        ``database``: the conductors' [database] connection (None: the
+        SQLite file of its state directory). ``conductors``: how many,
+        sharing ``jobboard`` ([conductor] jobboard_url) with claims that
+        expire after ``claim_expiry`` s. ``openstack``: the endpoints of
+        the cloud the conductors use (openstack_fixtures)."""
         self.token = secrets.token_hex(3)
         self.vhost = 'tenks-test-%s' % self.token
         self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
@@ -83,22 +88,41 @@ class Deployment:
         self.probe = probe
         self.threads = threads
         tmp_path.mkdir(parents=True, exist_ok=True)
-        self.conductor_host = 'cond-%s' % self.token
+        self.conductor_hosts = ['cond-%s' % self.token] + [
+            'cond%d-%s' % (n, self.token) for n in range(2, conductors + 1)]
+        self.conductor_host = self.conductor_hosts[0]
         self.hosts = ['hva-%s' % self.token, 'hvb-%s' % self.token][:agents]
         self.state_dirs = {h: str(tmp_path / h) for h in self.hosts}
         self.services = {}
         # What the hypervisors' state is once they registered (a host
         # with enable_on_register = false is 'disabled').
         self.ready_states = {'up'}
-        self.conductor = self._service('conductor', self.conductor_host, '''
+        extra = ''
+        if jobboard:
+            extra += 'jobboard_url = %s\njobboard_claim_expiry = %d\n' % (
+                jobboard, claim_expiry)
+        if database:
+            extra += '[database]\nconnection = %s\n' % database
+        if openstack:
+            extra += '[openstack]\n' + ''.join(
+                '%s = %s\n' % (option, openstack[service])
+                for service, option in (('baremetal', 'ironic_url'),
+                                        ('compute', 'nova_url'),
+                                        ('placement', 'placement_url')))
+        self.conductors = [self._service(
+            'conductor' if host == self.conductor_host else
+            'conductor-%s' % host, host, '''
 [conductor]
 host = %s
 agent_timeout = %d
 agent_down_time = 5
 agent_retries = %d
 graceful_shutdown_timeout = %d
-''' % (self.conductor_host, agent_timeout, agent_retries, grace) + (
-            '[database]\nconnection = %s\n' % database if database else ''))
+''' % (host, agent_timeout, agent_retries, grace) + extra)
+            for host in self.conductor_hosts]
+        self.conductor = self.conductors[0]
+        # What the conductors' environment adds (TENKS_FAULT, say).
+        self.conductor_environ = {}
         for host, prefix in zip(self.hosts, 'ab'[:agents], strict=True):
             self._service('hostagent-' + prefix, host, '''
 [hostagent]
@@ -141,7 +165,8 @@ heartbeat_interval = 1
         self.api = rpcapi.ConductorAPI(self.bus, timeout=60)
         try:
             for service in self.services.values():
-                service.start()
+                service.start(**(self.conductor_environ
+                                 if service in self.conductors else {}))
             self.wait_for_agents(self.hosts)
         except BaseException:
             # No with-block will stop what started.

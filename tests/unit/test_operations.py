@@ -46,7 +46,7 @@ def registry(tmp_path):
     engine = db_api.create_engine('sqlite:///%s' % (tmp_path / 'state.db'))
     migration.upgrade(engine)
     db = db_api.StateDB(engine)
-    locks = cluster_locks.ClusterLocks(str(tmp_path))
+    locks = cluster_locks.ClusterLocks(cluster_locks.lock_files(str(tmp_path)))
     registry = ops.Operations(conf, db, RecordedEvents(db), locks)
     yield registry
     registry.shutdown(wait=True)

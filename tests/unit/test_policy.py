@@ -46,6 +46,7 @@ CALLS = {
     'list_nodes': ((), READER, None),
     'list_events': ((), READER, None),
     'list_hypervisors': ((), READER, None),
+    'list_conductors': ((), READER, None),
     'get_hypervisor': (('nope',), READER, exceptions.HypervisorNotFound),
     'delete_hypervisor': (('nope',), ADMIN, exceptions.HypervisorNotFound),
     'update_hypervisor': (('nope', False), ADMIN,

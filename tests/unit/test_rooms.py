@@ -55,4 +55,5 @@ def test_the_conductor_only_wires_and_runs_its_rooms():
               if not name.startswith('_')}
     assert public == {
         'runner', 'start', 'prune', 'stop', 'drain', 'resume_interrupted',
-        'end_orphans', 'resume', 'allocating', 'moving', 'store'}
+        'end_orphans', 'resume', 'allocating', 'moving', 'store',
+        'conductors'}

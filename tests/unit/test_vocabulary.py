@@ -24,6 +24,9 @@ COINCIDENCES = {
     # File name suffixes of two unrelated directories.
     ('hostagent/deployments.py', 'SUFFIX'),
     ('hostagent/drivers/bmc/ipmi_store.py', 'SUFFIX'),
+    # The jobboard's default namespace and the bus's exchange: both the
+    # project's name.
+    ('conductor/jobboard.py', 'DEFAULT_NAMESPACE'),
 }
 
 
