@@ -55,11 +55,12 @@ def backend(url, expiry):
                  'socket_connect_timeout': SOCKET_TIMEOUT}
         tooz = {'db': db, 'namespace': namespace + '.tooz',
                 'timeout': expiry, 'socket_timeout': SOCKET_TIMEOUT}
-        if parsed.password:
-            board['password'] = parsed.password
+        password = urllib.parse.unquote(parsed.password or '')
+        if password:
+            board['password'] = password
         tooz_url = 'redis://%s%s:%d?%s' % (
-            ':%s@' % urllib.parse.quote(parsed.password, safe='')
-            if parsed.password else '', board['host'], port,
+            ':%s@' % urllib.parse.quote(password, safe='')
+            if password else '', board['host'], port,
             urllib.parse.urlencode(tooz))
         return Backend('redis', board, tooz_url, namespace)
     if parsed.scheme == 'zookeeper':

@@ -73,7 +73,10 @@ class JobRunner:
         renewed = 0.0
         while not self._stopping.is_set():
             try:
-                if time.monotonic() - renewed >= self.renew_interval:
+                # At once after an outage: before another conductor
+                # claims a job whose claim expired meanwhile.
+                if self._trouble is not None or (
+                        time.monotonic() - renewed >= self.renew_interval):
                     self._renew()
                     renewed = time.monotonic()
                 self._claim()
@@ -96,10 +99,17 @@ class JobRunner:
         with self._held_mutex:
             held = dict(self._held)
         for operation_id, job in held.items():
-            if not self.board.renew(job):
-                LOG.error('Lost the claim of the job of operation %s (this '
-                          'conductor did not renew it in time): another '
-                          'conductor may take it over', operation_id)
+            if self.board.renew(job):
+                continue
+            # Expired (the server was away longer than the claim lasts):
+            # claimed again if no other conductor has yet.
+            if self.board.claim(job):
+                LOG.warning('Claimed the job of operation %s again: its '
+                            'claim had expired', operation_id)
+            else:
+                LOG.error('Lost the claim of the job of operation %s to '
+                          'conductor %s, which may run it too',
+                          operation_id, self.board.owner(job))
         self.coordination.heartbeat(self.capabilities())
 
     def _claim(self):
@@ -110,8 +120,20 @@ class JobRunner:
             if free <= 0 or self._stopping.is_set():
                 return
             if self.board.claim(job):
-                if self._take(job):
+                if self._take_or_abandon(job):
                     free -= 1
+
+    def _take_or_abandon(self, job):
+        try:
+            return self._take(job)
+        except Exception:
+            # Free for another try (a ZooKeeper claim would otherwise
+            # last as long as this conductor).
+            try:
+                self.board.abandon(job)
+            except Exception as e:
+                LOG.warning('Could not give job %s back: %s', job.uuid, e)
+            raise
 
     def _take(self, job):
         """Run the operation of a job just claimed; whether it runs."""
