@@ -195,7 +195,8 @@ class Conductor:
 
         Operations still running after ``grace`` seconds (default:
         graceful_shutdown_timeout) are handed back: their flows are
-        persisted, and the next start of this conductor resumes them.
+        persisted, and the next start of this conductor resumes them
+        (with a jobboard, another conductor once their claims expire).
         Returns how many were handed back.
         """
         if self.jobs is not None:

@@ -5,6 +5,7 @@ each operation; when the owner of a running deploy is killed, another
 takes its job over and finishes the deploy from its persisted flow."""
 
 import collections
+import contextlib
 import json
 import re
 import time
@@ -17,6 +18,7 @@ from tenks import exceptions
 from tenks import policy
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
+from tests.functional import jobboard_fixtures as jf
 from tests.functional import openstack_fixtures as of
 from tests.functional import shared_db_fixtures as sdb
 
@@ -29,9 +31,10 @@ CLAIM_EXPIRY = 4
 def conductors(tmp_path, jobboard, database, **kwargs):
     """Three conductors and two hostagents on ``jobboard`` and
     ``database``, whose schema is made first."""
+    kwargs.setdefault('claim_expiry', CLAIM_EXPIRY)
     deployment = df.Deployment(tmp_path / 'services', conductors=3,
                                jobboard=jobboard, database=database,
-                               claim_expiry=CLAIM_EXPIRY, **kwargs)
+                               **kwargs)
     synced = sdb.manage(deployment.conductor.config, 'db', 'sync')
     assert synced.returncode == 0, synced.stderr
     return deployment
@@ -87,8 +90,11 @@ def assert_complete(d, env, spec, cloud=None):
             n['name'] for n in nodes)
         assert {n.provision_state for n in ironic} == {'available'}
     report = d.api.audit(ADMIN)
-    assert report["drift"] == [] and report["other"] == [], [
-        (e["name"], e["status"], e["detail"]) for e in report["drift"]]
+    assert report['drift'] == [], [
+        (e['name'], e['status'], e['detail']) for e in report['drift']]
+    # Other tests' things may be there too: none of this cluster's.
+    assert [e for e in report['other']
+            if e['cluster'] == env.cluster] == [], report['other']
 
 
 @pytest.mark.parametrize('jobboard,point,port_base', [
@@ -220,3 +226,43 @@ def test_six_clusters_deploy_at_once_over_three_conductors(tmp_path,
                     left += env.leftovers()
                     env.force_clean()
                 assert left == [], 'the test left %s behind' % left
+
+
+def test_a_redis_restart_during_a_deploy_loses_nothing(tmp_path, redis_url):
+    """Redis stopped and started again while a deploy runs: the deploy's
+    conductor keeps its claim (back within the expiry), the deploy ends
+    once, whole, and its job is gone from the board."""
+    with sdb.database('postgresql') as url:
+        with conductors(tmp_path, redis_url, url, claim_expiry=20) as d:
+            env = cf.ClusterEnv(tmp_path / 'cluster', port_base=9510,
+                                state_dirs=d.state_dirs.values())
+            with cf.checked(env):
+                spec = env.spec(count=4)
+                operation_id = d.api.deploy_cluster(ADMIN, spec)
+                deadline = time.monotonic() + 120
+                while not domains(env):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                owner = d.api.get_operation(ADMIN, operation_id)['conductor']
+                jf.restart_redis()
+                done = d.wait(operation_id)
+                assert done['state'] == 'succeeded', done['error']
+                assert (done['conductor'], done['result']['resumed']) == (
+                    owner, False)
+                assert_complete(d, env, spec)
+                # Consumed (by its conductor, or, if Redis was away
+                # then, by the next to claim it): no job is left.
+                namespace = redis_url.split('namespace=')[1]
+                deadline = time.monotonic() + 60
+                while jobs_left(namespace):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.5)
+                gone = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
+                assert gone['state'] == 'succeeded', gone['error']
+
+
+def jobs_left(namespace):
+    """How many jobs the Redis jobboard of ``namespace`` lists."""
+    with contextlib.closing(jf.redis_client()) as client:
+        return sum(client.hlen(key) for key in client.scan_iter(
+            match='%s.jobs*' % namespace, _type='hash'))
