@@ -30,6 +30,7 @@ from taskflow import states
 from taskflow.persistence import base
 from taskflow.persistence import models
 
+from tenks.db import api as db_api
 from tenks.db.flow_tables import ATOMS
 from tenks.db.flow_tables import FLOWS
 from tenks.db.flow_tables import LOGBOOKS
@@ -90,11 +91,12 @@ class Connection(base.Connection):
         return self._run(self._engine.connect, 'reading', what, uuid,
                          statements)
 
-    @staticmethod
-    def _run(connect, doing, what, uuid, statements):
-        try:
+    def _run(self, connect, doing, what, uuid, statements):
+        def run():
             with connect() as conn:
                 return statements(conn)
+        try:
+            return db_api.reconnecting(self._engine, run)
         except sa_exc.SQLAlchemyError:
             tf_exceptions.raise_with_cause(
                 tf_exceptions.StorageFailure,

@@ -78,6 +78,10 @@ def unreachable(engine, error):
 # zone before it drops the zone: that zone is UTC. MySQL reads, as
 # PostgreSQL does, what other transactions committed (its REPEATABLE
 # READ would show a transaction the rows as they were at its first read).
+# Seconds a read or write waits for a server database that cannot be
+# reached (restarting, say) before its error counts.
+RECONNECT_TIMEOUT = 60
+
 SERVER_OPTIONS = {
     'postgresql': {'pool_pre_ping': True,
                    'connect_args': {'options': '-c timezone=UTC'}},
@@ -134,6 +138,33 @@ AGGREGATE_HOSTS = models.AggregateHost.table
 UNANSWERED = models.UnansweredRequest.table
 
 
+def _disconnected(error):
+    """Whether ``error`` says the database server could not be reached
+    or dropped the connection (which a retry on a new one may cure)."""
+    return isinstance(error, sa.exc.DBAPIError) and (
+        error.connection_invalidated
+        or isinstance(error, sa.exc.OperationalError))
+
+
+def reconnecting(engine, call):
+    """``call()``; on a server database, again on a new connection while
+    the server cannot be reached, for RECONNECT_TIMEOUT seconds at most:
+    a database restarted under a running operation costs it nothing."""
+    if engine.dialect.name == 'sqlite':
+        return call()
+    import tenacity
+    for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_disconnected),
+            stop=tenacity.stop_after_delay(RECONNECT_TIMEOUT),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            before_sleep=lambda state: LOG.warning(
+                'State database unreachable (%s); trying again',
+                state.outcome.exception()),
+            reraise=True):
+        with attempt:
+            return call()
+
+
 class StateDB:
 
     def __init__(self, engine):
@@ -141,25 +172,32 @@ class StateDB:
 
     def _read(self, record, query):
         """The records of the rows ``query`` selects."""
-        with self.engine.connect() as conn:
-            return [record.from_row(row) for row in conn.execute(query)]
+        def read():
+            with self.engine.connect() as conn:
+                return [record.from_row(row) for row in conn.execute(query)]
+        return reconnecting(self.engine, read)
 
     def _get(self, record, key):
         """The record whose primary key is ``key``, or None."""
         [column] = record.table.primary_key
-        with self.engine.connect() as conn:
-            return record.from_row(conn.execute(
-                sa.select(record.table).where(column == key)).first())
+
+        def get():
+            with self.engine.connect() as conn:
+                return record.from_row(conn.execute(
+                    sa.select(record.table).where(column == key)).first())
+        return reconnecting(self.engine, get)
 
     def _write(self, *statements):
         """Run ``statements`` ((statement, parameters) or statement) in
         one transaction."""
-        with self.engine.begin() as conn:
-            for statement in statements:
-                if isinstance(statement, tuple):
-                    conn.execute(*statement)
-                else:
-                    conn.execute(statement)
+        def write():
+            with self.engine.begin() as conn:
+                for statement in statements:
+                    if isinstance(statement, tuple):
+                        conn.execute(*statement)
+                    else:
+                        conn.execute(statement)
+        reconnecting(self.engine, write)
 
     # Clusters
 

@@ -69,3 +69,20 @@ def manage(config, *args):
     return subprocess.run(
         [os.path.join(cf.BIN, 'tenks-manage'), '--config-file', str(config),
          *args], capture_output=True, text=True, timeout=120)
+
+
+def restart_postgresql():
+    """Restart the PostgreSQL server of tools/setup.sh (pg_ctl restart,
+    fast mode: every connection dropped), and wait until it answers."""
+    version, name, _, _, _, datadir, logfile = subprocess.run(
+        ['pg_lsclusters', '-h'], capture_output=True, text=True,
+        check=True).stdout.split()[:7]
+    # The server keeps the streams pg_ctl gives it: none of ours.
+    subprocess.run(
+        ['runuser', '-u', 'postgres', '--',
+         '/usr/lib/postgresql/%s/bin/pg_ctl' % version, '-D', datadir,
+         '-l', logfile,
+         '-o', '-c config_file=/etc/postgresql/%s/%s/postgresql.conf'
+         % (version, name), '-w', '-s', '-m', 'fast', 'restart'],
+        check=True, timeout=120, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
