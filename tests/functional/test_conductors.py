@@ -227,13 +227,20 @@ def test_six_clusters_deploy_at_once_over_three_conductors(tmp_path,
                 assert left == [], 'the test left %s behind' % left
 
 
-def test_a_redis_restart_during_a_deploy_loses_nothing(tmp_path, redis_url):
-    """Redis stopped and started again while a deploy runs: the deploy's
-    conductor keeps its claim (back within the expiry), the deploy ends
-    once, whole, and its job is gone from the board."""
+@pytest.mark.parametrize('server,port_base', [('redis', 9510),
+                                              ('postgresql', 9520)])
+def test_a_server_restarted_during_a_deploy_loses_nothing(
+        tmp_path, redis_url, server, port_base):
+    """Redis (the jobboard) or PostgreSQL (the state database) stopped
+    and started again while a deploy runs on three conductors: they
+    reconnect, the deploy's conductor keeps its claim (back within the
+    expiry), and the deploy ends once, whole, its job gone from the
+    board."""
+    restart = {'redis': jf.restart_redis,
+               'postgresql': sdb.restart_postgresql}[server]
     with sdb.database('postgresql') as url:
         with conductors(tmp_path, redis_url, url, claim_expiry=20) as d:
-            env = cf.ClusterEnv(tmp_path / 'cluster', port_base=9510,
+            env = cf.ClusterEnv(tmp_path / 'cluster', port_base=port_base,
                                 state_dirs=d.state_dirs.values())
             with cf.checked(env):
                 spec = env.spec(count=4)
@@ -243,7 +250,7 @@ def test_a_redis_restart_during_a_deploy_loses_nothing(tmp_path, redis_url):
                     assert time.monotonic() < deadline
                     time.sleep(0.1)
                 owner = d.api.get_operation(ADMIN, operation_id)['conductor']
-                jf.restart_redis()
+                restart()
                 done = d.wait(operation_id)
                 assert done['state'] == 'succeeded', done['error']
                 assert (done['conductor'], done['result']['resumed']) == (
@@ -265,27 +272,3 @@ def jobs_left(namespace):
     with contextlib.closing(jf.redis_client()) as client:
         return sum(client.hlen(key) for key in client.scan_iter(
             match='%s.jobs*' % namespace, _type='hash'))
-
-
-def test_a_database_restart_during_a_deploy_loses_nothing(tmp_path,
-                                                          redis_url):
-    """PostgreSQL restarted while a deploy runs on three conductors: they
-    reconnect, and the deploy ends once, whole."""
-    with sdb.database('postgresql') as url:
-        with conductors(tmp_path, redis_url, url, claim_expiry=20) as d:
-            env = cf.ClusterEnv(tmp_path / 'cluster', port_base=9520,
-                                state_dirs=d.state_dirs.values())
-            with cf.checked(env):
-                spec = env.spec(count=4)
-                operation_id = d.api.deploy_cluster(ADMIN, spec)
-                deadline = time.monotonic() + 120
-                while not domains(env):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.1)
-                sdb.restart_postgresql()
-                done = d.wait(operation_id)
-                assert done['state'] == 'succeeded', done['error']
-                assert done['result']['resumed'] is False
-                assert_complete(d, env, spec)
-                gone = d.wait(d.api.teardown_cluster(ADMIN, env.cluster))
-                assert gone['state'] == 'succeeded', gone['error']
