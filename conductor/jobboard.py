@@ -27,7 +27,7 @@ SOCKET_TIMEOUT = 5
 # kind: 'redis' or 'zookeeper'; board: TaskFlow's jobboard conf; tooz: the
 # coordination URL; namespace: what separates these conductors' keys.
 Backend = collections.namedtuple('Backend',
-                                 'kind board tooz namespace')
+                                 'kind board tooz namespace url')
 
 
 def backend(url, expiry):
@@ -62,7 +62,8 @@ def backend(url, expiry):
             ':%s@' % urllib.parse.quote(password, safe='')
             if password else '', board['host'], port,
             urllib.parse.urlencode(tooz))
-        return Backend('redis', board, tooz_url, namespace)
+        return Backend('redis', board, tooz_url, namespace,
+                       _masked(parsed))
     if parsed.scheme == 'zookeeper':
         if not parsed.netloc:
             raise invalid('it names no server (zookeeper://HOST:PORT)')
@@ -72,7 +73,8 @@ def backend(url, expiry):
         tooz_url = 'zookeeper://%s?%s' % (
             parsed.netloc, urllib.parse.urlencode(
                 {'namespace': '%s/tooz' % namespace, 'timeout': expiry}))
-        return Backend('zookeeper', board, tooz_url, namespace)
+        return Backend('zookeeper', board, tooz_url, namespace,
+                       _masked(parsed))
     raise invalid('use redis://HOST:PORT or zookeeper://HOST:PORT')
 
 
@@ -97,7 +99,13 @@ class Board:
         self._board = backends.fetch('tenks', dict(backend.board))
 
     def connect(self):
-        self._board.connect()
+        """JobboardError if its server does not answer."""
+        try:
+            self._board.connect()
+        except Exception as e:
+            raise exceptions.JobboardError(
+                url=self.backend.url, reason='does not answer: %s' % (
+                    str(e).splitlines()[0] or type(e).__name__)) from e
 
     def close(self):
         self._board.close()

@@ -51,8 +51,10 @@ class JobRunner:
                 'jobs': self.operations.running()}
 
     def start(self):
-        self.coordination.start(self.capabilities())
+        # The board first: tooz tries a server that does not answer for
+        # a minute.
         self.board.connect()
+        self.coordination.start(self.capabilities())
         self._thread = threading.Thread(target=self._loop, name='jobs',
                                         daemon=True)
         self._thread.start()

@@ -55,7 +55,11 @@ def run(name, factory, argv=None):
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    service.start()
+    try:
+        service.start()
+    except exceptions.JobboardError as e:
+        bus.cleanup()
+        sys.exit('tenks-%s: not starting: %s' % (name, e))
     logging.getLogger(__name__).info(
         'tenks-%s started as %s on %s', name, conf[name].host,
         bus.url.split('@')[-1])

@@ -43,6 +43,13 @@ class ConfigError(TenksError):
     msg_fmt = 'Invalid configuration: %(reason)s'
 
 
+class JobboardError(TenksError):
+    """The jobboard's server cannot be used (the URL's password
+    masked)."""
+
+    msg_fmt = 'Jobboard %(url)s %(reason)s'
+
+
 class StateDatabaseError(TenksError):
     """The state database cannot be used as it is: unreachable, or its
     schema is not this Tenks' (the URL's password masked)."""

@@ -7,7 +7,9 @@ takes its job over and finishes the deploy from its persisted flow."""
 import collections
 import contextlib
 import json
+import os
 import re
+import subprocess
 import time
 
 import libvirt
@@ -272,3 +274,22 @@ def jobs_left(namespace):
     with contextlib.closing(jf.redis_client()) as client:
         return sum(client.hlen(key) for key in client.scan_iter(
             match='%s.jobs*' % namespace, _type='hash'))
+
+
+@pytest.mark.parametrize('url', ['redis://:secret@127.0.0.1:9/0',
+                                 'zookeeper://127.0.0.1:9/tenks'])
+def test_a_conductor_whose_jobboard_does_not_answer_refuses_to_start(
+        tmp_path, url):
+    with sdb.database('postgresql') as database:
+        d = df.Deployment(tmp_path, agents=1, database=database,
+                          jobboard=url)
+        assert sdb.manage(d.conductor.config, 'db', 'sync').returncode == 0
+        started = subprocess.run(
+            [os.path.join(cf.BIN, 'tenks-conductor'), '--config-file',
+             d.conductor.config], capture_output=True, text=True,
+            timeout=120)
+    assert started.returncode == 1
+    assert started.stderr.startswith(
+        'tenks-conductor: not starting: Jobboard %s does not answer: '
+        % url.replace('secret', '***'))
+    assert 'secret' not in started.stdout + started.stderr
