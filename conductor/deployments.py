@@ -88,7 +88,8 @@ class Deployments:
                                                states.CLUSTER_SCHEDULED)
             operation_id = self.operations.create('deploy', name, spec)
             return self.operations.submit(operation_id, 'deploy', name,
-                                          before, False, self.run, force)
+                                          before, False, self.run, force,
+                                          known=(cluster, spec))
 
     def plan(self, spec, force=False):
         """What a deploy of ``spec`` would change, changing nothing:
@@ -115,17 +116,21 @@ class Deployments:
                 reason='%s: %s' % (type(e).__name__, e)) from e
         return summary(plan)
 
-    def run(self, operation_id, force=False, on_progress=None):
+    def run(self, operation_id, force=False, on_progress=None, known=None):
         """Check, inspect and plan; then apply the plan with a flow, or,
         when it changes nothing, only record the spec (the operation's,
-        as its submit recorded it).
+        as its submit recorded it). ``known``: the cluster's record and
+        the spec, as the submit read them (else read here).
 
         A cluster still 'scheduled' is new: until its flow runs, any
         error forgets it with the nodes scheduled for it.
         """
-        operation = self.db.get_operation(operation_id)
-        cluster = self.db.get_cluster(operation.cluster)
-        spec = operation.spec or cluster.spec
+        if known is None:
+            operation = self.db.get_operation(operation_id)
+            cluster = self.db.get_cluster(operation.cluster)
+            spec = operation.spec or cluster.spec
+        else:
+            cluster, spec = known
         name = cluster.name
         new = cluster.state == states.CLUSTER_SCHEDULED
         missing = []

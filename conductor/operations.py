@@ -270,15 +270,18 @@ class Operations:
                 break
         return submitted
 
-    def submit(self, operation_id, kind, name, before, resumed, run, *args):
-        """Run ``run(operation_id, *args, on_progress)`` in the pool; the
-        cluster's lock is released when it ends. ``before``: the state
-        the cluster had, for the failure message (None: this submit
-        recorded the cluster).
+    def submit(self, operation_id, kind, name, before, resumed, run, *args,
+               **local):
+        """Run ``run(operation_id, *args, on_progress, **local)`` in the
+        pool; the cluster's lock is released when it ends. ``before``:
+        the state the cluster had, for the failure message (None: this
+        submit recorded the cluster). ``local``: what the submit read
+        that spares the run reading it again.
 
         With a jobboard, post it as a job instead, ``args`` with it
-        (they must be JSON), and release the cluster's lock: the
-        conductor that claims the job runs it (see run_claimed).
+        (they must be JSON; ``local`` is not), and release the cluster's
+        lock: the conductor that claims the job runs it (see
+        run_claimed).
 
         Raises ConductorBusy if the conductor is stopping or the start
         cannot be announced; the operation then ends failed, and a
@@ -299,7 +302,7 @@ class Operations:
                 future = self._pool.submit(
                     self._execute, operation_id, kind, name, before,
                     resumed, functools.partial(self.locks.release, name),
-                    run, *args)
+                    functools.partial(run, **local), *args)
                 self._running[operation_id] = future
                 self._queued[operation_id] = functools.partial(
                     self._cancelled, operation_id, kind, name, before,
