@@ -1,12 +1,15 @@
 """The full fault-injection matrix (tests/functional/fault_suite.py): for
 each operation (deploy, grow, shrink, teardown embedded; host
 maintenance on RabbitMQ), a failure injected into each of its tasks and
-a kill at each task boundary, each case checked by the audit; prints a
-table of cases, outcome and time. Needs root and tools/setup.sh done;
-the CI runs a reduced matrix (tests/functional/test_faults.py).
+a kill at each task boundary, and for the first four a takeover (three
+conductors on a Redis jobboard and PostgreSQL: the one that runs the
+operation killed at each task boundary, another finishing it), each
+case checked by the audit; prints a table of cases, outcome and time.
+Needs root and tools/setup.sh done; the CI runs a reduced matrix
+(tests/functional/test_faults.py).
 
     .venv/bin/python tools/fault_matrix.py [--operation deploy ...]
-        [--kind fail|kill] [--case PATTERN] [--port-base 9860]
+        [--kind fail|kill|takeover] [--case PATTERN] [--port-base 9860]
 """
 
 import argparse
@@ -31,10 +34,15 @@ def main():
                         help='(default: all; maintenance runs a conductor '
                              'and two hostagents on RabbitMQ)')
     parser.add_argument('--kind', action='append',
-                        choices=(fs.FAIL, fs.KILL), help='(default: both)')
+                        choices=(fs.FAIL, fs.KILL, fs.TAKEOVER),
+                        help='(default: all; takeover runs three '
+                             'conductors on a Redis jobboard and '
+                             'PostgreSQL, for every operation but '
+                             'maintenance)')
     parser.add_argument('--case', default='*',
                         help='only the cases whose fault (fail:<task>, '
-                             'kill:<k>) matches this pattern')
+                             'kill:<k>, takeover:<k>) matches this '
+                             'pattern')
     parser.add_argument('--port-base', type=int, default=9860,
                         help='IPMI ports: 20 from there')
     args = parser.parse_args()
@@ -45,10 +53,13 @@ def main():
     cluster_fixtures.interrupt_on_sigterm()
     rows = []
     started = time.monotonic()
-    kinds = args.kind or (fs.FAIL, fs.KILL)
+    kinds = args.kind or (fs.FAIL, fs.KILL, fs.TAKEOVER)
+    # Those of one process, embedded or a conductor on RabbitMQ.
+    alone = [kind for kind in kinds if kind != fs.TAKEOVER]
     names = args.operation or [*fs.OPERATIONS, 'maintenance']
+    operations = [name for name in names if name != 'maintenance']
 
-    def each(name, reference, case):
+    def each(name, reference, case, kinds):
         for i, (kind, argument) in enumerate(fs.cases(reference.tasks,
                                                       kinds)):
             fault = '%s:%s' % (kind, argument)
@@ -56,7 +67,8 @@ def main():
                 continue
             started = time.monotonic()
             try:
-                outcome, error = case(kind, argument, tmp / name / str(i)), ''
+                outcome, error = case(kind, argument,
+                                      tmp / name / kind / str(i)), ''
             except Exception as e:
                 outcome = 'FAILED'
                 error = '%s\n%s' % (e, traceback.format_exc(limit=-3))
@@ -71,28 +83,44 @@ def main():
     with tempfile.TemporaryDirectory(prefix='tenks-faults-') as tmp:
         tmp = pathlib.Path(tmp)
         with fs.Bystanders(tmp / 'bystanders', args.port_base + 10) as by:
-            for name in names:
-                if name == 'maintenance':
-                    continue
+            for name in operations if alone else ():
                 operation = fs.OPERATIONS[name]
                 reference = fs.Reference(operation, tmp / name / 'ref',
                                          args.port_base)
                 each(name, reference, functools.partial(
                     fs.run_case, operation, reference,
-                    port_base=args.port_base, bystanders=by))
-        if 'maintenance' in names:
+                    port_base=args.port_base, bystanders=by), alone)
+            if fs.TAKEOVER in kinds and operations:
+                with fs.Conductors(tmp / 'conductors') as conductors:
+                    for name in operations:
+                        operation = fs.OPERATIONS[name]
+                        reference = fs.TakeoverReference(
+                            conductors, operation,
+                            tmp / name / 'takeover-ref', args.port_base)
+                        each(name, reference, functools.partial(
+                            _takeover, conductors, operation, reference,
+                            port_base=args.port_base, bystanders=by),
+                            (fs.TAKEOVER,))
+        if 'maintenance' in names and alone:
             with fs.TwoHosts(tmp / 'two-hosts') as hosts:
                 reference = fs.MaintenanceReference(
                     hosts, tmp / 'maintenance' / 'ref', args.port_base)
                 each('maintenance', reference, functools.partial(
                     fs.run_maintenance_case, hosts, reference,
-                    port_base=args.port_base))
+                    port_base=args.port_base), alone)
     print()
     summary(rows, time.monotonic() - started)
     failed = [row for row in rows if row[2] == 'FAILED']
     for row in failed:
         print('%s %s: %s' % (row[0], row[1], row[4].splitlines()[0]))
     sys.exit(1 if failed else 0)
+
+
+def _takeover(conductors, operation, reference, kind, boundary, tmp_path,
+              port_base, bystanders):
+    from tests.functional import fault_suite as fs
+    return fs.run_takeover_case(conductors, operation, reference, boundary,
+                                tmp_path, port_base, bystanders)
 
 
 def summary(rows, total):
