@@ -126,7 +126,7 @@ def _takeover(conductors, operation, reference, kind, boundary, tmp_path,
 def summary(rows, total):
     """Print the cases, passed and time of each operation and fault
     kind, and of all (``total``: the wall time, references included)."""
-    print('%-11s %-5s %6s %7s %8s' % ('operation', 'fault', 'cases',
+    print('%-11s %-8s %6s %7s %8s' % ('operation', 'fault', 'cases',
                                       'passed', 'time (s)'))
     groups = {}
     for name, fault, outcome, seconds, _ in rows:
@@ -135,9 +135,9 @@ def summary(rows, total):
         group[1] += outcome != 'FAILED'
         group[2] += seconds
     for (name, kind), (count, passed, seconds) in groups.items():
-        print('%-11s %-5s %6d %7d %8.0f' % (name, kind, count, passed,
+        print('%-11s %-8s %6d %7d %8.0f' % (name, kind, count, passed,
                                             seconds))
-    print('%-17s %6d %7d %8.0f' % (
+    print('%-20s %6d %7d %8.0f' % (
         'all', len(rows), sum(row[2] != 'FAILED' for row in rows), total))
 
 
