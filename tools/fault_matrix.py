@@ -9,7 +9,8 @@ Needs root and tools/setup.sh done; the CI runs a reduced matrix
 (tests/functional/test_faults.py).
 
     .venv/bin/python tools/fault_matrix.py [--operation deploy ...]
-        [--kind fail|kill|takeover] [--case PATTERN] [--port-base 9860]
+        [--kind fail|kill|takeover] [--case PATTERN]
+        [--jobboard redis|zookeeper] [--port-base 9860]
 """
 
 import argparse
@@ -36,13 +37,16 @@ def main():
     parser.add_argument('--kind', action='append',
                         choices=(fs.FAIL, fs.KILL, fs.TAKEOVER),
                         help='(default: all; takeover runs three '
-                             'conductors on a Redis jobboard and '
-                             'PostgreSQL, for every operation but '
-                             'maintenance)')
+                             'conductors on a jobboard and PostgreSQL, '
+                             'for every operation but maintenance)')
     parser.add_argument('--case', default='*',
                         help='only the cases whose fault (fail:<task>, '
                              'kill:<k>, takeover:<k>) matches this '
                              'pattern')
+    parser.add_argument('--jobboard', default='redis',
+                        choices=sorted(fs.Conductors.NAMESPACES),
+                        help="the takeover cases' jobboard server (default: "
+                             "redis)")
     parser.add_argument('--port-base', type=int, default=9860,
                         help='IPMI ports: 20 from there')
     args = parser.parse_args()
@@ -91,7 +95,8 @@ def main():
                     fs.run_case, operation, reference,
                     port_base=args.port_base, bystanders=by), alone)
             if fs.TAKEOVER in kinds and operations:
-                with fs.Conductors(tmp / 'conductors') as conductors:
+                with fs.Conductors(tmp / 'conductors',
+                                   backend=args.jobboard) as conductors:
                     for name in operations:
                         operation = fs.OPERATIONS[name]
                         reference = fs.TakeoverReference(

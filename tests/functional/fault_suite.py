@@ -682,9 +682,10 @@ def _recover(hosts, env):
 # Conductor takeover: several conductors on a jobboard
 
 class Conductors:
-    """Three conductors (``count``) that share a Redis jobboard and a
-    PostgreSQL state database, on RabbitMQ, with two hostagents; a
-    conductor's claim of a job expires ``claim_expiry`` s after it dies.
+    """Three conductors (``count``) that share a jobboard (on ``backend``:
+    redis or zookeeper) and a PostgreSQL state database, on RabbitMQ, with
+    two hostagents; a conductor's claim of a job expires ``claim_expiry``
+    s after it dies.
 
     The first conductor is the victim of the takeover cases: started
     with the case's fault, it alone claims the case's operation (the
@@ -692,9 +693,13 @@ class Conductors:
     one of the others (the standbys) takes the job over. Between cases
     it stays down: the standbys do the rest."""
 
-    def __init__(self, tmp_path, count=3, claim_expiry=4):
+    NAMESPACES = {'redis': jf.redis_namespace,
+                  'zookeeper': jf.zookeeper_namespace}
+
+    def __init__(self, tmp_path, count=3, claim_expiry=4, backend='redis'):
         self.tmp = tmp_path
         self.count = count
+        self.backend = backend
         self.claim_expiry = claim_expiry
         self.stack = contextlib.ExitStack()
 
@@ -707,7 +712,8 @@ class Conductors:
         return self
 
     def _start(self):
-        board_url = self.stack.enter_context(jf.redis_namespace())
+        board_url = self.stack.enter_context(
+            self.NAMESPACES[self.backend]())
         self.url = self.stack.enter_context(sdb.database('postgresql'))
         d = self.d = df.Deployment(
             self.tmp / 'deployment', conductors=self.count,
