@@ -1,12 +1,16 @@
 """The full fault-injection matrix (tests/functional/fault_suite.py): for
 each operation (deploy, grow, shrink, teardown embedded; host
 maintenance on RabbitMQ), a failure injected into each of its tasks and
-a kill at each task boundary, each case checked by the audit; prints a
-table of cases, outcome and time. Needs root and tools/setup.sh done;
-the CI runs a reduced matrix (tests/functional/test_faults.py).
+a kill at each task boundary, and for the first four a takeover (three
+conductors on a Redis jobboard and PostgreSQL: the one that runs the
+operation killed at each task boundary, another finishing it), each
+case checked by the audit; prints a table of cases, outcome and time.
+Needs root and tools/setup.sh done; the CI runs a reduced matrix
+(tests/functional/test_faults.py).
 
     .venv/bin/python tools/fault_matrix.py [--operation deploy ...]
-        [--kind fail|kill] [--case PATTERN] [--port-base 9860]
+        [--kind fail|kill|takeover] [--case PATTERN]
+        [--jobboard redis|zookeeper] [--port-base 9860]
 """
 
 import argparse
@@ -31,10 +35,18 @@ def main():
                         help='(default: all; maintenance runs a conductor '
                              'and two hostagents on RabbitMQ)')
     parser.add_argument('--kind', action='append',
-                        choices=(fs.FAIL, fs.KILL), help='(default: both)')
+                        choices=(fs.FAIL, fs.KILL, fs.TAKEOVER),
+                        help='(default: all; takeover runs three '
+                             'conductors on a jobboard and PostgreSQL, '
+                             'for every operation but maintenance)')
     parser.add_argument('--case', default='*',
                         help='only the cases whose fault (fail:<task>, '
-                             'kill:<k>) matches this pattern')
+                             'kill:<k>, takeover:<k>) matches this '
+                             'pattern')
+    parser.add_argument('--jobboard', default='redis',
+                        choices=sorted(fs.Conductors.NAMESPACES),
+                        help="the takeover cases' jobboard server (default: "
+                             "redis)")
     parser.add_argument('--port-base', type=int, default=9860,
                         help='IPMI ports: 20 from there')
     args = parser.parse_args()
@@ -45,10 +57,13 @@ def main():
     cluster_fixtures.interrupt_on_sigterm()
     rows = []
     started = time.monotonic()
-    kinds = args.kind or (fs.FAIL, fs.KILL)
+    kinds = args.kind or (fs.FAIL, fs.KILL, fs.TAKEOVER)
+    # Those of one process, embedded or a conductor on RabbitMQ.
+    alone = [kind for kind in kinds if kind != fs.TAKEOVER]
     names = args.operation or [*fs.OPERATIONS, 'maintenance']
+    operations = [name for name in names if name != 'maintenance']
 
-    def each(name, reference, case):
+    def each(name, reference, case, kinds):
         for i, (kind, argument) in enumerate(fs.cases(reference.tasks,
                                                       kinds)):
             fault = '%s:%s' % (kind, argument)
@@ -56,7 +71,8 @@ def main():
                 continue
             started = time.monotonic()
             try:
-                outcome, error = case(kind, argument, tmp / name / str(i)), ''
+                outcome, error = case(kind, argument,
+                                      tmp / name / kind / str(i)), ''
             except Exception as e:
                 outcome = 'FAILED'
                 error = '%s\n%s' % (e, traceback.format_exc(limit=-3))
@@ -71,22 +87,32 @@ def main():
     with tempfile.TemporaryDirectory(prefix='tenks-faults-') as tmp:
         tmp = pathlib.Path(tmp)
         with fs.Bystanders(tmp / 'bystanders', args.port_base + 10) as by:
-            for name in names:
-                if name == 'maintenance':
-                    continue
+            for name in operations if alone else ():
                 operation = fs.OPERATIONS[name]
                 reference = fs.Reference(operation, tmp / name / 'ref',
                                          args.port_base)
                 each(name, reference, functools.partial(
                     fs.run_case, operation, reference,
-                    port_base=args.port_base, bystanders=by))
-        if 'maintenance' in names:
+                    port_base=args.port_base, bystanders=by), alone)
+            if fs.TAKEOVER in kinds and operations:
+                with fs.Conductors(tmp / 'conductors',
+                                   backend=args.jobboard) as conductors:
+                    for name in operations:
+                        operation = fs.OPERATIONS[name]
+                        reference = fs.TakeoverReference(
+                            conductors, operation,
+                            tmp / name / 'takeover-ref', args.port_base)
+                        each(name, reference, functools.partial(
+                            _takeover, conductors, operation, reference,
+                            port_base=args.port_base, bystanders=by),
+                            (fs.TAKEOVER,))
+        if 'maintenance' in names and alone:
             with fs.TwoHosts(tmp / 'two-hosts') as hosts:
                 reference = fs.MaintenanceReference(
                     hosts, tmp / 'maintenance' / 'ref', args.port_base)
                 each('maintenance', reference, functools.partial(
                     fs.run_maintenance_case, hosts, reference,
-                    port_base=args.port_base))
+                    port_base=args.port_base), alone)
     print()
     summary(rows, time.monotonic() - started)
     failed = [row for row in rows if row[2] == 'FAILED']
@@ -95,10 +121,17 @@ def main():
     sys.exit(1 if failed else 0)
 
 
+def _takeover(conductors, operation, reference, kind, boundary, tmp_path,
+              port_base, bystanders):
+    from tests.functional import fault_suite as fs
+    return fs.run_takeover_case(conductors, operation, reference, boundary,
+                                tmp_path, port_base, bystanders)
+
+
 def summary(rows, total):
     """Print the cases, passed and time of each operation and fault
     kind, and of all (``total``: the wall time, references included)."""
-    print('%-11s %-5s %6s %7s %8s' % ('operation', 'fault', 'cases',
+    print('%-11s %-8s %6s %7s %8s' % ('operation', 'fault', 'cases',
                                       'passed', 'time (s)'))
     groups = {}
     for name, fault, outcome, seconds, _ in rows:
@@ -107,9 +140,9 @@ def summary(rows, total):
         group[1] += outcome != 'FAILED'
         group[2] += seconds
     for (name, kind), (count, passed, seconds) in groups.items():
-        print('%-11s %-5s %6d %7d %8.0f' % (name, kind, count, passed,
+        print('%-11s %-8s %6d %7d %8.0f' % (name, kind, count, passed,
                                             seconds))
-    print('%-17s %6d %7d %8.0f' % (
+    print('%-20s %6d %7d %8.0f' % (
         'all', len(rows), sum(row[2] != 'FAILED' for row in rows), total))
 
 

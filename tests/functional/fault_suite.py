@@ -25,16 +25,20 @@ import contextlib
 import datetime
 import os
 import re
+import signal
 import subprocess
 import time
 
 import libvirt
+import oslo_messaging as messaging
 import sqlalchemy as sa
 import yaml
 from pyroute2 import IPRoute
+from taskflow import states as tf_states
 
 from conductor import audit as audits
 from conductor import faults
+from conductor import jobboard
 from conductor import rpcapi as conductor_rpcapi
 from tenks import exceptions
 from tenks import rpc
@@ -44,12 +48,15 @@ from tenks.db import api as db_api
 from tenks.db import flow_tables
 from tests.functional import cluster_fixtures as cf
 from tests.functional import distributed_fixtures as df
+from tests.functional import jobboard_fixtures as jf
 from tests.functional import libvirt_fixtures as lf
+from tests.functional import shared_db_fixtures as sdb
 
 UUID = re.compile('[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
                   '[0-9a-f]{12}')
 FAIL = 'fail'
 KILL = 'kill'
+TAKEOVER = 'takeover'
 TOKEN = '{token}'
 
 
@@ -80,25 +87,29 @@ def pattern(task, env):
 
 def cases(tasks, kinds=(FAIL, KILL)):
     """The cases of an operation whose reference run had ``tasks`` (as
-    patterns): a failure of each task and a kill at each boundary."""
+    patterns): a failure of each task, a kill at each boundary, a
+    takeover after a kill at each boundary."""
     found = []
     if FAIL in kinds:
         found += [(FAIL, p) for p in dict.fromkeys(tasks)]
-    if KILL in kinds:
-        found += [(KILL, k) for k in range(len(tasks) + 1)]
+    for kind in (KILL, TAKEOVER):
+        if kind in kinds:
+            found += [(kind, k) for k in range(len(tasks) + 1)]
     return found
 
 
-def snapshot(env, state_dir=None, ports=True):
+def snapshot(env, state_dir=None, ports=True, url=None):
     """``env``'s cluster as its conductor (of ``state_dir``, default
-    ``env``'s) records it, without what differs from one run to the
-    next (UUIDs, MACs; ``ports`` False: BMC ports, which a move takes
-    among those free then): None if there is none. The audit proves
-    the record is what exists."""
-    state_dir = state_dir or env.state_dir
-    if not os.path.exists(os.path.join(state_dir, 'state.sqlite')):
-        return None
-    db = db_api.StateDB(db_api.create_engine(db_api.default_url(state_dir)))
+    ``env``'s; or of the state database at ``url``) records it, without
+    what differs from one run to the next (UUIDs, MACs; ``ports`` False:
+    BMC ports, which a move takes among those free then): None if there
+    is none. The audit proves the record is what exists."""
+    if url is None:
+        state_dir = state_dir or env.state_dir
+        if not os.path.exists(os.path.join(state_dir, 'state.sqlite')):
+            return None
+        url = db_api.default_url(state_dir)
+    db = db_api.StateDB(db_api.create_engine(url))
     try:
         record = db.get_cluster(env.cluster)
         if record is None:
@@ -235,8 +246,8 @@ class Bystanders:
 class CaseEnv(cf.ClusterEnv):
     """A case's cluster; its physnet is mapped to an unmarked bridge."""
 
-    def __init__(self, tmp_path, port_base):
-        super().__init__(tmp_path, port_base)
+    def __init__(self, tmp_path, port_base, state_dirs=()):
+        super().__init__(tmp_path, port_base, state_dirs)
         self.uplink = self.bridge_prefix + 'u'
 
     def leftovers(self):
@@ -509,19 +520,25 @@ class TwoHosts:
 
     def tasks(self, operation_id):
         """The names of the tasks of an operation's flow, as saved."""
-        engine = sa.create_engine(db_api.default_url(self.state_dir))
-        try:
-            with engine.connect() as conn:
-                return sorted(name for name in conn.execute(
-                    sa.select(flow_tables.ATOMS.c.name).where(
-                        flow_tables.ATOMS.c.parent_uuid.in_(
-                            sa.select(flow_tables.FLOWS.c.uuid).where(
-                                flow_tables.FLOWS.c.parent_uuid
-                                == operation_id)))).scalars()
-                    # TaskFlow's own atom, which holds the flow's inputs.
-                    if not name.startswith('_TaskFlow_'))
-        finally:
-            engine.dispose()
+        return saved_tasks(db_api.default_url(self.state_dir), operation_id)
+
+
+def saved_tasks(url, operation_id):
+    """The names of the tasks of an operation's flow, as saved in the
+    state database at ``url``."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return sorted(name for name in conn.execute(
+                sa.select(flow_tables.ATOMS.c.name).where(
+                    flow_tables.ATOMS.c.parent_uuid.in_(
+                        sa.select(flow_tables.FLOWS.c.uuid).where(
+                            flow_tables.FLOWS.c.parent_uuid
+                            == operation_id)))).scalars()
+                # TaskFlow's own atom, which holds the flow's inputs.
+                if not name.startswith('_TaskFlow_'))
+    finally:
+        engine.dispose()
 
 
 def moved(env, hosts):
@@ -660,3 +677,283 @@ def _recover(hosts, env):
     with contextlib.suppress(Exception):
         hosts.teardown(env)
     env.force_clean()
+
+
+# Conductor takeover: several conductors on a jobboard
+
+class Conductors:
+    """Three conductors (``count``) that share a jobboard (on ``backend``:
+    redis or zookeeper) and a PostgreSQL state database, on RabbitMQ, with
+    two hostagents; a conductor's claim of a job expires ``claim_expiry``
+    s after it dies.
+
+    The first conductor is the victim of the takeover cases: started
+    with the case's fault, it alone claims the case's operation (the
+    others are paused with SIGSTOP while it does), and dies running it;
+    one of the others (the standbys) takes the job over. Between cases
+    it stays down: the standbys do the rest."""
+
+    NAMESPACES = {'redis': jf.redis_namespace,
+                  'zookeeper': jf.zookeeper_namespace}
+
+    def __init__(self, tmp_path, count=3, claim_expiry=4, backend='redis'):
+        self.tmp = tmp_path
+        self.count = count
+        self.backend = backend
+        self.claim_expiry = claim_expiry
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def _start(self):
+        board_url = self.stack.enter_context(
+            self.NAMESPACES[self.backend]())
+        self.url = self.stack.enter_context(sdb.database('postgresql'))
+        d = self.d = df.Deployment(
+            self.tmp / 'deployment', conductors=self.count,
+            jobboard=board_url, database=self.url,
+            claim_expiry=self.claim_expiry)
+        synced = sdb.manage(d.conductor.config, 'db', 'sync')
+        assert synced.returncode == 0, synced.stderr
+        self.stack.enter_context(d)
+        self.board = jobboard.Board(
+            jobboard.backend(board_url, self.claim_expiry), 'fault-suite',
+            self.claim_expiry)
+        self.board.connect()
+        self.stack.callback(self.board.close)
+        self.victim_host = d.conductor_hosts[0]
+        self.victim = d.conductors[0]
+        self.standbys = d.conductors[1:]
+        self.standby_hosts = d.conductor_hosts[1:]
+        self.victim.stop()
+        # Any conductor answers (a call the victim took as it died is
+        # lost: asked again).
+        self.poll = conductor_rpcapi.ConductorAPI(d.bus, timeout=5)
+
+    def __exit__(self, *exc):
+        self._resume_standbys()
+        self.stack.close()
+
+    def env(self, tmp_path, port_base):
+        """A case's cluster on these hostagents."""
+        return CaseEnv(tmp_path, port_base,
+                       state_dirs=self.d.state_dirs.values())
+
+    def _ask(self, method, *args):
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return getattr(self.poll, method)(df.ADMIN, *args)
+            except messaging.MessagingTimeout:
+                assert time.monotonic() < deadline, (
+                    'no conductor answers %s' % method)
+
+    def _members(self):
+        """{host: when it started} of the live conductors."""
+        return {c['host']: datetime.datetime.fromisoformat(c['started_at'])
+                for c in self._ask('list_conductors')}
+
+    def arm(self, fault):
+        """Start the victim with ``fault`` in its TENKS_FAULT; return
+        once it is a live conductor."""
+        deadline = time.monotonic() + 60
+        # Its last process was killed: the group keeps it, and refuses
+        # it again, until a listing finds its heartbeat expired (a bug:
+        # test_conductors.test_a_killed_conductor_starts_again).
+        while self.victim_host in self._members():
+            assert time.monotonic() < deadline, (
+                'the group of conductors keeps the dead %s'
+                % self.victim_host)
+            time.sleep(0.5)
+        since = datetime.datetime.now(datetime.timezone.utc)
+        self.victim.start(**{faults.ENV: fault})
+        while self._members().get(self.victim_host, since) <= since:
+            assert self.victim.process.poll() is None, (
+                'conductor %s died as it started: see %s'
+                % (self.victim_host, self.victim.log))
+            assert time.monotonic() < deadline, (
+                'conductor %s did not start' % self.victim_host)
+            time.sleep(0.2)
+
+    def submit(self, operation, env, api=None):
+        """Start ``operation`` (an Operation) on ``env``'s cluster through
+        ``api`` (default: any conductor's); its id."""
+        api = api or self.d.api
+        if operation.after is None:
+            return api.teardown_cluster(df.ADMIN, env.cluster)
+        return api.deploy_cluster(df.ADMIN,
+                                  operation.spec(env, operation.after))
+
+    def submit_to_victim(self, operation, env):
+        """Start ``operation`` on the victim and let it claim the job,
+        the standbys paused meanwhile; its id."""
+        api = conductor_rpcapi.ConductorAPI(self.d.bus, timeout=60)
+        api.client = api.client.prepare(server=self.victim_host)
+        for service in self.standbys:
+            service.process.send_signal(signal.SIGSTOP)
+        try:
+            operation_id = self.submit(operation, env, api)
+            deadline = time.monotonic() + 30
+            while self.victim.process.poll() is None and \
+                    self._owner(operation_id) != self.victim_host:
+                assert time.monotonic() < deadline, (
+                    'conductor %s did not claim operation %s' % (
+                        self.victim_host, operation_id))
+                time.sleep(0.05)
+        finally:
+            self._resume_standbys()
+        return operation_id
+
+    def _owner(self, operation_id):
+        """The conductor that has claimed the job of ``operation_id``."""
+        job = self.board.find(operation_id)
+        # (TaskFlow's Redis jobboard cannot name the owner of no claim.)
+        if job is None or job.state != tf_states.CLAIMED:
+            return None
+        return self.board.owner(job)
+
+    def _resume_standbys(self):
+        for service in self.standbys:
+            if service.process.poll() is None:
+                service.process.send_signal(signal.SIGCONT)
+
+    def run(self, operation, env):
+        """Run ``operation`` and wait: it must succeed."""
+        done = self.wait(self.submit(operation, env))
+        assert done['state'] == 'succeeded', done['error']
+        return done
+
+    def wait(self, operation_id, timeout=300):
+        """The record of an operation once it has ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            operation = self._ask('get_operation', operation_id)
+            if operation['state'] != 'running':
+                return operation
+            assert time.monotonic() < deadline, (
+                'operation %s did not end' % operation_id)
+            time.sleep(0.2)
+
+    def prepare(self, operation, env):
+        if operation.before is not None:
+            self.run(Operation('prepare', None, operation.before), env)
+
+    def teardown(self, env):
+        self.run(Operation('teardown', None, None), env)
+
+    def snapshot(self, env):
+        return snapshot(env, url=self.url)
+
+    def drift(self, env):
+        return self._ask('audit', env.cluster)['drift']
+
+    def recover(self, env):
+        """After a takeover case or reference failed: no conductor
+        paused or armed, the case's cluster torn down (its record would
+        hold capacity that the next cases' scheduling counts)."""
+        self._resume_standbys()
+        self.victim.stop()
+        with contextlib.suppress(Exception):
+            self.teardown(env)
+
+
+def _domains(env):
+    """The names of the domains in libvirt named as ``env``'s nodes, but
+    for its unmarked one."""
+    conn = libvirt.open(cf.URI)
+    try:
+        names = [d.name() for d in conn.listAllDomains()]
+    finally:
+        conn.close()
+    nodes = re.compile('%s\\d+$' % env.node_prefix)
+    return sorted(name for name in names if nodes.search(name)
+                  and not name.endswith(env.node_name(9)))
+
+
+class TakeoverReference:
+    """The reference run of an operation on several conductors: the
+    tasks of its flow (as patterns), the new cluster and its domains."""
+
+    def __init__(self, conductors, operation, tmp_path, port_base):
+        env = conductors.env(tmp_path, port_base)
+        try:
+            with IPRoute() as ipr:
+                ipr.link('add', ifname=env.uplink, kind='bridge')
+            conductors.prepare(operation, env)
+            operation_id = conductors.run(operation, env)['id']
+            self.tasks = [pattern(task, env) for task in saved_tasks(
+                conductors.url, operation_id)]
+            self.new = conductors.snapshot(env)
+            self.domains = len(_domains(env))
+            if operation.after is not None:
+                conductors.teardown(env)
+        except BaseException:
+            conductors.recover(env)
+            raise
+        finally:
+            left = env.leftovers()
+            env.force_clean()
+            _remove_unmarked(env)
+        assert left == [], 'the reference run left %s' % left
+
+
+def run_takeover_case(conductors, operation, reference, boundary, tmp_path,
+                      port_base, bystanders):
+    """A takeover case (see run_case): the victim, started with
+    ``kill:<boundary>``, claims the operation and dies once ``boundary``
+    tasks have ended; a standby must take the job over and finish it:
+    the new cluster, an audit without drift, nothing made twice."""
+    env = conductors.env(tmp_path, port_base)
+    try:
+        unmarked = bystanders.unmarked(env)
+        outcome = _takeover(conductors, env, unmarked, operation, reference,
+                            boundary, bystanders)
+    except BaseException:
+        conductors.recover(env)
+        env.force_clean()
+        _remove_unmarked(env)
+        raise
+    left = env.leftovers()
+    env.force_clean()
+    _remove_unmarked(env)
+    assert left == [], 'the case left %s' % left
+    return outcome
+
+
+def _takeover(conductors, env, unmarked, operation, reference, boundary,
+              bystanders):
+    conductors.prepare(operation, env)
+    conductors.arm('kill:%d' % boundary)
+    operation_id = conductors.submit_to_victim(operation, env)
+    try:
+        code = conductors.victim.process.wait(120)
+    except subprocess.TimeoutExpired:
+        code = None
+    assert code == -9, 'not killed at boundary %d (exit %s)' % (boundary,
+                                                                 code)
+    killed = time.monotonic()
+    done = conductors.wait(operation_id)
+    seconds = time.monotonic() - killed
+    assert done['state'] == 'succeeded', done['error']
+    assert done['result']['resumed'] is True, done['result']
+    assert done['conductor'] in conductors.standby_hosts, done['conductor']
+    unmarked()
+    bystanders.check()
+    assert conductors.snapshot(env) == reference.new, (
+        'taken over: %s, not the new cluster %s' % (
+            conductors.snapshot(env), reference.new))
+    found = conductors.drift(env)
+    assert found == [], 'drift after the takeover: %s' % found
+    assert len(_domains(env)) == reference.domains, _domains(env)
+    if reference.new is not None:
+        conductors.teardown(env)
+    assert conductors.snapshot(env) is None
+    unmarked(final=True)
+    return 'taken over by %s in %.1f s' % (
+        done['conductor'].split('-')[0], seconds)

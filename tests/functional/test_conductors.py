@@ -6,9 +6,11 @@ takes its job over and finishes the deploy from its persisted flow."""
 
 import collections
 import contextlib
+import datetime
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -293,3 +295,52 @@ def test_a_conductor_whose_jobboard_does_not_answer_refuses_to_start(
         'tenks-conductor: not starting: Jobboard %s does not answer: '
         % url.replace('secret', '***'))
     assert 'secret' not in started.stdout + started.stderr
+# Found by the fault suite's takeover cases (tests/functional/fault_suite.py)
+
+def test_a_killed_conductor_starts_again(tmp_path, redis_url):
+    """A conductor killed (SIGKILL) starts again under its name once its
+    heartbeat has expired, as a service manager restarts it, and lists
+    itself among the live conductors."""
+    with sdb.database('postgresql') as url:
+        deployment = df.Deployment(tmp_path / 'services', conductors=2,
+                                   jobboard=redis_url, database=url,
+                                   claim_expiry=CLAIM_EXPIRY)
+        synced = sdb.manage(deployment.conductor.config, 'db', 'sync')
+        assert synced.returncode == 0, synced.stderr
+        with deployment as d:
+            host, service = d.conductor_hosts[1], d.conductors[1]
+            service.stop(signal.SIGKILL)
+            time.sleep(CLAIM_EXPIRY + 1)
+            since = datetime.datetime.now(datetime.timezone.utc)
+            service.start()
+            # Nobody lists the conductors until it has started (or
+            # failed to): a listing would forget the dead one first.
+            deadline = time.monotonic() + 60
+            while service.process.poll() is None and open(
+                    service.log).read().count('started as %s' % host) < 2:
+                assert time.monotonic() < deadline, 'it never started'
+                time.sleep(0.2)
+            assert service.process.poll() is None, (
+                'it died as it started: %s' % open(service.log).read()[
+                    -300:])
+            listed = {c['host']: c for c in api_of(
+                d, d.conductor_host).list_conductors(ADMIN)}
+            assert datetime.datetime.fromisoformat(
+                listed[host]['started_at']) > since, listed
+
+
+def test_the_renewal_of_an_expired_claim_says_it_is_lost(redis_url):
+    """A claim this conductor did not renew in time, and that nobody
+    holds now, is lost: renew says so (the job runner then logs it and
+    goes on renewing its other jobs and its membership)."""
+    from conductor import jobboard
+    board = jobboard.Board(jobboard.backend(redis_url, 1), 'cond-a', 1)
+    board.connect()
+    try:
+        board.post('an-operation', 'deploy', 'c', None, [])
+        [job] = board.jobs()
+        assert board.claim(job)
+        time.sleep(1.5)
+        assert board.renew(job) is False
+    finally:
+        board.close()

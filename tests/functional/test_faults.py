@@ -1,7 +1,8 @@
 """The reduced fault-injection matrix (tests/functional/fault_suite.py;
 the full one: tools/fault_matrix.py): for each operation, a failure
 injected into a task and a kill at a task boundary, each case checked
-by the audit; the cases kept are those that found a bug."""
+by the audit; the cases kept are those that found a bug. Then a
+takeover among three conductors for a deploy, a grow and a teardown."""
 
 import contextlib
 import datetime
@@ -340,3 +341,48 @@ def test_hostagent_restarted_during_a_deploy(two_hosts, tmp_path):
             deployed_after(hosts, env, operation_id, spec)
     finally:
         hosts.api.update_hypervisor(fs.df.ADMIN, hosts.hvb, True)
+
+
+# Conductor takeover: three conductors on a Redis jobboard and PostgreSQL
+
+# (operation, boundary): the conductor that runs the operation is killed
+# once that many of its tasks have ended: a deploy among its node tasks,
+# a grow in its host set-up, a teardown among its host removals.
+TAKEOVERS = [('deploy', 8), ('grow', 3), ('teardown', 7)]
+
+
+@pytest.fixture(scope='module')
+def conductors(tmp_path_factory):
+    with fs.Conductors(tmp_path_factory.mktemp('conductors')) as found:
+        yield found
+
+
+@pytest.fixture(scope='module')
+def takeover_references(conductors, tmp_path_factory):
+    """The reference run of each operation on the conductors, made when
+    first asked."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = fs.TakeoverReference(
+                conductors, fs.OPERATIONS[name],
+                tmp_path_factory.mktemp('takeover-' + name), PORT_BASE)
+        return made[name]
+    return get
+
+
+@pytest.mark.parametrize('operation,boundary', TAKEOVERS,
+                         ids=['%s-takeover:%d' % case for case in TAKEOVERS])
+def test_takeover(operation, boundary, conductors, takeover_references,
+                  bystanders, tmp_path):
+    """The conductor that runs the operation is killed (SIGKILL) at a
+    task boundary; another takes its job over and finishes it: the new
+    cluster, an audit without drift, nothing made twice, nothing of
+    another deployment or unmarked touched."""
+    reference = takeover_references(operation)
+    assert boundary <= len(reference.tasks), reference.tasks
+    outcome = fs.run_takeover_case(conductors, fs.OPERATIONS[operation],
+                                   reference, boundary, tmp_path, PORT_BASE,
+                                   bystanders)
+    print('%s takeover:%d: %s' % (operation, boundary, outcome))
