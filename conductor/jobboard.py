@@ -127,6 +127,11 @@ class Board:
         return None
 
     def owner(self, job):
+        """Who holds ``job``, or None (TaskFlow's Redis board cannot
+        read an owner that is not there)."""
+        from taskflow import states
+        if job.state != states.CLAIMED:
+            return None
         return self._board.find_owner(job)
 
     def claim(self, job):
@@ -175,7 +180,13 @@ class Coordination:
             self._coordinator.create_group(self.GROUP).get()
         except coordination.GroupAlreadyExist:
             pass
-        self._coordinator.join_group(self.GROUP, capabilities).get()
+        try:
+            self._coordinator.join_group(self.GROUP, capabilities).get()
+        except coordination.MemberAlreadyExist:
+            # This conductor's name, left by its killed predecessor until
+            # another member lists the group: it is this one now.
+            self._coordinator.leave_group(self.GROUP).get()
+            self._coordinator.join_group(self.GROUP, capabilities).get()
 
     def stop(self):
         from tooz import coordination
