@@ -20,6 +20,7 @@ from oslo_log import log as logging
 
 from tenks import exceptions
 from tenks import resources
+from tenks import rpc
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class HypervisorRegistry:
         except Exception as e:
             self.agents.waiters.discard(request_id)
             LOG.warning('Could not check the registration of %s: %s', host,
-                        e)
+                        rpc.undelivered(e, host)
+                        if isinstance(e, rpc.UNDELIVERED) else e)
 
     def _answered(self, host, future):
         # An error is an answer too: a hostagent received the check.

@@ -100,6 +100,8 @@ API version history:
   runs); with a jobboard, every conductor that shares it.
 """
 
+import functools
+
 from tenks import policy
 from tenks import rpc
 
@@ -116,11 +118,18 @@ class ConductorAPI:
         """``timeout``: of each call (default: rpc_response_timeout);
         ``retry``: how many times a call is sent again while the broker
         cannot be reached (default: until it can)."""
+        self.bus = bus
         self.client = bus.get_client(rpc.CONDUCTOR_TOPIC, RPC_API_VERSION)
         if timeout is not None:
             self.client = self.client.prepare(timeout=timeout)
         if retry is not None:
             self.client = self.client.prepare(retry=retry)
+
+    @functools.cached_property
+    def _results(self):
+        """The client of report_result (a hostagent's only)."""
+        return self.bus.get_client(rpc.CONDUCTOR_TOPIC, RPC_API_VERSION,
+                                   delivered=True)
 
     def _call(self, context, method, version='1.0', newer=(), **kwargs):
         """Call ``method`` at ``version``; ``newer``: the optional
@@ -133,8 +142,11 @@ class ConductorAPI:
 
     def report_result(self, context, conductor, request_id, host,
                       result=None, error=None):
-        """Hand the outcome of ``request_id`` to the conductor waiting."""
-        cctxt = self.client.prepare(server=conductor, version='1.0')
+        """Hand the outcome of ``request_id`` to the conductor waiting.
+        Raises one of rpc.UNDELIVERED if the bus does not take it (see
+        there)."""
+        cctxt = rpc.delivered(self._results, server=conductor,
+                              version='1.0')
         with rpc.capped(rpc.CONDUCTOR_TOPIC, 'report_result'):
             cctxt.cast(policy.to_dict(context), 'report_result',
                        request_id=request_id, host=host, result=result,

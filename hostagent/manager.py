@@ -7,7 +7,9 @@ typed error. A request is run once per request id: a copy that arrives
 while the first still runs (a retry after the conductor's
 agent_timeout, a resumed operation) joins it, and one that arrives
 later gets the kept outcome at once; each copy's ``reply_to`` hears the
-outcome.
+outcome. An outcome the bus does not take (the broker down, or no queue
+for that conductor: either restarting) is sent again every
+rpc.RESEND_INTERVAL s until the request's deadline.
 
 Requests that act on the same thing (kind and name: a volume of a pool,
 a bridge, a domain's BMC, ...) run one at a time, in whatever order the
@@ -69,6 +71,7 @@ from tenks import exceptions
 from tenks import names
 from tenks import policy
 from tenks import resources
+from tenks import rpc
 
 LOG = logging.getLogger(__name__)
 
@@ -273,8 +276,8 @@ class HostAgentManager:
                 running = self._running[request_id] = Running(
                     reply_to, context.get('deadline'))
         if outcome is not None:
-            self.conductor.report_result(self.context, reply_to,
-                                         request_id, self.host, **outcome)
+            self._report([reply_to], request_id, outcome,
+                         context.get('deadline'))
             return
         try:
             with self._serialised(things):
@@ -288,15 +291,40 @@ class HostAgentManager:
                     del self._running[request_id]
                 if outcome is not None and keep:
                     self._keep(request_id, running, outcome)
-        for conductor in running.reply_tos:
-            # One conductor out of reach must not keep the others waiting.
-            try:
-                self.conductor.report_result(self.context, conductor,
-                                             request_id, self.host,
-                                             **outcome)
-            except Exception as e:
-                LOG.warning('Could not report request %s to %s: %s',
-                            request_id, conductor, e)
+        self._report(running.reply_tos, request_id, outcome,
+                     running.deadline)
+
+    def _report(self, reply_tos, request_id, outcome, deadline):
+        """Report ``outcome`` to each conductor of ``reply_tos``; to one
+        the bus does not take it for (the broker down, or no queue for
+        the conductor: either restarting), again every
+        rpc.RESEND_INTERVAL s until the request's ``deadline`` (None:
+        KEEP_UNDATED s from now), when its conductor stops waiting. One
+        conductor out of reach does not keep the others waiting."""
+        until = time.time() + KEEP_UNDATED if deadline is None else deadline
+        pending = list(reply_tos)
+        while True:
+            for conductor in list(pending):
+                try:
+                    self.conductor.report_result(self.context, conductor,
+                                                 request_id, self.host,
+                                                 **outcome)
+                except rpc.UNDELIVERED as e:
+                    why = rpc.undelivered(e, conductor)
+                    continue
+                except Exception as e:
+                    LOG.warning('Could not report request %s to %s: %s',
+                                request_id, conductor, e)
+                pending.remove(conductor)
+            if not pending:
+                return
+            pause = min(rpc.RESEND_INTERVAL, until - time.time())
+            if pause <= 0:
+                LOG.warning('Could not report request %s to %s before its '
+                            'deadline: %s', request_id, ', '.join(pending),
+                            why)
+                return
+            time.sleep(pause)
 
     def _kept(self, request_id):
         """The kept outcome of ``request_id``, or None. Called with the

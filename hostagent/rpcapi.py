@@ -266,7 +266,8 @@ def node_request(view, passwords, gone=None):
 class HostAgentAPI:
 
     def __init__(self, bus):
-        self.client = bus.get_client(rpc.HOSTAGENT_TOPIC, RPC_API_VERSION)
+        self.client = bus.get_client(rpc.HOSTAGENT_TOPIC, RPC_API_VERSION,
+                                     delivered=True)
 
     def cast(self, host, method, request_id, reply_to, *, operation=None,
              deadline=None, **kwargs):
@@ -304,7 +305,9 @@ class HostAgentAPI:
             if self.client.can_send_version(DEADLINES):
                 versions.append(DEADLINES)
         version = max(versions, key=lambda v: tuple(map(int, v.split('.'))))
-        cctxt = self.client.prepare(server=host, version=version)
+        # Mandatory, failing fast: the caller (conductor.agents) sends
+        # it again while the bus does not take it.
+        cctxt = rpc.delivered(self.client, server=host, version=version)
         # Named only when the method itself may be sent.
         if not self.client.can_send_version(since):
             beyond = []
@@ -317,5 +320,5 @@ class HostAgentAPI:
         under a cap below 1.1 (the agents register at their next
         heartbeat)."""
         if self.client.can_send_version('1.1'):
-            self.client.prepare(fanout=True, version='1.1').cast(
-                {}, 'register_now')
+            self.client.prepare(fanout=True, version='1.1',
+                                retry=rpc.CAST_RETRY).cast({}, 'register_now')

@@ -242,8 +242,15 @@ class OperationFailed(TenksError):
 
 
 class AgentTimeout(TenksError):
+    """``unsent``: why the last copy of the request could not be sent
+    (the end of the message), or ''."""
+
     msg_fmt = ('Hostagent on %(host)s did not answer %(method)s within '
-               '%(timeout)s s')
+               '%(timeout)s s%(unsent)s')
+
+    def __init__(self, message=None, **kwargs):
+        kwargs.setdefault('unsent', '')
+        super().__init__(message, **kwargs)
 
 
 # Errors raised on a hypervisor by the hostagent and its drivers.

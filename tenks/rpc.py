@@ -16,6 +16,7 @@ from tenks import runtime
 runtime.use_threads()
 
 import oslo_messaging as messaging  # noqa: E402
+from kombu import exceptions as kombu_exceptions  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 from oslo_messaging import opts as messaging_opts  # noqa: E402
 from oslo_messaging._metrics import client as metrics_client  # noqa: E402
@@ -39,6 +40,28 @@ ALLOWED_EXMODS = ['tenks.exceptions']
 CONTROL_EXCHANGE = 'tenks'
 NOTIFICATION_TOPIC = 'tenks_notifications'
 NOTIFICATION_DRIVER = 'messagingv2'
+# Reconnection attempts of a notification (Tenks' default of
+# [oslo_messaging_notifications] retry; oslo.messaging's, -1, retries
+# until the broker is back): an operation that sends one while the broker
+# is down goes on after a few seconds, the event recorded but not sent.
+NOTIFICATION_RETRY = 1
+
+# Casts whose loss matters (hostagent requests and their results) are
+# mandatory: a broker with no queue for their server (its consumer, or
+# the broker itself, restarted and the queue is not declared again yet)
+# refuses them, MessageUndeliverable, instead of dropping them. And they
+# make one reconnection attempt: one the broker cannot take fails within
+# seconds, MessageDeliveryFailure (or kombu's OperationalError, when the
+# pool has to make a connection), instead of blocking until it is back
+# (or failing anyway: kombu gives up on some connection errors whatever
+# the retry). They go on a transport of their own (Bus.get_client
+# delivered=True). Their senders send them again, every RESEND_INTERVAL
+# s, for as long as they are awaited.
+CAST_RETRY = 1
+RESEND_INTERVAL = 1.0
+UNDELIVERED = (messaging.MessageDeliveryFailure,
+               messaging.MessageUndeliverable,
+               kombu_exceptions.OperationalError)
 
 
 def set_defaults():
@@ -49,7 +72,7 @@ def set_defaults():
     # copies of this list, so the defaults must be set here.
     cfg.set_defaults(msg_notifier._notifier_opts,
                      driver=[NOTIFICATION_DRIVER],
-                     topics=[NOTIFICATION_TOPIC])
+                     topics=[NOTIFICATION_TOPIC], retry=NOTIFICATION_RETRY)
 
 
 set_defaults()
@@ -97,6 +120,25 @@ def capped(topic, method, arguments=()):
             service=SERVICES[topic]) from None
 
 
+def delivered(client, **options):
+    """``client.prepare(**options)``, sending mandatory casts with
+    CAST_RETRY (see UNDELIVERED). ``client``: as get_client makes it
+    with ``delivered`` (a prepared one does not take transport
+    options)."""
+    return client.prepare(
+        retry=CAST_RETRY,
+        transport_options=messaging.TransportOptions(at_least_once=True),
+        **options)
+
+
+def undelivered(error, server):
+    """Why a cast to ``server`` raised ``error`` (one of UNDELIVERED)."""
+    if isinstance(error, messaging.MessageUndeliverable):
+        return ('the broker has no queue for %s: it has not connected '
+                'since the broker started' % server)
+    return 'the broker cannot be reached: %s' % error
+
+
 class Bus:
     """One RPC transport and the clients and servers that use it."""
 
@@ -128,12 +170,28 @@ class Bus:
     def embedded(self):
         return self.url == EMBEDDED_TRANSPORT_URL
 
-    def get_client(self, topic, version):
+    @functools.cached_property
+    def delivery_transport(self):
+        """The transport of the casts whose loss matters (see
+        UNDELIVERED), every send on it bounded. A connection of a
+        transport's pool reconnects, in its heartbeat thread and holding
+        the connection, as many times as the send that made it asked:
+        forever for a call's reply, and every cast that then takes the
+        connection waits until the broker is back. (Embedded: the RPC
+        transport; its broker never goes away.)"""
+        if self.embedded:
+            return self.transport
+        return messaging.get_rpc_transport(
+            self.conf, url=self.url, allowed_remote_exmods=ALLOWED_EXMODS)
+
+    def get_client(self, topic, version, delivered=False):
         """A client of the API of ``topic`` at ``version``, which sends
-        no message newer than [upgrade_levels] <its service>."""
+        no message newer than [upgrade_levels] <its service>.
+        ``delivered``: on the delivery transport, for casts that
+        rpc.delivered prepares and nothing else."""
         target = messaging.Target(topic=topic, version=version)
         return messaging.get_rpc_client(
-            self.transport, target,
+            self.delivery_transport if delivered else self.transport, target,
             version_cap=self.version_cap(topic, version))
 
     def version_cap(self, topic, version):
@@ -155,5 +213,7 @@ class Bus:
 
     def cleanup(self):
         self.transport.cleanup()
-        if 'notification_transport' in self.__dict__:
-            self.notification_transport.cleanup()
+        for name in ('notification_transport', 'delivery_transport'):
+            transport = self.__dict__.get(name)
+            if transport not in (None, self.transport):
+                transport.cleanup()

@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 
+import oslo_messaging as messaging
+
 from conductor import rpcapi
 from tenks import conf as tenks_conf
 from tenks import policy
@@ -25,10 +27,30 @@ BIN = cf.BIN
 ADMIN = policy.admin_context()
 
 
+class Broker:
+    """A RabbitMQ node of this machine: its node name and AMQP port."""
+
+    def __init__(self, node, port):
+        self.node = node
+        self.port = port
+
+    def ctl(self, *args):
+        """Run ``rabbitmqctl ARGS`` on this node."""
+        return subprocess.run(
+            ['rabbitmqctl', '-n', self.node, '-q', *args], check=True,
+            capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, ERL_EPMD_ADDRESS='127.0.0.1'))
+
+    def url(self, vhost):
+        return 'rabbit://guest:guest@127.0.0.1:%d/%s' % (self.port, vhost)
+
+
+# The machine's RabbitMQ, which every test shares (tools/setup.sh).
+SHARED = Broker('rabbit@localhost', 5672)
+
+
 def rabbitmqctl(*args):
-    subprocess.run(['rabbitmqctl', '-n', 'rabbit@localhost', '-q', *args],
-                   check=True, capture_output=True, timeout=60,
-                   env=dict(os.environ, ERL_EPMD_ADDRESS='127.0.0.1'))
+    SHARED.ctl(*args)
 
 
 class Service:
@@ -71,7 +93,7 @@ class Deployment:
     def __init__(self, tmp_path, agent_timeout=20, grace=5, agent_retries=0,
                  probe=False, threads=None, agents=2, database=None,
                  conductors=1, jobboard=None, claim_expiry=4,
-                 openstack=None):
+                 openstack=None, broker=SHARED):
         """``probe``: run each service in a memory_probe. ``threads``:
         the most threads each service's RPC server runs requests in
         ([DEFAULT] executor_thread_pool_size; None: oslo.messaging's
@@ -80,10 +102,12 @@ class Deployment:
         SQLite file of its state directory). ``conductors``: how many,
         sharing ``jobboard`` ([conductor] jobboard_url) with claims that
         expire after ``claim_expiry`` s. ``openstack``: the endpoints of
-        the cloud the conductors use (openstack_fixtures)."""
+        the cloud the conductors use (openstack_fixtures). ``broker``:
+        the RabbitMQ node (a Broker) their bus is on."""
         self.token = secrets.token_hex(3)
+        self.broker = broker
         self.vhost = 'tenks-test-%s' % self.token
-        self.url = 'rabbit://guest:guest@127.0.0.1:5672/%s' % self.vhost
+        self.url = broker.url(self.vhost)
         self.tmp = tmp_path
         self.probe = probe
         self.threads = threads
@@ -150,14 +174,14 @@ heartbeat_interval = 1
 
     def grant(self):
         """Let the services and the test use the vhost: as guest."""
-        rabbitmqctl('set_permissions', '-p', self.vhost, 'guest', '.*', '.*',
-                    '.*')
+        self.broker.ctl('set_permissions', '-p', self.vhost, 'guest', '.*',
+                        '.*', '.*')
 
     def agent(self, host):
         return self.services['hostagent-' + 'ab'[self.hosts.index(host)]]
 
     def __enter__(self):
-        rabbitmqctl('add_vhost', self.vhost)
+        self.broker.ctl('add_vhost', self.vhost)
         self.grant()
         conf = tenks_conf.new_conf()
         conf([], default_config_files=[])
@@ -213,12 +237,20 @@ heartbeat_interval = 1
             service.stop()
         self.bus.cleanup()
         with contextlib.suppress(subprocess.CalledProcessError):
-            rabbitmqctl('delete_vhost', self.vhost)
+            self.broker.ctl('delete_vhost', self.vhost)
 
     def wait(self, operation_id, timeout=180):
+        """The operation once it has ended, asked with a short timeout:
+        a question or its answer lost (the broker restarted, and the
+        conductor or this client have not declared their queues again)
+        is asked again."""
+        poll = rpcapi.ConductorAPI(self.bus, timeout=2)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            operation = self.api.get_operation(ADMIN, operation_id)
+            try:
+                operation = poll.get_operation(ADMIN, operation_id)
+            except messaging.MessagingTimeout:
+                continue
             if operation['state'] != 'running':
                 return operation
             time.sleep(0.2)

@@ -36,10 +36,12 @@ class Bus(rpc.Bus):
         self.transport._send = self._record
 
     def _record(self, target, context, message, wait_for_reply=False,
-                **options):
+                retry=None, transport_options=None, **options):
         options = {'topic': target.topic, 'server': target.server,
                    'fanout': target.fanout, 'version': message['version'],
-                   'context': context}
+                   'context': context, 'retry': retry,
+                   'mandatory': bool(transport_options
+                                     and transport_options.at_least_once)}
         self.sent.append(('call' if wait_for_reply else 'cast',
                           message['method'], message['args'], options))
 
@@ -110,6 +112,24 @@ def test_results_from_hostagents_go_back_to_the_conductor_waiting():
     assert (kind, options['server']) == ('cast', 'c1')
     assert options['context']['roles'] == ['service']
     assert 'conductor' not in kwargs
+
+
+def test_requests_and_results_go_mandatory_and_fail_fast():
+    """A hostagent request and its result are refused by a broker with no
+    queue for them, and fail within one reconnection attempt while it
+    cannot be reached (see rpc.UNDELIVERED): their senders send them
+    again. A call is neither."""
+    bus = Bus()
+    hostagent_rpcapi.HostAgentAPI(bus).cast('hv1', 'audit', 'req', 'c1')
+    api = conductor_rpcapi.ConductorAPI(bus)
+    api.report_result(policy.service_context(), 'c1', 'req', 'hv1',
+                      result={})
+    api.list_clusters(policy.admin_context())
+    assert [(target, options['retry'], options['mandatory'])
+            for _, target, _, options in bus.sent] == [
+        ('audit', rpc.CAST_RETRY, True), ('report_result', rpc.CAST_RETRY,
+                                          True),
+        ('list_clusters', None, False)]
 
 
 @pytest.mark.parametrize('method', sorted(hostagent_rpcapi.METHODS))
