@@ -140,8 +140,8 @@ class Bench:
         self.poll = rpcapi.ConductorAPI(deployment.bus, timeout=2)
 
     def env(self):
-        """A cluster of names of its own (ClusterEnv's are random: one
-        made twice here is made again)."""
+        """A new cluster with names of its own (ClusterEnv draws them at
+        random: a name this benchmark has used is drawn again)."""
         while True:
             env = cf.ClusterEnv(self.tmp / ('c%d' % len(self.envs)),
                                 self.port_base,
@@ -232,8 +232,8 @@ class Bench:
 
     def deploy(self, env, count, port, killed):
         """Deploy ``count`` nodes of ``env``'s cluster, their BMCs on
-        ports from ``port``. Returns the moments
-        (monotonic s) of the deploy: submitted, ended and, when
+        ports from ``port``. Returns the moments (monotonic s) of the
+        deploy: submitted, ended and, when
         ``killed`` (a conductor must die), died, taken (another claims
         it), first (the new owner finished a task), with what had been
         done when it died: done, total (tasks), nodes (node tasks), and
