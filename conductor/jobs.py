@@ -148,10 +148,12 @@ class JobRunner:
             # the job.
             self.board.consume(job)
             return False
+        resumed = self.conductor.runner.has_flow(operation_id)
         if operation.conductor != self.conductor.host:
-            LOG.info('Taking over %s %s of cluster %s from conductor %s',
-                     operation.kind, operation_id, operation.cluster,
-                     operation.conductor)
+            if resumed:
+                LOG.info('Taking over %s %s of cluster %s from conductor '
+                         '%s', operation.kind, operation_id,
+                         operation.cluster, operation.conductor)
             self.db.set_operation_conductor(operation_id,
                                             self.conductor.host)
         with self._held_mutex:
@@ -161,8 +163,7 @@ class JobRunner:
         try:
             self.operations.run_claimed(
                 operation_id, details['kind'], details['cluster'],
-                details['before'],
-                self.conductor.runner.has_flow(operation_id), run,
+                details['before'], resumed, run,
                 functools.partial(self._ended, operation_id),
                 functools.partial(self._hand_back, operation_id))
         except exceptions.ConductorBusy:
