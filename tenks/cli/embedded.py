@@ -38,6 +38,11 @@ def embedded(conf, exits=False, check_policy=False):
     conductor = tenks_conductor.Conductor(conf, bus, check_policy)
     agent.start()
     conductor.start()
+    # The local hostagent's heartbeat registers it a moment later: the
+    # first command in a new state directory finds it registered already.
+    if conductor.db.get_hypervisor(conf.hostagent.host) is None:
+        conductor.registry.register_agent(conf.hostagent.host,
+                                          agent.manager.facts())
     # Operations no later one of their cluster would end (embedded, no
     # conductor resumes what a killed tenks command left running).
     conductor.end_orphans()
