@@ -10,10 +10,13 @@ over RabbitMQ in distributed mode.
 import contextlib
 
 from futurist import _thread as futurist_thread
+from oslo_log import log as logging
 
 from conductor import conductor as tenks_conductor
 from hostagent import server as hostagent_server
 from tenks import rpc
+
+LOG = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -38,15 +41,14 @@ def embedded(conf, exits=False, check_policy=False):
     conductor = tenks_conductor.Conductor(conf, bus, check_policy)
     agent.start()
     conductor.start()
-    # The local hostagent's heartbeat registers it a moment later: the
-    # first command in a new state directory finds it registered already.
-    if conductor.db.get_hypervisor(conf.hostagent.host) is None:
-        conductor.registry.register_agent(conf.hostagent.host,
-                                          agent.manager.facts())
-    # Operations no later one of their cluster would end (embedded, no
-    # conductor resumes what a killed tenks command left running).
-    conductor.end_orphans()
+    # Stopped whatever happens from here: on the in-memory bus (one per
+    # process) a server left running would answer the next conductor's
+    # calls.
     try:
+        _register(conductor, agent, conf.hostagent.host)
+        # Operations no later one of their cluster would end (embedded,
+        # no conductor resumes what a killed tenks command left running).
+        conductor.end_orphans()
         yield conductor
     finally:
         if exits:
@@ -55,3 +57,19 @@ def embedded(conf, exits=False, check_policy=False):
             conductor.stop()
             agent.stop()
             bus.cleanup()
+
+
+def _register(conductor, agent, host):
+    """Register the local hostagent if it never has: its heartbeat does a
+    moment later, and the first command in a new state directory must
+    find it. Its facts may not be readable (libvirt down): the heartbeat
+    says so, and the command's own work names the problem."""
+    if conductor.db.get_hypervisor(host) is not None:
+        return
+    try:
+        facts = agent.manager.facts()
+    except Exception as e:
+        LOG.debug('Could not read the facts of %s to register it: %s',
+                  host, e)
+        return
+    conductor.registry.register_agent(host, facts)
