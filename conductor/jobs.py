@@ -101,7 +101,8 @@ class JobRunner:
         with self._held_mutex:
             held = dict(self._held)
         for operation_id, job in held.items():
-            if self.board.renew(job):
+            if self.board.renew(job) or not self._holds(operation_id):
+                # Renewed, or consumed meanwhile: its operation ended.
                 continue
             # Expired (the server was away longer than the claim lasts):
             # claimed again if no other conductor has yet.
@@ -180,6 +181,10 @@ class JobRunner:
         start = functools.partial(rooms[kind].run, operation_id, *args,
                                   on_progress=on_progress)
         return self.conductor.resume(operation_id, on_progress, start=start)
+
+    def _holds(self, operation_id):
+        with self._held_mutex:
+            return operation_id in self._held
 
     def _release(self, operation_id):
         with self._held_mutex:
