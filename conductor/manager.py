@@ -115,9 +115,12 @@ class ConductorManager:
         return [self._cluster_view(context, cluster)
                 for cluster in self.conductor.records.list_clusters()]
 
-    @rule('tenks:node:list')
-    def list_nodes(self, context, cluster=None):
-        return self.conductor.records.list_nodes(cluster)
+    @rule('tenks:node:list', exceptions.NodeNotFound,
+          exceptions.ListingInvalid)
+    def list_nodes(self, context, cluster=None, limit=None, marker=None,
+                   sort_key=None, sort_dir=None):
+        return self.conductor.records.list_nodes(cluster, limit, marker,
+                                                 sort_key, sort_dir)
 
     @rule('tenks:event:list')
     def list_events(self, context, cluster=None, limit=100):

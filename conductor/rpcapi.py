@@ -98,6 +98,10 @@ API version history:
 * 1.7 - list_conductors: the live conductors, each {'host',
   'started_at', 'heartbeat_at', 'jobs'} (the ids of the operations it
   runs); with a jobboard, every conductor that shares it.
+* 1.8 - list_nodes takes limit, marker (the UUID of the last node of
+  the page before), sort_key and sort_dir: a page of a big cluster
+  costs what its own nodes cost. ListingInvalid names a bad argument,
+  NodeNotFound a marker that is no node's.
 """
 
 import functools
@@ -105,7 +109,7 @@ import functools
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.7'
+RPC_API_VERSION = '1.8'
 
 
 class ConductorAPI:
@@ -203,7 +207,18 @@ class ConductorAPI:
     def list_clusters(self, context):
         return self._call(context, 'list_clusters')
 
-    def list_nodes(self, context, cluster=None):
+    def list_nodes(self, context, cluster=None, limit=None, marker=None,
+                   sort_key=None, sort_dir=None):
+        """The nodes (of ``cluster``) by cluster and name. Since 1.8, a
+        page: ``limit`` nodes at most, after the node of UUID ``marker``,
+        by ``sort_key`` (see tenks.constants.NODE_SORT_KEYS) in
+        ``sort_dir``."""
+        paging = {k: v for k, v in (
+            ('limit', limit), ('marker', marker), ('sort_key', sort_key),
+            ('sort_dir', sort_dir)) if v is not None}
+        if paging:
+            return self._call(context, 'list_nodes', '1.8', list(paging),
+                              cluster=cluster, **paging)
         return self._call(context, 'list_nodes', cluster=cluster)
 
     def list_hypervisors(self, context):

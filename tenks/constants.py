@@ -50,3 +50,9 @@ HOST_REMOVAL = ('uplink', 'bridge', 'pool')
 # aggregates.
 PLACEMENT_REQUIRED_TRAITS = '1.18'
 PLACEMENT_PROVIDER_AGGREGATES = '1.19'
+
+# What nodes can be listed by (tenks node list --sort): columns every node
+# has a value in, so a page can start after any node.
+NODE_SORT_KEYS = ('name', 'uuid', 'cluster', 'hypervisor', 'node_type',
+                  'vcpus', 'memory_mb', 'bmc_type', 'bmc_address', 'bmc_port',
+                  'state')

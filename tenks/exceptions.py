@@ -84,6 +84,10 @@ class NodeNotFound(TenksError):
     msg_fmt = 'No node named %(node)s or with that UUID%(where)s'
 
 
+class ListingInvalid(TenksError):
+    msg_fmt = 'Cannot list %(what)s so: %(reason)s'
+
+
 class NodeAmbiguous(TenksError):
     msg_fmt = ('%(count)d nodes are named %(node)s (%(matches)s): name '
                'the cluster with --cluster, or use the node\'s UUID')

@@ -1,5 +1,8 @@
 """``tenks node list|show``."""
 
+import argparse
+
+from tenks import constants
 from tenks import exceptions
 from tenks.cli import client
 from tenks.cli import columns
@@ -42,17 +45,46 @@ def find_node(nodes, name_or_uuid, cluster=None):
     return found[0]
 
 
+def page_size(value):
+    size = int(value)
+    if size < 1:
+        raise argparse.ArgumentTypeError('%s is not above 0' % value)
+    return size
+
+
+def sort_order(value):
+    """KEY[:DIR] -> {'sort_key', 'sort_dir'}; the conductor checks them."""
+    key, _, direction = value.partition(':')
+    return {'sort_key': key, 'sort_dir': direction or 'asc'}
+
+
 class NodeList(Lister):
-    """List the nodes of every cluster, or of one."""
+    """List the nodes of every cluster, or of one, by cluster and name.
+
+    A big cluster can be listed page by page: --limit N, then --marker
+    with the UUID of the last node shown.
+    """
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
         parser.add_argument('--cluster', help='Only this cluster\'s nodes.')
+        parser.add_argument('--limit', type=page_size, metavar='N',
+                            help='At most N nodes (default: all).')
+        parser.add_argument('--marker', metavar='UUID',
+                            help='Only the nodes after the node with this '
+                                 'UUID (the last of the page before).')
+        parser.add_argument('--sort', type=sort_order, default={},
+                            metavar='KEY[:DIR]',
+                            help='Order by KEY (%s), asc (default) or '
+                                 'desc, the UUID breaking ties.' % ', '.join(
+                                     constants.NODE_SORT_KEYS))
         return parser
 
     def take_action(self, args):
+        paging = dict(args.sort, limit=args.limit, marker=args.marker)
         with client.connect(self.app.conf, read_only=True) as tenks:
-            nodes = tenks.list_nodes(args.cluster)
+            nodes = tenks.list_nodes(args.cluster, **{
+                k: v for k, v in paging.items() if v is not None})
         return NODE_COLUMNS, [node_row(n) for n in nodes]
 
 

@@ -270,12 +270,34 @@ class StateDB:
 
     # Nodes
 
-    def list_nodes(self, cluster=None, hypervisor=None):
-        query = sa.select(NODES).order_by(NODES.c.cluster, NODES.c.name)
+    def list_nodes(self, cluster=None, hypervisor=None, limit=None,
+                   marker=None, sort_key=None, sort_dir='asc'):
+        """Nodes by cluster and name, or by ``sort_key`` (one of
+        tenks.constants.NODE_SORT_KEYS) in ``sort_dir`` ('asc' or
+        'desc'), the UUID breaking ties; ``limit`` at most, those after
+        the node with UUID ``marker`` (NodeNotFound if there is none). A
+        page costs what its own rows cost, wherever it starts."""
+        keys = [NODES.c[sort_key]] if sort_key else [NODES.c.cluster,
+                                                     NODES.c.name]
+        keys += [NODES.c.uuid] if sort_key != 'uuid' else []
+        descending = sort_dir == 'desc'
+        query = sa.select(NODES).order_by(
+            *[k.desc() if descending else k.asc() for k in keys])
         if cluster is not None:
             query = query.where(NODES.c.cluster == cluster)
         if hypervisor is not None:
             query = query.where(NODES.c.hypervisor == hypervisor)
+        if marker is not None:
+            last = self.get_node(marker)
+            if last is None:
+                raise exceptions.NodeNotFound(node=marker,
+                                              where=' (the marker)')
+            after = sa.tuple_(*keys), sa.tuple_(
+                *[getattr(last, k.name) for k in keys])
+            query = query.where(after[0] < after[1] if descending
+                                else after[0] > after[1])
+        if limit is not None:
+            query = query.limit(limit)
         return self._read(models.Node, query)
 
     def add_nodes(self, nodes):

@@ -2,6 +2,7 @@
 events as the conductor's API returns them (the embedded conductor, and
 the CLI's read-only commands reading the state database alone)."""
 
+from tenks import constants
 from tenks import exceptions
 
 
@@ -33,8 +34,29 @@ class Records:
     def list_clusters(self):
         return [c.as_dict() for c in self._rows('list_clusters')]
 
-    def list_nodes(self, cluster=None):
-        return [n.as_dict() for n in self._rows('list_nodes', cluster)]
+    def list_nodes(self, cluster=None, limit=None, marker=None,
+                   sort_key=None, sort_dir=None):
+        """The nodes (of ``cluster``), paged and sorted as
+        StateDB.list_nodes says; ListingInvalid for a bad argument."""
+        problems = []
+        if limit is not None and (
+                not isinstance(limit, int) or isinstance(limit, bool)
+                or limit < 1):
+            problems.append('limit %r is not a whole number above 0' % (
+                limit,))
+        if sort_key is not None and (
+                sort_key not in constants.NODE_SORT_KEYS):
+            problems.append('sort key %r is not one of %s' % (
+                sort_key, ', '.join(constants.NODE_SORT_KEYS)))
+        if sort_dir not in (None, 'asc', 'desc'):
+            problems.append("sort direction %r is not 'asc' or 'desc'"
+                            % (sort_dir,))
+        if problems:
+            raise exceptions.ListingInvalid(what='nodes',
+                                            reason='; '.join(problems))
+        return [n.as_dict() for n in self._rows(
+            'list_nodes', cluster, None, limit, marker, sort_key,
+            sort_dir or 'asc')]
 
     def list_events(self, cluster=None, limit=100):
         return [e.as_dict() for e in self._rows('list_events', cluster,

@@ -75,6 +75,17 @@ def test_cli_deploys_over_both_hypervisors(deployment, env, tmp_path):
                    for h in deployment.hosts}
         assert [len(v) for v in by_host.values()] == [2, 2]
         assert len({n['bmc_port'] for n in nodes}) == 4
+        # Page by page over the bus: every node once, in the order asked.
+        pages, marker = [], []
+        while not pages or len(pages[-1]) == 3:
+            page = deployment.cli('node', 'list', '--cluster', env.cluster,
+                                  '--limit', '3', '--sort', 'name:desc',
+                                  '-f', 'json', *marker)
+            assert page.returncode == 0, page.stderr
+            pages.append(json.loads(page.stdout))
+            marker = ['--marker', pages[-1][-1]['uuid']]
+        assert [n['name'] for page in pages for n in page] == sorted(
+            (n['name'] for n in nodes), reverse=True)
         conn = libvirt.open(cf.URI)
         try:
             for node in nodes:

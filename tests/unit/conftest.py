@@ -1,3 +1,6 @@
+import io
+import json
+import logging
 import os
 import types
 import warnings
@@ -9,6 +12,7 @@ from hostagent import manager
 from tenks import conf as tenks_conf
 from tenks import spec as tenks_spec
 from tenks.cli import embedded
+from tenks.cli import main
 from tests.unit import fakes
 
 warnings.filterwarnings('ignore', module='oslo_service')
@@ -101,3 +105,35 @@ def make_spec(count=2, **top):
     }
     data.update(top)
     return tenks_spec.validate(data)
+
+
+class Result:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+    def json(self):
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    return tmp_path / 'state'
+
+
+@pytest.fixture
+def tenks(state_dir, monkeypatch):
+    """Run ``tenks --state-dir STATE ARGS...``; a Result."""
+    monkeypatch.delenv('TENKS_TRANSPORT_URL', raising=False)
+
+    def run(*args):
+        app = main.TenksApp()
+        app.stdout, app.stderr = io.StringIO(), io.StringIO()
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        try:
+            code = app.run(['--state-dir', str(state_dir), *map(str, args)])
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        return Result(code, app.stdout.getvalue(), app.stderr.getvalue())
+    return run

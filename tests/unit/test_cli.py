@@ -1,9 +1,6 @@
 """The ``tenks`` CLI in-process: embedded conductor and hostagent on the
 in-memory bus, fake drivers (see conftest)."""
 
-import io
-import json
-import logging
 import socket
 
 import oslo_messaging as messaging
@@ -28,38 +25,6 @@ SPEC = {
     'physical_networks': ['physnet1'],
     'ipmi_password': 'secret-bmc',
 }
-
-
-class Result:
-    def __init__(self, code, out, err):
-        self.code, self.out, self.err = code, out, err
-
-    def json(self):
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def state_dir(tmp_path):
-    return tmp_path / 'state'
-
-
-@pytest.fixture
-def tenks(state_dir, monkeypatch):
-    """Run ``tenks --state-dir STATE ARGS...``; a Result."""
-    monkeypatch.delenv('TENKS_TRANSPORT_URL', raising=False)
-
-    def run(*args):
-        app = main.TenksApp()
-        app.stdout, app.stderr = io.StringIO(), io.StringIO()
-        root = logging.getLogger()
-        handlers, level = root.handlers[:], root.level
-        try:
-            code = app.run(['--state-dir', str(state_dir), *map(str, args)])
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        return Result(code, app.stdout.getvalue(), app.stderr.getvalue())
-    return run
 
 
 def write(tmp_path, name, data):

@@ -408,7 +408,7 @@ def test_a_cap_of_another_major_version_is_refused_naming_it():
         conductor_rpcapi.ConductorAPI(Bus(conductor='2.0'))
     assert str(raised.value) == (
         'Invalid configuration: [upgrade_levels] conductor = 2.0: the '
-        'conductor RPC API of this Tenks is 1.7, and a cap must have its '
+        'conductor RPC API of this Tenks is 1.8, and a cap must have its '
         'major version (1.x)')
 
 
