@@ -25,8 +25,10 @@ def stage(atom_name):
 class RunReport:
     """What the atoms of one run did, gathered from engine events.
 
-    ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end;
-    ``plan``: the changes the run applied, when it applied a plan.
+    ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end,
+    and with ``failure`` ('atom: error') when one fails (the run then
+    rolls back); ``plan``: the changes the run applied, when it applied
+    a plan.
     """
 
     def __init__(self, atom_names, on_progress=None, plan=None):
@@ -52,6 +54,9 @@ class RunReport:
                 self.on_progress(self.progress)
         elif state == states.FAILURE:
             self.failures.append((name, details['result']))
+            if self.on_progress is not None:
+                self.on_progress(self.progress, failure='%s: %s' % (
+                    name, details['result'].exception_str))
 
 
 class FlowRunner:

@@ -46,6 +46,16 @@ class ShowOne(OwnEpilog, show.ShowOne):
     pass
 
 
+def follow(app, tenks, operation_id, patience=client.RECONNECT_TIMEOUT):
+    """The operation once ended, followed on stderr: live in a terminal,
+    plain lines when piped or with -q."""
+    from tenks.cli import progress
+    with progress.view(app.stderr, operation_id,
+                       plain=app.options.quiet) as shown:
+        return tenks.wait(operation_id, patience, shown.notice,
+                          on_update=shown.update)
+
+
 class OperationCommand(Command):
     """Starts an operation, and by default follows it to its end."""
 
@@ -67,13 +77,12 @@ class OperationCommand(Command):
         return parser
 
     def wait(self, tenks, operation_id, args):
-        """The operation ``operation_id`` once ended; what following it
-        over the bus meets is said on stderr."""
-        def notice(text):
-            self.app.stderr.write(text + '\n')
-            self.app.stderr.flush()
+        """The operation ``operation_id`` once ended, its progress shown
+        on stderr (see tenks.cli.progress), with what following it over
+        the bus meets."""
         LOG.info('Following operation %s', operation_id)
-        return tenks.wait(operation_id, args.reconnect_timeout, notice)
+        return follow(self.app, tenks, operation_id,
+                      args.reconnect_timeout)
 
     def run_operation(self, args, start, describe, source=None):
         """``start(client)`` -> operation id; ``describe(operation, s)``

@@ -27,6 +27,20 @@ POLL_INTERVAL = 0.2
 POLL_TIMEOUT = 10
 BACKOFF_MAX = 10
 RECONNECT_TIMEOUT = 600
+# Following an operation in the state database: its progress is written
+# every half second.
+EMBEDDED_POLL_INTERVAL = 0.5
+
+
+def poll(get_operation, operation_id, on_update):
+    """The operation once its record says it ended, read every
+    EMBEDDED_POLL_INTERVAL s and handed to ``on_update`` meanwhile."""
+    while True:
+        operation = get_operation(operation_id)
+        on_update(operation)
+        if operation['state'] != states.OPERATION_RUNNING:
+            return operation
+        time.sleep(EMBEDDED_POLL_INTERVAL)
 
 
 def transport_url(conf):
@@ -95,14 +109,17 @@ class RemoteClient:
     def teardown(self, name, force=False):
         return self.api.teardown_cluster(self.context, name, force)
 
-    def wait(self, operation_id, patience=RECONNECT_TIMEOUT, notice=None):
+    def wait(self, operation_id, patience=RECONNECT_TIMEOUT, notice=None,
+             on_update=None):
         """The operation once it has ended, followed through a reply
         timeout, a broker reconnecting, a conductor restarting: while no
         answer comes, its state is asked again, the pauses growing to
         BACKOFF_MAX s; after ``patience`` s without one, ConductorLost.
-        ``notice(text)`` hears when answers stop and come back."""
+        ``notice(text)`` hears when answers stop and come back;
+        ``on_update(operation)`` gets each answer."""
         import oslo_messaging as messaging
         notice = notice or (lambda text: None)
+        on_update = on_update or (lambda operation: None)
         lost = None
         pause = POLL_INTERVAL
         while True:
@@ -131,6 +148,7 @@ class RemoteClient:
                 lost, pause = None, POLL_INTERVAL
                 notice('The conductor answers again: following operation %s'
                        % operation_id)
+            on_update(operation)
             if operation['state'] != states.OPERATION_RUNNING:
                 return operation
             time.sleep(POLL_INTERVAL)
@@ -216,9 +234,14 @@ class EmbeddedClient:
     def teardown(self, name, force=False):
         return self._call('teardown_cluster', name, force)
 
-    def wait(self, operation_id, patience=None, notice=None):
+    def wait(self, operation_id, patience=None, notice=None,
+             on_update=None):
         """The operation once it has ended (it runs in this process:
-        nothing to lose on the way)."""
+        nothing to lose on the way); ``on_update(operation)`` gets its
+        record every EMBEDDED_POLL_INTERVAL s while it runs."""
+        if on_update is not None:
+            poll(functools.partial(self._call, 'get_operation'),
+                 operation_id, on_update)
         try:
             self.conductor.operations.wait(operation_id)
         except exceptions.TenksError:
@@ -285,6 +308,13 @@ class StateReader:
         # get_operation, list_nodes, ...: what the conductor answers.
         from tenks.db import views
         return getattr(views.Records(self.db), name)
+
+    def wait(self, operation_id, patience=None, notice=None,
+             on_update=None):
+        """The operation once another process running it has recorded
+        its end."""
+        return poll(self.get_operation, operation_id,
+                    on_update or (lambda operation: None))
 
     def follow_events(self, callback):
         _no_follow()

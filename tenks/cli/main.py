@@ -35,8 +35,15 @@ class TenksApp(app.App):
         self._conf = None
 
     def build_option_parser(self, description, version, argparse_kwargs=None):
-        parser = super().build_option_parser(description, version,
-                                             argparse_kwargs)
+        parser = super().build_option_parser(
+            description, version,
+            dict(argparse_kwargs or {}, conflict_handler='resolve'))
+        # cliff's -q sets the verbosity Tenks has by default; here it
+        # also turns an operation's live view into plain lines.
+        parser.add_argument(
+            '-q', '--quiet', action='store_true',
+            help='Warnings and errors only, and an operation\'s progress '
+                 'as plain lines, not a live view.')
         parser.add_argument(
             '--state-dir',
             help='Directory of the state database and the daemons Tenks '

@@ -1,5 +1,6 @@
 """``tenks operation list|show``."""
 
+from tenks.cli import base
 from tenks.cli import client
 from tenks.cli import columns
 from tenks.cli.base import Lister
@@ -21,11 +22,16 @@ class OperationShow(ShowOne):
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
         parser.add_argument('operation', help='Operation id.')
+        parser.add_argument('--follow', action='store_true',
+                            help='Show its progress until it ends (as '
+                                 'deploy does), then the operation.')
         return parser
 
     def take_action(self, args):
         with client.connect(self.app.conf, read_only=True) as tenks:
             operation = tenks.get_operation(args.operation)
+            if args.follow:
+                operation = base.follow(self.app, tenks, args.operation)
         return OPERATION_COLUMNS, operation_row(operation)
 
 

@@ -566,8 +566,10 @@ class StateDB:
         the operation's job over)."""
         self._update_operation(operation_id, conductor=conductor)
 
-    def set_operation_progress(self, operation_id, progress):
-        self._update_operation(operation_id, progress=progress)
+    def set_operation_progress(self, operation_id, progress, error=None):
+        """``error``: the failure a running operation rolls back."""
+        self._update_operation(operation_id, progress=progress,
+                               **({'error': error} if error else {}))
 
     def finish_operation(self, operation_id, state, error=None,
                          result=None, spec=UNKNOWN, event=None):

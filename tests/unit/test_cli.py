@@ -359,7 +359,7 @@ class Moving:
         return {'host': host, 'operations': sorted(self.results),
                 'refused': {}}
 
-    def wait(self, operation_id, reconnect_timeout, notice):
+    def wait(self, operation_id, reconnect_timeout, notice, on_update=None):
         return {'id': operation_id, 'cluster': 'unit',
                 'state': 'succeeded', 'error': None,
                 'result': self.results[operation_id]}

@@ -9,6 +9,7 @@ import pytest
 
 from conductor import locks as cluster_locks
 from conductor import operations as ops
+from conductor import progress
 from tenks import exceptions
 from tenks import notifier
 from tenks.db import api as db_api
@@ -166,3 +167,16 @@ def test_a_resume_skips_a_cluster_whose_lock_is_held(registry):
     assert resumed == [free]
     assert registry.db.get_operation(held).state == 'running'
     assert registry.db.get_operation(free).result['resumed'] is True
+
+
+def test_the_first_failure_is_recorded_at_once_as_the_error():
+    """Whoever follows a failing operation sees why while it rolls
+    back; a later failure of the rollback does not replace it."""
+    written = []
+    db = types.SimpleNamespace(set_operation_progress=lambda *a: written
+                               .append(a))
+    recorder = progress.ProgressRecorder(db, 'op-1')
+    recorder({'node': [1, 2]}, failure='node:tk1: boom')
+    recorder({'node': [1, 2]}, failure='node:tk0: revert failed')
+    recorder.flush()
+    assert written == [('op-1', {'node': [1, 2]}, 'node:tk1: boom')] * 2

@@ -70,9 +70,18 @@ def test_a_run_reports_changes_warnings_and_progress(runner):
 
 
 def test_a_failure_is_rolled_back_and_named(runner):
+    heard = []
+
+    def on_progress(progress, failure=None):
+        heard.append((failure, len(DONE)))
+
     with pytest.raises(exceptions.OperationFailed) as failed:
         runner.run('op-1', 'deploy:c1', three_steps, {'fail': 'bmc:tk0'},
-                   {})
+                   {}, on_progress=on_progress)
+    # Heard as it failed, before the rollback ran.
+    [(failure, done)] = [h for h in heard if h[0]]
+    assert failure.startswith('bmc:tk0: ') and 'bmc:tk0 broke' in failure
+    assert ('revert', 'bmc:tk0') not in DONE[:done]
     assert failed.value.kwargs['failed_tasks'] == ['bmc:tk0']
     assert 'bmc:tk0' in str(failed.value)
     assert 'bmc:tk0 broke' in str(failed.value)
