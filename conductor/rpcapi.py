@@ -88,7 +88,7 @@ API version history:
   that are not admins get list_hypervisors and get_hypervisor without
   the admin-only fields (facts, disabled_reason, inventories, usages,
   traits, allocations, aggregates, availability_zone), clusters without
-  their ``uuid``, and *** for the deployment UUID of every owner mark in
+  their ``uuid``, and ``***`` for the deployment UUID of every owner mark in
   an answer or error (an operation's error or warnings, say).
 * 1.6 - audit (admin): the records against what the hypervisors and the
   cloud hold, everything that carries a Tenks mark included; with

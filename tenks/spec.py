@@ -37,10 +37,18 @@ MAX_SPEC_VALUES = 1000000  # with YAML aliases expanded
 DEFAULT_CLUSTER = 'default'
 
 
-def _pattern(regex, description, **extra):
+def _pattern(regex, expected, **extra):
     # '\Z' rather than '$', which would accept a trailing newline.
-    return dict(type='string', pattern=regex + r'\Z',
-                description=description, **extra)
+    # x-expected says what a valid value looks like, in the error a
+    # value that does not match gets (and in the spec reference).
+    return {'type': 'string', 'pattern': regex + r'\Z',
+            'x-expected': expected, **extra}
+
+
+def _described(schema, description, **extra):
+    """``schema`` with a description of the key that holds it (what the
+    spec reference says about the key)."""
+    return dict(schema, description=description, **extra)
 
 
 def _unsupported(feature):
@@ -75,25 +83,38 @@ _VOLUME = {
     'additionalProperties': False,
     # capacity: required unless existing (see _check_volumes).
     'properties': {
-        'capacity': {'type': ['integer', 'string'], 'format': 'capacity'},
+        'capacity': {
+            'type': ['integer', 'string'], 'format': 'capacity',
+            'description': 'Size of the volume, exactly (whole 512-byte '
+            'sectors, no rounding); required unless existing.',
+            'examples': ['10GiB']},
         # Default: qcow2, raw in a logical (LVM) pool (see _normalise).
-        'format': {'enum': ['qcow2', 'raw']},
-        # Default: disk.
-        'device': {'enum': ['disk', 'cdrom']},
-        # Copied into the volume.
-        'image': _IMAGE,
-        # The volume's backing file (copy-on-write): a local file.
+        'format': {'enum': ['qcow2', 'raw'],
+                   'description': 'Format of the volume; default: qcow2, '
+                   'raw in a logical pool.'},
+        'device': {'enum': ['disk', 'cdrom'],
+                   'description': 'How the domain sees it; default: disk.'},
+        'image': _described(_IMAGE, 'An image copied into the volume.',
+                            examples=['/srv/images/cirros.qcow2']),
         'backing_image': _pattern(
             '^/.+', 'an absolute path of a file on the hypervisor (a '
             'backing file must stay readable for the life of the volume, '
-            'so no URL)'),
-        # A libvirt volume that is not Tenks', attached as it is.
+            'so no URL)',
+            description="The volume's backing file (copy-on-write).",
+            examples=['/srv/images/base.qcow2']),
         'existing': {
             'type': 'object',
             'additionalProperties': False,
             'required': ['pool', 'volume'],
-            'properties': {'pool': {'type': 'string', 'minLength': 1},
-                           'volume': {'type': 'string', 'minLength': 1}},
+            'description': "A libvirt volume that is not Tenks', attached "
+            'as it is (never changed nor removed).',
+            'properties': {
+                'pool': {'type': 'string', 'minLength': 1,
+                         'description': 'Its libvirt storage pool.',
+                         'examples': ['default']},
+                'volume': {'type': 'string', 'minLength': 1,
+                           'description': 'Its name in that pool.',
+                           'examples': ['data.qcow2']}},
         },
     },
 }
@@ -106,21 +127,33 @@ _BOOT_MODE = {'enum': ['bios', 'uefi']}
 _NODE_TYPE = {
     'type': 'object',
     'additionalProperties': False,
+    'x-example-key': 'small',
     'required': ['memory_mb', 'vcpus'],
     'properties': {
-        'memory_mb': {'type': 'integer', 'minimum': 64, 'maximum': 1048576},
-        'vcpus': {'type': 'integer', 'minimum': 1, 'maximum': 256},
-        'volumes': {'type': 'array', 'items': _VOLUME, 'default': []},
-        'physical_networks': dict(_PHYSNET_LIST, default=[]),
-        # Default: the top-level default_ironic_driver.
-        'ironic_driver': _IRONIC_DRIVER,
-        # Whether the serial console is logged to a file on the
-        # hypervisor (see the README).
-        'console_log_enabled': {'type': 'boolean', 'default': True},
-        # Default: the top-level default_boot_mode.
-        'boot_mode': _BOOT_MODE,
-        # UEFI secure boot, with Microsoft's keys enrolled.
-        'secure_boot': {'type': 'boolean', 'default': False},
+        'memory_mb': {'type': 'integer', 'minimum': 64, 'maximum': 1048576,
+                      'description': 'Memory of each node, in MiB.',
+                      'examples': [2048]},
+        'vcpus': {'type': 'integer', 'minimum': 1, 'maximum': 256,
+                  'description': 'Virtual CPUs of each node.',
+                  'examples': [2]},
+        'volumes': {'type': 'array', 'items': _VOLUME, 'default': [],
+                    'description': "The nodes' volumes.",
+                    'examples': [[{'capacity': '10GiB'}]]},
+        'physical_networks': _described(
+            _PHYSNET_LIST, 'The physnets a node has a NIC on, one each.',
+            default=[], examples=[['physnet1']]),
+        'ironic_driver': _described(
+            _IRONIC_DRIVER, "The nodes' Ironic driver, which chooses their "
+            'BMC; default: default_ironic_driver.'),
+        'console_log_enabled': {
+            'type': 'boolean', 'default': True,
+            'description': 'Whether the serial console is logged to a file '
+            'on the hypervisor.'},
+        'boot_mode': _described(_BOOT_MODE, 'Firmware of the nodes; '
+                                'default: default_boot_mode.'),
+        'secure_boot': {'type': 'boolean', 'default': False,
+                        'description': "UEFI secure boot, with Microsoft's "
+                        'keys enrolled (needs boot_mode uefi).'},
         'cpu_mode': _unsupported('choosing the CPU mode'),
         'machine': _unsupported('choosing the machine type'),
     },
@@ -140,16 +173,32 @@ _IRONIC_CONFIG = {
     'type': 'object',
     'additionalProperties': False,
     'required': ['resource_class'],
-    # Per-interface overrides: deploy_interface, boot_interface, ...
+    'description': 'How the nodes are enrolled in Ironic; without it they '
+    'are not enrolled.',
     'patternProperties': {
-        '^[a-z]+_interface$': {'type': 'string', 'minLength': 1},
+        '^[a-z]+_interface$': {
+            'type': 'string', 'minLength': 1,
+            'description': "An Ironic interface of the nodes: "
+            'deploy_interface, boot_interface, ...',
+            'x-example-key': 'deploy_interface', 'examples': ['direct']},
     },
     'properties': {
-        'resource_class': _RESOURCE_CLASS,
-        'traits': _TRAITS,
-        'properties': {'type': 'object', 'default': {}},
-        'conductor_group': {'type': 'string'},
-        'shard': {'type': 'string', 'minLength': 1},
+        'resource_class': _described(
+            _RESOURCE_CLASS, "The nodes' resource class.",
+            examples=['baremetal']),
+        'traits': _described(_TRAITS, 'Traits of the nodes.',
+                             examples=[['CUSTOM_GOLD']]),
+        'properties': {'type': 'object', 'default': {},
+                       'description': 'Ironic properties, over the cpus, '
+                       'memory_mb, local_gb, cpu_arch and capabilities '
+                       'Tenks sets.',
+                       'examples': [{'vendor': 'tenks'}]},
+        'conductor_group': {'type': 'string',
+                            'description': "The nodes' Ironic conductor "
+                            'group.', 'examples': ['rack1']},
+        'shard': {'type': 'string', 'minLength': 1,
+                  'description': "The nodes' Ironic shard.",
+                  'examples': ['shard1']},
     },
 }
 
@@ -158,17 +207,27 @@ _FLAVOR = {
     'additionalProperties': False,
     'required': ['resource_class', 'node_type'],
     'properties': {
-        # Default: the resource class.
-        'name': {'type': 'string', 'minLength': 1, 'maxLength': 255},
-        'resource_class': _RESOURCE_CLASS,
-        'node_type': {'type': 'string'},
-        'required_traits': _TRAITS,
-        'forbidden_traits': _TRAITS,
+        'name': {'type': 'string', 'minLength': 1, 'maxLength': 255,
+                 'description': 'Name of the flavor; default: the resource '
+                 'class.', 'examples': ['baremetal']},
+        'resource_class': _described(
+            _RESOURCE_CLASS, 'The resource class the flavor asks for, one '
+            'unit.', examples=['baremetal']),
+        'node_type': {'type': 'string',
+                      'description': 'The node type that gives the flavor '
+                      'its RAM, vCPUs and disk (its first volume).',
+                      'examples': ['small']},
+        'required_traits': _described(_TRAITS, 'Traits a node must have.',
+                                      examples=[['CUSTOM_GOLD']]),
+        'forbidden_traits': _described(_TRAITS, 'Traits a node must lack.',
+                                       examples=[['CUSTOM_BRONZE']]),
         'custom_specs': {
             'type': 'object',
             'additionalProperties': {'type': ['string', 'integer',
                                               'boolean']},
             'default': {},
+            'description': 'More extra specs of the flavor.',
+            'examples': [{'hw:cpu_policy': 'dedicated'}],
         },
     },
 }
@@ -192,23 +251,35 @@ _SPEC = {
     'additionalProperties': False,
     'required': ['type', 'count'],
     'properties': {
-        'type': {'type': 'string'},
-        'count': {'type': 'integer', 'minimum': 0},
-        'node_name_prefix': dict(_NODE_NAME_PREFIX, default='tk'),
-        'vol_name_prefix': dict(_VOL_NAME_PREFIX, default='vol'),
-        # Without it the nodes are not enrolled in Ironic.
+        'type': {'type': 'string', 'description': 'A key of node_types.',
+                 'examples': ['small']},
+        'count': {'type': 'integer', 'minimum': 0,
+                  'description': 'How many nodes of the type.',
+                  'examples': [2]},
+        'node_name_prefix': _described(
+            _NODE_NAME_PREFIX, 'Nodes are named <prefix><lowest free '
+            'index>.', default='tk'),
+        'vol_name_prefix': _described(
+            _VOL_NAME_PREFIX, 'Volumes are named <node><prefix><index>.',
+            default='vol'),
         'ironic_config': _IRONIC_CONFIG,
-        # Where the scheduler may put the nodes (see the README): traits
-        # the hypervisor must have or lack, its availability zone, and
-        # metadata one of its aggregates must have.
-        # (No defaults: a spec without them stays as it was written.)
-        'required_traits': _HOST_TRAITS,
-        'forbidden_traits': _HOST_TRAITS,
-        'availability_zone': {'type': 'string', 'minLength': 1,
-                              'pattern': '^[^:]+$'},
+        # (No defaults for the scheduler's keys: a spec without them
+        # stays as it was written.)
+        'required_traits': _described(
+            _HOST_TRAITS, 'Traits the hypervisor of a node must have.',
+            examples=[['CUSTOM_SSD']]),
+        'forbidden_traits': _described(
+            _HOST_TRAITS, 'Traits the hypervisor of a node must lack.',
+            examples=[['CUSTOM_SLOW']]),
+        'availability_zone': {
+            'type': 'string', 'minLength': 1, 'pattern': '^[^:]+$',
+            'description': 'The availability zone the hypervisor of a node '
+            'must be in.', 'examples': ['az1']},
         'aggregate_metadata': {
             'type': 'object',
             'additionalProperties': {'type': 'string'},
+            'description': 'Metadata one of the aggregates of a node\'s '
+            'hypervisor must have.', 'examples': [{'rack': 'r1'}],
         },
     },
 }
@@ -225,24 +296,33 @@ SCHEMA = {
         'cluster': _pattern(
             '^[a-z0-9][a-z0-9-]{0,30}',
             "1 to 31 lowercase letters, digits or '-', not starting "
-            "with '-'", default=DEFAULT_CLUSTER),
+            "with '-'", default=DEFAULT_CLUSTER,
+            description='Name of the cluster, unique in a state database.'),
         'node_types': {
             'type': 'object',
             'minProperties': 1,
             'propertyNames': _pattern(
                 '^[A-Za-z0-9_.-]+', "letters, digits, '_', '.' or '-'"),
             'additionalProperties': _NODE_TYPE,
+            'description': 'Kinds of node, by name.',
         },
-        'specs': {'type': 'array', 'minItems': 1, 'items': _SPEC},
-        # Defaults of every specs entry (see SPEC_DEFAULTS).
-        'node_name_prefix': _NODE_NAME_PREFIX,
-        'vol_name_prefix': _VOL_NAME_PREFIX,
+        'specs': {'type': 'array', 'minItems': 1, 'items': _SPEC,
+                  'description': 'How many nodes of which type, and how '
+                  'they are named, enrolled and placed.'},
+        'node_name_prefix': _described(
+            _NODE_NAME_PREFIX, 'node_name_prefix of every specs entry that '
+            'names none.', examples=['tk']),
+        'vol_name_prefix': _described(
+            _VOL_NAME_PREFIX, 'vol_name_prefix of every specs entry that '
+            'names none.', examples=['vol']),
         # Default: the keys of physnet_mappings (see _normalise).
-        'physical_networks': _PHYSNET_LIST,
+        'physical_networks': _described(
+            _PHYSNET_LIST, "The cluster's physnets; default: the keys of "
+            'physnet_mappings.', examples=[['physnet1']]),
         'physnet_mappings': {
             'type': 'object',
             'propertyNames': {'type': 'string', 'minLength': 1,
-                              'description': 'a non-empty string'},
+                              'x-expected': 'a non-empty string'},
             # Names Linux accepts (dev_valid_name): '..' would otherwise
             # pass for an existing interface (/sys/class/net/..).
             'additionalProperties': _pattern(
@@ -250,83 +330,138 @@ SCHEMA = {
                 "an interface or bridge name: 1 to 15 characters, no '/', "
                 "':' or whitespace, not '.' or '..'"),
             'default': {},
+            'description': 'An existing interface or bridge a physnet is '
+            'linked to; an unmapped physnet gets an isolated bridge.',
+            'examples': [{'physnet1': 'eth1'}],
         },
-        # Interfaces a physnet may be mapped to although they carry the
-        # hypervisor's default route, or are lo (see the README).
-        'allow_host_uplinks': dict(_PHYSNET_LIST, default=[]),
+        'allow_host_uplinks': _described(
+            _PHYSNET_LIST, 'Interfaces a physnet may be mapped to although '
+            "they carry the hypervisor's default route, or are lo.",
+            default=[], examples=[['eth0']]),
         'bridge_type': {
             'enum': ['linuxbridge', 'openvswitch'],
             'default': constants.DEFAULT_BRIDGE_TYPE,
+            'description': "The kind of the physnets' bridges.",
         },
         'bridge_prefix': _pattern(
             '^[a-z][a-z0-9]{0,11}',
             'a lowercase letter, then up to 11 lowercase letters or digits',
-            default='brtenks'),
+            default='brtenks',
+            description='Bridges are named <prefix><physnet index>.'),
         'ipmi_address': {'type': 'string', 'format': 'ip-address',
-                         'default': '127.0.0.1'},
-        'ipmi_port_range_start': dict(_PORT, default=6230),
-        'ipmi_port_range_end': dict(_PORT, default=6240),
+                         'default': '127.0.0.1',
+                         'description': 'Where the IPMI BMCs listen: a '
+                         'unicast address of the hypervisor.'},
+        'ipmi_port_range_start': dict(
+            _PORT, default=6230,
+            description='Lowest port of the IPMI BMCs.'),
+        'ipmi_port_range_end': dict(
+            _PORT, default=6240,
+            description='Highest port of the IPMI BMCs (inclusive).'),
         # IPMI 2.0 (lanplus) takes user names of up to 16 bytes and
         # passwords of up to 20; ipmitool and Ironic pass them as text.
         'ipmi_username': dict(_PRINTABLE, minLength=1, maxLength=16,
-                              default='admin'),
+                              default='admin',
+                              description='User name of the IPMI BMCs.'),
         'ipmi_password': dict(_PRINTABLE, minLength=1, maxLength=20,
-                              default='password', **{'x-secret': True}),
-        'libvirt_domain_type': {'enum': ['qemu', 'kvm'], 'default': 'qemu'},
+                              default='password', **{'x-secret': True},
+                              description='Password of the IPMI BMCs.'),
+        'libvirt_domain_type': {
+            'enum': ['qemu', 'kvm'], 'default': 'qemu',
+            'description': 'qemu (TCG, emulated) or kvm (hardware '
+            'virtualisation).'},
         # true: KVM, as libvirt_domain_type kvm (see _normalise).
-        'libvirt_require_vt': {'type': 'boolean'},
-        'default_ironic_driver': dict(_IRONIC_DRIVER, default='ipmi'),
-        # Which emulator serves the BMCs of each Ironic driver's nodes;
-        # the Ansible-based Tenks' own defaults load unchanged.
+        'libvirt_require_vt': {
+            'type': 'boolean',
+            'description': 'true: as libvirt_domain_type kvm (the name the '
+            'Ansible-based Tenks gives it).', 'examples': [True]},
+        'default_ironic_driver': _described(
+            _IRONIC_DRIVER, 'ironic_driver of node types that name none.',
+            default='ipmi'),
         'bmc_emulators': {
             'type': 'object',
             'additionalProperties': False,
             'patternProperties': {
                 # Classic drivers: pxe_ipmitool, agent_ipmitool_socat...
-                r'^[a-z]+_ipmitool(_socat)?\Z': {'enum': ['virtualbmc']},
-                r'^[a-z]+_snmp\Z': {'enum': ['virtualpdu']},
+                r'^[a-z]+_ipmitool(_socat)?\Z': {
+                    'enum': ['virtualbmc'],
+                    'description': 'A classic IPMI driver of the '
+                    'Ansible-based Tenks.',
+                    'x-example-key': 'pxe_ipmitool'},
+                r'^[a-z]+_snmp\Z': {
+                    'enum': ['virtualpdu'],
+                    'description': 'A classic SNMP driver (chooses '
+                    'nothing yet).', 'x-example-key': 'pxe_snmp'},
             },
             'properties': {
-                'ipmi': {'enum': ['virtualbmc']},
-                'redfish': {'enum': ['sushy-tools']},
+                'ipmi': {'enum': ['virtualbmc'],
+                         'description': 'The emulator of ipmi nodes.'},
+                'redfish': {'enum': ['sushy-tools'],
+                            'description': 'The emulator of redfish '
+                            'nodes.'},
                 # SNMP nodes are refused (ironic_driver: "not supported
                 # yet"), so this chooses nothing yet.
-                'snmp': {'enum': ['virtualpdu']},
+                'snmp': {'enum': ['virtualpdu'],
+                         'description': 'The emulator of snmp nodes '
+                         '(chooses nothing yet).'},
             },
             'default': {},
+            'description': "Which emulator serves each Ironic driver's "
+            "BMCs; the Ansible-based Tenks' defaults load unchanged.",
         },
-        # The boot mode of node types that name none (Tenks' default is
-        # uefi; ours bios, quicker to boot under TCG).
-        'default_boot_mode': dict(_BOOT_MODE, default='bios'),
-        # Glance image name or UUID, or an http(s):// or file:// URL.
-        'deploy_kernel': {'type': 'string', 'minLength': 1},
-        'deploy_ramdisk': {'type': 'string', 'minLength': 1},
-        'nova_flavors': {'type': 'array', 'items': _FLAVOR, 'default': []},
-        'wait_for_placement': {'type': 'boolean', 'default': False},
-        'placement_timeout': {'type': 'integer', 'minimum': 1,
-                              'default': 150},
-        # Where each hypervisor's Redfish emulator of the cluster listens
-        # (a hostagent's [hostagent] redfish_address and redfish_port
-        # win). Default address: ipmi_address (see _normalise).
-        'redfish_address': {'type': 'string', 'format': 'ip-address'},
-        'redfish_port': dict(_PORT, default=8000),
+        # Tenks' default is uefi; ours bios, quicker to boot under TCG.
+        'default_boot_mode': _described(
+            _BOOT_MODE, 'boot_mode of node types that name none.',
+            default='bios'),
+        'deploy_kernel': {
+            'type': 'string', 'minLength': 1,
+            'description': "The nodes' deploy kernel: a Glance image name "
+            'or UUID, or an http(s):// or file:// URL.',
+            'examples': ['ipa.kernel']},
+        'deploy_ramdisk': {
+            'type': 'string', 'minLength': 1,
+            'description': "The nodes' deploy ramdisk, as deploy_kernel.",
+            'examples': ['ipa.initramfs']},
+        'nova_flavors': {'type': 'array', 'items': _FLAVOR, 'default': [],
+                         'description': 'Nova flavors that match the '
+                         'nodes.'},
+        'wait_for_placement': {
+            'type': 'boolean', 'default': False,
+            'description': 'Whether a deploy waits until Placement has the '
+            "enrolled nodes' resources."},
+        'placement_timeout': {
+            'type': 'integer', 'minimum': 1, 'default': 150,
+            'description': 'How long that wait lasts at most, in seconds.'},
+        # A hostagent's [hostagent] redfish_address and redfish_port win.
+        'redfish_address': {
+            'type': 'string', 'format': 'ip-address',
+            'description': "Where each hypervisor's Redfish emulator of the "
+            'cluster listens; default: ipmi_address.',
+            'examples': ['127.0.0.1']},
+        'redfish_port': dict(_PORT, default=8000,
+                             description='The port of that emulator.'),
         # An htpasswd entry's user name, and a password bcrypt takes
         # whole (see _check_semantics).
         'redfish_username': _pattern(
             '^[^:\\s]{1,64}', '1 to 64 characters, no colon or whitespace',
-            default='admin'),
-        'redfish_password': {'type': 'string', 'minLength': 1,
-                             'default': 'password', 'x-secret': True},
-        # Ironic's redfish_verify_ca: true, false or a CA bundle's path
-        # on the Ironic conductor.
-        'redfish_verify_ca': {'type': ['boolean', 'string'],
-                              'minLength': 1, 'default': True},
+            default='admin',
+            description="User name of the Redfish emulator's basic auth."),
+        'redfish_password': {
+            'type': 'string', 'minLength': 1, 'default': 'password',
+            'x-secret': True,
+            'description': 'Its password, at most 72 bytes.'},
+        'redfish_verify_ca': {
+            'type': ['boolean', 'string'], 'minLength': 1, 'default': True,
+            'description': "Ironic's redfish_verify_ca: true, false or a CA "
+            "bundle's path on the Ironic conductor."},
         'log_directory': _hypervisor_option('console_log_dir'),
         'libvirt_local_uri': _hypervisor_option('libvirt_uri'),
         'libvirt_pool_path': _hypervisor_option('pool_dir'),
-        # The cluster's pool on each hypervisor: a directory (under
-        # [hostagent] pool_dir) or an LVM volume group on devices.
-        'libvirt_pool_type': {'enum': ['dir', 'logical'], 'default': 'dir'},
+        'libvirt_pool_type': {
+            'enum': ['dir', 'logical'], 'default': 'dir',
+            'description': "The cluster's pool on each hypervisor: a "
+            'directory (under [hostagent] pool_dir) or an LVM volume group '
+            'on libvirt_pool_devices.'},
         # A device, or {path: <device>, wipe: true} for one that Tenks
         # may wipe although it holds data (see _check_pool_devices).
         'libvirt_pool_devices': {
@@ -334,9 +469,17 @@ SCHEMA = {
             'items': dict(
                 _POOL_DEVICE, type=['string', 'object'],
                 required=['path'], additionalProperties=False,
-                properties={'path': _POOL_DEVICE,
-                            'wipe': {'type': 'boolean'}}),
-            'default': []},
+                properties={
+                    'path': _described(_POOL_DEVICE, 'The device.',
+                                       examples=['/dev/sdc']),
+                    'wipe': {'type': 'boolean',
+                             'description': 'true: Tenks may wipe the '
+                             'device although it holds data.',
+                             'examples': [True]}}),
+            'default': [],
+            'description': 'Block devices of a logical pool: a path, or '
+            '{path, wipe}.',
+            'examples': [['/dev/sdb', {'path': '/dev/sdc', 'wipe': True}]]},
         'cmd': _ANSIBLE_ONLY,
         'virtualenv_path': _ANSIBLE_ONLY,
         'python_upper_constraints_url': _ANSIBLE_ONLY,
@@ -557,7 +700,7 @@ def _describe(error):
     where = _path(error.absolute_path)
     if list(error.schema_path)[-2:-1] == ['propertyNames']:
         return ['%s: invalid key %r: expected %s'
-                % (where, value, schema['description'])]
+                % (where, value, schema['x-expected'])]
     if kind == 'additionalProperties':
         known = schema.get('properties', {})
         patterns = schema.get('patternProperties', {})
@@ -590,10 +733,10 @@ def _describe(error):
             problem = '%s is not one of: %s' % (
                 _show(value), ', '.join(map(str, error.validator_value)))
     elif kind == 'pattern' and schema.get('x-secret'):
-        problem = 'is invalid: expected %s' % schema['description']
+        problem = 'is invalid: expected %s' % schema['x-expected']
     elif kind == 'pattern':
         problem = '%r is invalid: expected %s' % (
-            value, schema['description'])
+            value, schema['x-expected'])
     elif kind in ('minLength', 'minItems', 'minProperties'):
         problem = 'must not be empty'
     elif kind == 'maxLength':

@@ -73,6 +73,7 @@ DEB_PACKAGES=(
     redis-server            # several conductors' jobboard, locks, membership
     zookeeper               # the same on ZooKeeper (the second backend)
     default-jre-headless    # ZooKeeper's Java
+    graphviz                # dot: the flow graphs of the documentation
 )
 
 # Debian and Ubuntu build their Python with PGO and LTO; a source build

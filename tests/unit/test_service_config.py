@@ -186,5 +186,5 @@ def test_a_cap_of_another_major_version_stops_the_service(tmp_path):
                    argv=['--config-file', str(path)])
     assert str(raised.value) == (
         'tenks-hostagent: Invalid configuration: [upgrade_levels] conductor '
-        '= 2.1: the conductor RPC API of this Tenks is 1.7, and a cap must '
-        'have its major version (1.x), not starting')
+        '= 2.1: the conductor RPC API of this Tenks is %s, and a cap must '
+        'have its major version (1.x), not starting' % rpcapi.RPC_API_VERSION)
