@@ -39,13 +39,12 @@ def summary(operation):
 
 
 def failure(operation):
-    """What to say of the operation's failure ('failed, rolling back:
-    ...' while it runs), or None."""
-    if not operation.get('error'):
-        return None
-    if operation['state'] == states.OPERATION_RUNNING:
+    """What to say of the failure a running operation rolls back, or
+    None (once it has ended, the command's error says it)."""
+    if operation.get('error') and (
+            operation['state'] == states.OPERATION_RUNNING):
         return 'failed, rolling back: %s' % operation['error']
-    return '%s: %s' % (operation['state'], operation['error'])
+    return None
 
 
 class PlainView:
