@@ -40,7 +40,7 @@ def run(env, tmp_path, endpoints, bridge, *phases):
         'baremetal_endpoint_override': endpoints['baremetal'],
         'placement_endpoint_override': endpoints['placement']}}}))
     local_conf = {
-        'HOST_IP': '127.0.0.1', 'IRONIC_VM_COUNT': 1,
+        'DATA_DIR': tmp_path, 'HOST_IP': '127.0.0.1', 'IRONIC_VM_COUNT': 1,
         'IRONIC_VM_SPECS_RAM': 128, 'IRONIC_VM_SPECS_DISK': 1,
         'IRONIC_BOOT_MODE': 'bios', 'IRONIC_VM_INTERFACE_COUNT': 1,
         'IRONIC_NETWORK_SIMULATOR': 'linuxbridge',
@@ -73,6 +73,7 @@ def test_stack_enrols_available_nodes_unstack_and_clean_leave_nothing(
                       'stack test-config')
         assert stacked.returncode == 0, stacked.stdout + stacked.stderr
         assert 'Tenks already installed' in stacked.stdout
+        assert os.path.exists(tmp_path / 'tenks-cluster.json')
 
         [node] = [n for n in cloud.baremetal.nodes(details=True)
                   if n.name == env.node_name(0)]
@@ -98,3 +99,4 @@ def test_stack_enrols_available_nodes_unstack_and_clean_leave_nothing(
         assert ports_of(bridge_index) == []
         assert env.leftovers() == []
         assert not os.path.exists(env.state_dir)
+        assert not os.path.exists(tmp_path / 'tenks-cluster.json')

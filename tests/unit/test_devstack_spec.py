@@ -136,7 +136,7 @@ def test_settings_and_lib_write_the_spec_of_a_local_conf(tmp_path):
                if '=' in line)
     # Ironic's plugin is left no VM to make: Tenks makes them.
     assert out['IRONIC_VM_COUNT'] == '0'
-    assert out['SPEC'] == str(tmp_path / 'tenks' / 'devstack-cluster.json')
+    assert out['SPEC'] == str(tmp_path / 'tenks-cluster.json')
     with open(out['SPEC']) as f:
         data = json.load(f)
     expected, _ = mapping.spec(dict(
@@ -156,4 +156,4 @@ def test_settings_refuse_what_tenks_cannot_follow(tmp_path):
             'or redfish') in done.stderr
     assert 'Cannot make a Tenks spec of these DevStack variables' in (
         done.stderr)
-    assert os.listdir(tmp_path / 'tenks') == []
+    assert os.listdir(tmp_path) == []
