@@ -6,6 +6,7 @@ then following it to its end.
 (see tenks.cli.columns).
 """
 
+import json
 import logging
 import time
 
@@ -56,6 +57,19 @@ def follow(app, tenks, operation_id, patience=client.RECONNECT_TIMEOUT):
                           on_update=shown.update)
 
 
+def add_result_format(parser):
+    """``-f text|json`` for a command that runs one operation: json
+    prints the ended operation's record, for programs (the Ansible
+    module) to read."""
+    parser.add_argument(
+        '-f', '--format', dest='result_format', choices=('text', 'json'),
+        default='text',
+        help='text: a line for people (default); json: the ended '
+             'operation\'s record (id, state, result with its changed '
+             'tasks and warnings, error), also when it failed; with '
+             '--no-wait, {"id": ...}.')
+
+
 class OperationCommand(Command):
     """Starts an operation, and by default follows it to its end."""
 
@@ -87,14 +101,19 @@ class OperationCommand(Command):
     def run_operation(self, args, start, describe, source=None):
         """``start(client)`` -> operation id; ``describe(operation, s)``
         -> the line to print once it succeeded. A failure names
-        ``source`` (the spec file), whose fields its error may name."""
+        ``source`` (the spec file), whose fields its error may name.
+        ``args.result_format`` (see add_result_format) says how."""
+        as_json = args.result_format == 'json'
         started = time.monotonic()
         with client.connect(self.app.conf, exits=self.app.exits) as tenks:
             operation_id = start(tenks)
             if not args.wait:
-                self.app.stdout.write(operation_id + '\n')
+                self.app.stdout.write((json.dumps({'id': operation_id})
+                                       if as_json else operation_id) + '\n')
                 return
             operation = self.wait(tenks, operation_id, args)
+        if as_json:
+            self.app.stdout.write(json.dumps(operation, indent=2) + '\n')
         if operation['state'] != states.OPERATION_SUCCEEDED:
             error = operation['error'] or 'operation %s ended %s' % (
                 operation_id, operation['state'])
@@ -102,6 +121,8 @@ class OperationCommand(Command):
                 '%s: %s' % (source, error) if source else error)
         for warning in operation['result'].get('warnings', []):
             self.app.stderr.write('Warning: %s\n' % warning)
+        if as_json:
+            return
         if operation['result'].get('resumed'):
             self.app.stdout.write(
                 'Resumed deploy %s, interrupted earlier.\n' % operation_id)

@@ -11,6 +11,7 @@ from tenks.cli import client
 from tenks.cli.base import Command
 from tenks.cli.base import Lister
 from tenks.cli.base import OperationCommand
+from tenks.cli.base import add_result_format
 
 PLAN_COLUMNS = ('node', 'hypervisor', 'resource', 'action', 'field', 'old',
                 'new')
@@ -91,6 +92,7 @@ class Deploy(OperationCommand):
         parser.add_argument('--yes', '-y', action='store_true',
                             help='Do not ask before removing or replacing '
                                  'anything.')
+        add_result_format(parser)
         return parser
 
     def take_action(self, args):
@@ -142,6 +144,7 @@ class Teardown(OperationCommand):
             help='Also remove nodes that Ironic has deployed (Nova '
                  'servers on them); without it such a teardown is refused '
                  'before anything is removed.')
+        add_result_format(parser)
         return parser
 
     def take_action(self, args):
