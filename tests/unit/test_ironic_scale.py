@@ -10,6 +10,7 @@ from concurrent import futures
 import pytest
 from openstack import exceptions as sdk
 
+from flows import registration
 from tenks import exceptions
 from tenks.cloud import ironic
 
@@ -315,3 +316,34 @@ def test_a_deploy_image_name_is_looked_up_once_for_all_nodes():
     assert in_parallel(lambda i: ironic.resolve_image(
         conn, CONF, 'ipa-kernel'), range(10)) == ['image-uuid'] * 10
     assert lookups == ['ipa-kernel']
+
+
+class FakeDb:
+
+    def __init__(self):
+        self.deleted = []
+
+    def delete_resources(self, host, things):
+        self.deleted += things
+
+    def list_aggregates(self):
+        return []
+
+
+def test_a_removal_ironic_fails_for_a_moment_is_tried_again():
+    fake = FakeBaremetal()
+    fake.create_node(**node(0))
+    unavailable = [sdk.HttpException('Service Unavailable', http_status=503)]
+    delete = fake.delete_node
+
+    def delete_node(uuid, ignore_missing=True):
+        if unavailable:
+            raise unavailable.pop()
+        return delete(uuid, ignore_missing)
+    fake.delete_node = delete_node
+    svc = types.SimpleNamespace(db=FakeDb(), cloud=types.SimpleNamespace(
+        connection=FakeConnection(fake), conf=CONF))
+    assert registration.remove_node(svc, node(0)['id']) == {
+        'changed': True, 'warnings': []}
+    assert fake.nodes_by_id == {}
+    assert svc.db.deleted == [('ironic_node', node(0)['id'])]
