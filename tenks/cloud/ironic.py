@@ -107,10 +107,10 @@ class _Waiter:
 
 class StatePoller:
     """Waits for nodes in transition: one thread lists every node's
-    provision state, target and last error once per ``interval`` while
-    anybody waits, and wakes each waiter whose node is at rest (no
-    target provision state) or gone. It runs only while there are
-    waiters."""
+    provision state, target and last error once per ``interval`` (or
+    per time the last list took, if longer) while anybody waits, and
+    wakes each waiter whose node is at rest (no target provision state)
+    or gone. It runs only while there are waiters."""
 
     FIELDS = ('uuid', 'provision_state', 'target_provision_state',
               'last_error', 'maintenance')
@@ -145,8 +145,9 @@ class StatePoller:
         return waiter.node
 
     def _run(self):
+        pause = self._interval
         while True:
-            time.sleep(self._interval)
+            time.sleep(pause)
             with self._lock:
                 if not self._waiters:
                     self._thread = None
@@ -160,6 +161,10 @@ class StatePoller:
                 LOG.warning('Could not list the Ironic nodes in '
                             'transition', exc_info=True)
                 continue
+            finally:
+                # A busy Ironic lists slowly: list no more than half the
+                # time, leaving it the rest for the work waited for.
+                pause = max(self._interval, time.monotonic() - started)
             self.polls += 1
             with self._lock:
                 for uuid, waiters in list(self._waiters.items()):

@@ -347,3 +347,20 @@ def test_a_removal_ironic_fails_for_a_moment_is_tried_again():
         'changed': True, 'warnings': []}
     assert fake.nodes_by_id == {}
     assert svc.db.deleted == [('ironic_node', node(0)['id'])]
+
+
+def test_a_slow_list_spaces_the_next_ones():
+    """A busy Ironic is not listed more than half the time."""
+    fake = FakeBaremetal(move_seconds=1)
+    fake.create_node(**node(0))
+    fake.set_node_provision_state(node(0)['id'], 'manage')
+    real_nodes = fake.nodes
+
+    def slow_nodes(**query):
+        time.sleep(0.1)
+        return real_nodes(**query)
+    fake.nodes = slow_nodes
+    poller = ironic.StatePoller(fake, 0.01)
+    assert poller.wait(node(0)['id'], 5).provision_state == 'manageable'
+    # 1 s at 0.1 s a list: every 0.2 s (5 lists), not every 0.11 s (9).
+    assert 4 <= poller.polls <= 6
