@@ -336,7 +336,8 @@ openstack_opts = [
                default=8, min=1,
                help='Ironic API calls in flight at the same time (per '
                     'conductor), however many nodes are enrolled or '
-                    'removed at once: a 409 (node locked) or 503 is '
+                    'removed at once, plus the one list of the nodes in '
+                    'transition: a 409 (node locked) or 503 is '
                     'tried again, but an Ironic with fewer API workers '
                     'than this answers more slowly. How many nodes are '
                     'in flight is [conductor] workers.'),

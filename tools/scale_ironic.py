@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 from keystoneauth1 import session as ksa_session
 
@@ -65,9 +66,13 @@ class IronicCalls:
                     'endpoint_override') or ''
                 if calls.endpoint in full or '/v1/nodes' in url or (
                         '/v1/ports' in url):
+                    # openstacksdk passes a list's query apart.
+                    query = urllib.parse.urlencode(kwargs.get('params')
+                                                   or {})
                     with calls.lock:
-                        calls.calls.append((method, url, start,
-                                            time.monotonic()))
+                        calls.calls.append((method, url + (
+                            '?' + query if query else ''), start,
+                            time.monotonic()))
         ksa_session.Session.request = request
 
         def wait(poller, *args, **kwargs):

@@ -184,12 +184,16 @@ class StatePoller:
 
 class Client:
     """What every node of a connection shares: bounded calls
-    (``baremetal``), one StatePoller, lookups kept LOOKUP_SECONDS."""
+    (``baremetal``), one StatePoller (its list the one call beyond the
+    bound), lookups kept LOOKUP_SECONDS."""
 
     def __init__(self, conn, conf):
         self.conn = conn
         self.baremetal = Bounded(conn.baremetal, conf.ironic_concurrency)
-        self.poller = StatePoller(self.baremetal, conf.poll_interval)
+        # Not behind the bound: queued behind the calls of hundreds of
+        # nodes, the one list that wakes them all would come late.
+        self.poller = StatePoller(Bounded(conn.baremetal, 1),
+                                  conf.poll_interval)
         self._lookups = {}
         self._lock = threading.Lock()
 

@@ -172,7 +172,9 @@ def test_calls_in_flight_never_exceed_the_configured_concurrency():
     in_parallel(lambda i: ironic.ensure_node(
         conn, CONF, node(i), [], [port(i)], adopt=False), range(40),
         workers=32)
-    assert fake.most_in_flight == CONF.ironic_concurrency
+    # The bound, and the one list of the nodes in transition beside it.
+    assert CONF.ironic_concurrency <= fake.most_in_flight <= (
+        CONF.ironic_concurrency + 1)
     assert 'set_node_traits' not in fake.calls  # no traits, no call
 
 
@@ -364,3 +366,25 @@ def test_a_slow_list_spaces_the_next_ones():
     assert poller.wait(node(0)['id'], 5).provision_state == 'manageable'
     # 1 s at 0.1 s a list: every 0.2 s (5 lists), not every 0.11 s (9).
     assert 4 <= poller.polls <= 6
+
+
+def test_the_state_list_does_not_queue_behind_the_bounded_calls():
+    fake = FakeBaremetal()
+    conn = FakeConnection(fake)
+    ironic_client = ironic.client(conn, types.SimpleNamespace(
+        poll_interval=0.01, ironic_concurrency=1))
+    fake.create_node(**node(0))
+    fake.set_node_provision_state(node(0)['id'], 'manage')
+    release = threading.Event()
+    fake.get_node = lambda uuid: release.wait(5)
+    # Another node's call holds the only slot.
+    holder = threading.Thread(
+        target=ironic_client.baremetal.get_node, args=('other',))
+    holder.start()
+    try:
+        found = ironic_client.poller.wait(node(0)['id'], 1)
+        assert (found.provision_state, found.target_provision_state) == (
+            'manageable', None)
+    finally:
+        release.set()
+        holder.join()
