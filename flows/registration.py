@@ -24,7 +24,7 @@ def remove_node(svc, uuid, force=False):
     # finds no conflict.
     changed, _ = ledger.remove(
         svc, constants.CLOUD_HOST, [('ironic_node', uuid)],
-        ironic.delete_node, conn, svc.cloud.conf, uuid, force)
+        ironic.retrying(ironic.delete_node), conn, svc.cloud.conf, uuid, force)
     return {'changed': changed,
             'warnings': placement_aggregates.leave(svc.db, conn, uuid)}
 
@@ -86,7 +86,8 @@ class EnsureIronicNode(base.EnsureResource):
         conn = svc.cloud.connection
         driver_info = ironic.bmc_driver_info(view['bmc'], spec)
         for key in ('deploy_kernel', 'deploy_ramdisk'):
-            image = ironic.resolve_image(conn, spec.get(key))
+            image = ironic.resolve_image(conn, svc.cloud.conf,
+                                         spec.get(key))
             if image:
                 driver_info[key] = image
         fields = dict(config['fields'], id=node['uuid'],

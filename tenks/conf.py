@@ -329,7 +329,18 @@ openstack_opts = [
                     'available.'),
     cfg.FloatOpt('poll_interval',
                  default=0.5, min=0.05,
-                 help='Seconds between two looks at a node in transition.'),
+                 help='Seconds between two looks at the nodes in '
+                      'transition: one list of every Ironic node\'s '
+                      'provision state, however many nodes wait.'),
+    cfg.IntOpt('ironic_concurrency',
+               default=8, min=1,
+               help='Ironic API calls in flight at the same time (per '
+                    'conductor), however many nodes are enrolled or '
+                    'removed at once, plus the one list of the nodes in '
+                    'transition: a 409 (node locked) or 503 is '
+                    'tried again, but an Ironic with fewer API workers '
+                    'than this answers more slowly. How many nodes are '
+                    'in flight is [conductor] workers.'),
     cfg.IntOpt('placement_aggregates_interval',
                default=60, min=0,
                help='Seconds between two passes of a running '

@@ -3,10 +3,19 @@
 A node reaches ``available`` only after Ironic has reached its BMC (the
 ``manage`` step checks the power credentials), so an available node is
 one Ironic can really drive.
+
+At scale: each connection has one Client (``client``), whose calls to
+Ironic are bounded (``[openstack] ironic_concurrency``) and whose
+StatePoller watches every node in transition with one node list per
+``poll_interval``, instead of a GET per node. A new node costs its
+create, its traits (if any), its ports, manage and provide.
 """
 
+import threading
 import time
+import types
 import uuid as uuidlib
+import weakref
 
 import tenacity
 from oslo_log import log as logging
@@ -63,7 +72,157 @@ def nodes_and_ports(conn):
     return nodes, ports
 
 
-def resolve_image(conn, value):
+# How long a lookup that is the same for every node of an operation (a
+# Glance image by name, a driver's default interfaces) is reused.
+LOOKUP_SECONDS = 60
+
+
+class Bounded:
+    """A proxy (conn.baremetal) with at most ``limit`` calls in flight;
+    a list is read whole inside its call."""
+
+    def __init__(self, proxy, limit):
+        self._proxy = proxy
+        self._slots = threading.BoundedSemaphore(limit)
+
+    def __getattr__(self, name):
+        method = getattr(self._proxy, name)
+
+        def call(*args, **kwargs):
+            with self._slots:
+                result = method(*args, **kwargs)
+                if isinstance(result, types.GeneratorType):
+                    result = list(result)
+                return result
+        return call
+
+
+class _Waiter:
+
+    def __init__(self):
+        self.since = time.monotonic()
+        self.node = None
+        self.done = threading.Event()
+
+
+class StatePoller:
+    """Waits for nodes in transition: one thread lists every node's
+    provision state, target and last error once per ``interval`` (or
+    per time the last list took, if longer) while anybody waits, and
+    wakes each waiter whose node is at rest (no target provision state)
+    or gone. It runs only while there are waiters."""
+
+    FIELDS = ('uuid', 'provision_state', 'target_provision_state',
+              'last_error', 'maintenance')
+
+    def __init__(self, baremetal, interval):
+        self._baremetal = baremetal
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._waiters = {}  # node uuid: [_Waiter]
+        self._thread = None
+        self.polls = 0
+
+    def wait(self, uuid, timeout):
+        """The node (uuid, provision_state, target_provision_state,
+        last_error, is_maintenance) once at rest, listed after this
+        call began; the last one seen if ``timeout`` seconds pass first
+        (still moving); None if Ironic lists no such node."""
+        waiter = _Waiter()
+        with self._lock:
+            self._waiters.setdefault(uuid, []).append(waiter)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name='ironic-poller', daemon=True)
+                self._thread.start()
+        waiter.done.wait(timeout)
+        with self._lock:
+            waiters = self._waiters.get(uuid, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._waiters[uuid]
+        return waiter.node
+
+    def _run(self):
+        pause = self._interval
+        while True:
+            time.sleep(pause)
+            with self._lock:
+                if not self._waiters:
+                    self._thread = None
+                    return
+            started = time.monotonic()
+            try:
+                nodes = {n.id: n for n in self._baremetal.nodes(
+                    fields=self.FIELDS)}
+            except Exception:
+                # Waiters time out if Ironic stays unreachable.
+                LOG.warning('Could not list the Ironic nodes in '
+                            'transition', exc_info=True)
+                continue
+            finally:
+                # A busy Ironic lists slowly: list no more than half the
+                # time, leaving it the rest for the work waited for.
+                pause = max(self._interval, time.monotonic() - started)
+            self.polls += 1
+            with self._lock:
+                for uuid, waiters in list(self._waiters.items()):
+                    node = nodes.get(uuid)
+                    # One that began after the list did may not be in it.
+                    seen = [w for w in waiters if w.since <= started]
+                    for waiter in seen:
+                        waiter.node = node
+                    if node is not None and node.target_provision_state:
+                        continue
+                    for waiter in seen:
+                        waiter.done.set()
+                        waiters.remove(waiter)
+                    if not waiters:
+                        del self._waiters[uuid]
+
+
+class Client:
+    """What every node of a connection shares: bounded calls
+    (``baremetal``), one StatePoller (its list the one call beyond the
+    bound), lookups kept LOOKUP_SECONDS."""
+
+    def __init__(self, conn, conf):
+        self.conn = conn
+        self.baremetal = Bounded(conn.baremetal, conf.ironic_concurrency)
+        # Not behind the bound: queued behind the calls of hundreds of
+        # nodes, the one list that wakes them all would come late.
+        self.poller = StatePoller(Bounded(conn.baremetal, 1),
+                                  conf.poll_interval)
+        self._lookups = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, key, find):
+        """``find()``, or what it gave for ``key`` less than
+        LOOKUP_SECONDS ago."""
+        # One lookup at a time: the nodes that wait for it share it.
+        with self._lock:
+            now = time.monotonic()
+            found = self._lookups.get(key)
+            if found is None or found[0] <= now:
+                found = self._lookups[key] = (now + LOOKUP_SECONDS, find())
+            return found[1]
+
+
+_clients = weakref.WeakKeyDictionary()
+_clients_lock = threading.Lock()
+
+
+def client(conn, conf):
+    """The Client of connection ``conn``, made on first use."""
+    with _clients_lock:
+        found = _clients.get(conn)
+        if found is None:
+            found = _clients[conn] = Client(conn, conf)
+        return found
+
+
+def resolve_image(conn, conf, value):
     """A deploy image as Ironic wants it: URL or Glance UUID kept, a
     Glance name resolved."""
     if value is None or '://' in value:
@@ -74,7 +233,9 @@ def resolve_image(conn, value):
     except ValueError:
         pass
     try:
-        return conn.image.find_image(value, ignore_missing=False).id
+        return client(conn, conf).lookup(
+            ('image', value),
+            lambda: conn.image.find_image(value, ignore_missing=False).id)
     except Exception as e:
         raise exceptions.CloudError(
             service='Glance', action='find deploy image %s' % value,
@@ -82,24 +243,23 @@ def resolve_image(conn, value):
             % e) from e
 
 
-def _wait(conn, node_uuid, target, timeout, interval):
-    deadline = time.monotonic() + timeout
-    while True:
-        node = conn.baremetal.get_node(node_uuid)
-        if node.provision_state == target and not (
-                node.target_provision_state):
-            return node
-        if node.last_error and not node.target_provision_state:
-            raise exceptions.CloudError(
-                service='Ironic', action='move node %s to %s' % (
-                    node.name, target), reason=node.last_error)
-        if time.monotonic() > deadline:
-            raise exceptions.CloudError(
-                service='Ironic', action='move node %s to %s' % (
-                    node.name, target),
-                reason='still %s after %d s' % (node.provision_state,
-                                                timeout))
-        time.sleep(interval)
+def _wait(ironic, node, target, timeout):
+    """Wait for the node's transition to ``target`` to end; CloudError
+    if it ends elsewhere, or not in ``timeout`` seconds."""
+    found = ironic.poller.wait(node['id'], timeout)
+    action = 'move node %s to %s' % (node['name'], target)
+    if found is None:
+        raise exceptions.CloudError(service='Ironic', action=action,
+                                    reason='Ironic no longer has it')
+    if found.target_provision_state:
+        raise exceptions.CloudError(
+            service='Ironic', action=action,
+            reason='still %s after %d s' % (found.provision_state, timeout))
+    if found.provision_state != target:
+        raise exceptions.CloudError(
+            service='Ironic', action=action,
+            reason=found.last_error or 'it ended in %s'
+            % found.provision_state)
 
 
 def _transient(error):
@@ -134,18 +294,16 @@ def ensure_node(conn, conf, node, traits, ports, adopt,
     node this call creates is deleted again if a later step fails,
     before the error is raised: nothing else would know to remove it.
     """
-    try:
-        current = conn.baremetal.get_node(node['id'])
-    except connection.sdk_exceptions().NotFoundException:
-        current = None
+    ironic = client(conn, conf)
+    bm = ironic.baremetal
+    current = _create(bm, node)
     if current is None:
-        conn.baremetal.create_node(**node)
         try:
             if traits:
-                conn.baremetal.set_node_traits(node['id'], traits)
+                bm.set_node_traits(node['id'], traits)
             for port in ports:
-                conn.baremetal.create_port(node_id=node['id'], **port)
-            _settle_node(conn, conf, node)
+                bm.create_port(node_id=node['id'], **port)
+            _settle_node(ironic, conf, node, states.IRONIC_ENROLL)
         except Exception:
             _undo_node(conn, conf, node)
             raise
@@ -155,25 +313,42 @@ def ensure_node(conn, conf, node, traits, ports, adopt,
             kind='Ironic node', name=node['id'], owner=node['name'],
             reason='Tenks has no record of creating it')
     updates = node_updates(current, node, _driver_defaults(
-        conn, current, node), password_changed)
-    port_changes = _port_changes(conn, node['id'], ports)
+        ironic, current, node), password_changed)
+    port_changes = _port_changes(bm, node['id'], ports)
     _check_state(current, updates, port_changes)
     changed = bool(updates or any(port_changes.values()))
     if 'driver' in updates:
         # The interfaces of the old hardware type may not fit the new one:
         # reset them to its defaults, then set those the node names.
-        conn.baremetal.patch_node(current, [_op('driver', updates.pop(
+        bm.patch_node(current, [_op('driver', updates.pop(
             'driver'))], reset_interfaces=True)
-        updates.update(_interfaces(node, conn.baremetal.get_node(
-            node['id']), {}))
+        updates.update(_interfaces(node, bm.get_node(node['id']), {}))
     if updates:
-        conn.baremetal.patch_node(
+        bm.patch_node(
             current, [_op(k, v) for k, v in sorted(updates.items())])
     if sorted(current.traits or []) != sorted(traits):
-        conn.baremetal.set_node_traits(node['id'], traits)
+        bm.set_node_traits(node['id'], traits)
         changed = True
-    _apply_ports(conn, current, node['id'], port_changes)
-    return _settle_node(conn, conf, node) or changed
+    _apply_ports(bm, current, node['id'], port_changes)
+    return _settle_node(ironic, conf, node,
+                        current.provision_state) or changed
+
+
+def _create(bm, node):
+    """Create the node; None, or the node Ironic already has with its
+    UUID (a 409 says so: no look before). CloudError when the 409 is
+    for something else (another node has its name)."""
+    sdk = connection.sdk_exceptions()
+    try:
+        bm.create_node(**node)
+        return None
+    except sdk.ConflictException as e:
+        try:
+            return bm.get_node(node['id'])
+        except sdk.NotFoundException:
+            raise exceptions.CloudError(
+                service='Ironic', action='create node %s' % node['name'],
+                reason=str(e)) from e
 
 
 def enrol(conn, conf, name, node, traits, ports, adopt,
@@ -239,14 +414,17 @@ def _interfaces(node, current, defaults):
             if getattr(current, k, None) != v}
 
 
-def _driver_defaults(conn, current, node):
+def _driver_defaults(ironic, current, node):
     """The default interfaces of the node's driver, unless it changes
     (changing it resets them)."""
     if current.driver != node['driver']:
         return {}
-    driver = conn.baremetal.get_driver(current.driver)
-    return {k: getattr(driver, 'default_' + k) for k in INTERFACES
-            if getattr(driver, 'default_' + k, None)}
+
+    def find():
+        driver = ironic.baremetal.get_driver(current.driver)
+        return {k: getattr(driver, 'default_' + k) for k in INTERFACES
+                if getattr(driver, 'default_' + k, None)}
+    return ironic.lookup(('driver', current.driver), find)
 
 
 def _op(field, value):
@@ -255,8 +433,8 @@ def _op(field, value):
     return {'op': 'add', 'path': '/' + field, 'value': value}
 
 
-def _port_changes(conn, node_uuid, ports):
-    existing = {p.address.lower(): p for p in conn.baremetal.ports(
+def _port_changes(bm, node_uuid, ports):
+    existing = {p.address.lower(): p for p in bm.ports(
         node_id=node_uuid, details=True)}
     wanted = {p['address'].lower(): p for p in ports}
     return {
@@ -293,66 +471,90 @@ def _check_state(current, updates, port_changes):
                 ', '.join(refused), state))
 
 
-def _apply_ports(conn, current, node_uuid, changes):
+def _apply_ports(bm, current, node_uuid, changes):
     for port in changes['create']:
-        conn.baremetal.create_port(node_id=node_uuid, **port)
+        bm.create_port(node_id=node_uuid, **port)
     for port in changes['delete']:
-        conn.baremetal.delete_port(port, ignore_missing=False)
+        bm.delete_port(port, ignore_missing=False)
     if not changes['update']:
         return
     window = (current.provision_state not in states.IRONIC_PORT_STATES
               and not current.is_maintenance)
     if window:
-        conn.baremetal.set_node_maintenance(
+        bm.set_node_maintenance(
             node_uuid, reason='Tenks: updating port connectivity')
     try:
         for port, wanted in changes['update']:
-            conn.baremetal.update_port(
+            bm.update_port(
                 port, physical_network=wanted['physical_network'],
                 local_link_connection=wanted['local_link_connection'])
     finally:
         if window:
-            conn.baremetal.unset_node_maintenance(node_uuid)
+            bm.unset_node_maintenance(node_uuid)
 
 
-def _settle_node(conn, conf, node):
-    """Manage and provide an enroll or manageable node; True if it
-    moved."""
-    state = conn.baremetal.get_node(node['id']).provision_state
+def _settle_node(ironic, conf, node, state):
+    """Manage and provide a node in provision state ``state`` if it is
+    enroll or manageable; True if it moved."""
     if state == states.IRONIC_ENROLL:
-        conn.baremetal.set_node_provision_state(node['id'], 'manage')
-        _wait(conn, node['id'], states.IRONIC_MANAGEABLE,
-              conf.provision_timeout, conf.poll_interval)
+        _provision(ironic.baremetal, node['id'], 'manage')
+        _wait(ironic, node, states.IRONIC_MANAGEABLE, conf.provision_timeout)
         state = states.IRONIC_MANAGEABLE
     if state == states.IRONIC_MANAGEABLE:
-        conn.baremetal.set_node_provision_state(node['id'], 'provide')
-        _wait(conn, node['id'], states.IRONIC_AVAILABLE,
-              conf.provision_timeout, conf.poll_interval)
+        _provision(ironic.baremetal, node['id'], 'provide')
+        _wait(ironic, node, states.IRONIC_AVAILABLE, conf.provision_timeout)
         return True
     return False
 
 
-def delete_node(conn, conf, uuid, force=False):
-    """Delete the node (and so its ports) once no state change runs on
-    it; False if there is none.
+# The API version that brought manage and provide.
+PROVISION_MICROVERSION = '1.4'
 
-    Ironic deletes a node it has deployed (active...) only in
-    maintenance; ``force`` (a deploy forced to remove it) puts it there
-    first. Otherwise Ironic's refusal is the error.
+
+def _provision(bm, uuid, action):
+    """Ask Ironic to move the node by ``action`` (manage, provide):
+    one call, without the GET of the node that openstacksdk's
+    set_node_provision_state makes after it."""
+    response = bm.put('nodes/%s/states/provision' % uuid,
+                      json={'target': action},
+                      microversion=PROVISION_MICROVERSION)
+    connection.sdk_exceptions().raise_from_response(
+        response, error_message='Failed to set provision state for bare '
+        'metal node %s to %s' % (uuid, action))
+
+
+def delete_node(conn, conf, uuid, force=False):
+    """Delete the node (and so its ports); False if there is none.
+
+    Ironic refuses (409) while a state change runs on the node, or a
+    node it has deployed (active...) outside maintenance: then, once
+    the node is at rest, ``force`` (a deploy forced to remove it) puts a
+    deployed node in maintenance and it is deleted again; without
+    ``force``, Ironic's refusal is the error.
     """
-    deadline = time.monotonic() + conf.provision_timeout
-    while True:
-        try:
-            node = conn.baremetal.get_node(uuid)
-        except connection.sdk_exceptions().NotFoundException:
-            return False
-        if not node.target_provision_state or time.monotonic() > deadline:
-            break
-        time.sleep(conf.poll_interval)
-    if force and deployed(node.provision_state) and not node.is_maintenance:
-        conn.baremetal.set_node_maintenance(
+    ironic = client(conn, conf)
+    sdk = connection.sdk_exceptions()
+    try:
+        ironic.baremetal.delete_node(uuid, ignore_missing=False)
+        return True
+    except sdk.NotFoundException:
+        return False
+    except sdk.ConflictException as e:
+        refused = e
+    node = ironic.poller.wait(uuid, conf.provision_timeout)
+    if node is None:
+        return False
+    if deployed(node.provision_state) and not node.is_maintenance:
+        if not force:
+            raise exceptions.CloudError(
+                service='Ironic', action='delete node %s' % uuid,
+                reason=str(refused)) from refused
+        ironic.baremetal.set_node_maintenance(
             uuid, reason='removed by a forced Tenks deploy')
-    conn.baremetal.delete_node(uuid)
+    try:
+        ironic.baremetal.delete_node(uuid, ignore_missing=False)
+    except sdk.NotFoundException:
+        return False
     return True
 
 

@@ -22,7 +22,8 @@ from tests.functional import openstack_fixtures as of
 
 pytestmark = pytest.mark.functional
 
-CONF = types.SimpleNamespace(provision_timeout=60, poll_interval=0.2)
+CONF = types.SimpleNamespace(provision_timeout=60, poll_interval=0.2,
+                             ironic_concurrency=4)
 
 
 
