@@ -12,7 +12,13 @@ command (the operation, from its record), the cost per node, and the
 hypervisor memory each node takes (MemAvailable before the deploy less
 after, over the nodes). Needs root and tools/setup.sh done.
 
+With --ipmi, the IPMI BMCs instead: tools/bench_ipmi.py at each size (one
+IPMI host serving them all, each BMC asked once), and from the growth
+between the sizes the memory and CPU each BMC costs and how many fit in
+a GiB ([hostagent] ipmi_bmc_memory_kib).
+
     .venv/bin/python tools/scale.py [--sizes 100 1000] [--redfish-port 8790]
+    .venv/bin/python tools/scale.py --ipmi [--sizes 100 1000]
 """
 
 import argparse
@@ -128,11 +134,55 @@ def measure(tmp, size, redfish_port, conf_path):
     return figures, memory
 
 
+def ipmi_figures(size):
+    """{figure: number} of tools/bench_ipmi.py for ``size`` BMCs."""
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         'bench_ipmi.py')
+    done = subprocess.run([sys.executable, bench, '--bmcs', str(size),
+                           '--idle', '10', '--port', '21000'],
+                          capture_output=True, text=True, check=True)
+    wanted = {'PSS, all, after': 'pss_mib',
+              'CPU idle': 'idle_percent',
+              'CPU of the BMC processes per request': 'request_ms',
+              'ensure_bmc, each new (serial)': 'ensure_ms'}
+    figures = {}
+    for line in done.stdout.splitlines():
+        label, _, value = line.strip().rpartition('  ')
+        if label.strip() in wanted:
+            figures[wanted[label.strip()]] = float(value.split()[0])
+    return figures
+
+
+def ipmi(sizes):
+    print('%-6s %12s %14s %16s %18s' % (
+        'BMCs', 'PSS MiB', 'idle CPU %', 'CPU ms/request', 'ensure ms each'))
+    found = {}
+    for size in sizes:
+        found[size] = ipmi_figures(size)
+        print('%-6d %12.1f %14.2f %16.1f %18.1f' % (
+            size, found[size]['pss_mib'], found[size]['idle_percent'],
+            found[size]['request_ms'], found[size]['ensure_ms']))
+    if len(found) > 1:
+        low, high = min(found), max(found)
+        per_bmc = (found[high]['pss_mib'] - found[low]['pss_mib']) * 1024 / (
+            high - low)
+        base = found[low]['pss_mib'] - per_bmc * low / 1024
+        print()
+        print('each IPMI BMC: %.1f KiB (one IPMI host of %.1f MiB serves '
+              'them all): %d BMCs per GiB' % (
+                  per_bmc, base, (1024 * 1024 - base * 1024) // per_bmc))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--sizes', type=int, nargs='+', default=[100, 1000])
     parser.add_argument('--redfish-port', type=int, default=8790)
+    parser.add_argument('--ipmi', action='store_true',
+                        help='Measure IPMI BMCs instead.')
     args = parser.parse_args()
+    if args.ipmi:
+        ipmi(args.sizes)
+        return
     largest = max(args.sizes) + int(max(args.sizes) * GROWTH)
     with tempfile.TemporaryDirectory(prefix='tenks-scale-') as tmp:
         conf_path = os.path.join(tmp, 'tenks.conf')
