@@ -147,6 +147,18 @@ def pool_free_bytes(pool_dir):
     return shutil.disk_usage(existing).free
 
 
+def available_memory_bytes():
+    """What the kernel says this host has available for new work
+    (MemAvailable of /proc/meminfo)."""
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemAvailable:'):
+                return int(line.split()[1]) * 1024
+    raise exceptions.DriverError(driver='hostagent',
+                                 action='read /proc/meminfo',
+                                 reason='it has no MemAvailable')
+
+
 def pool_total_bytes(pool_dir):
     """Size of the file system ``pool_dir`` is (or will be) on."""
     existing = pool_dir
@@ -445,6 +457,8 @@ class HostAgentManager:
                         if not udp_port_free(address, port)],
             host_uplinks=host_uplinks(),
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
+            ipmi_free_bytes=self._ipmi_free_bytes(),
+            ipmi_bmc_bytes=self.conf.hostagent.ipmi_bmc_memory_kib * 1024,
             foreign_interfaces=[
                 [name, mark] for name, mark in (
                     (name, marks[name] if name in marks
@@ -453,6 +467,14 @@ class HostAgentManager:
                     owner is None or not names.owns(self._mark(owner),
                                                     mark))])
         return dict(facts, changed=False)
+
+    def _ipmi_free_bytes(self):
+        """Memory free for new IPMI BMCs: [hostagent]
+        ipmi_free_memory_mb, or what the host has available."""
+        limit = self.conf.hostagent.ipmi_free_memory_mb
+        if limit is not None:
+            return limit * 1024 * 1024
+        return available_memory_bytes()
 
     def _mark(self, owner):
         """This hostagent's mark for deployment ``owner``; see

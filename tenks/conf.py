@@ -18,8 +18,12 @@ HOST_REGEX = r'^[A-Za-z0-9._-]+$'
 # registers them), in the order they run by default.
 SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
                      'traits', 'availability_zone', 'aggregate_metadata',
-                     'pool_space', 'capacity', 'bmc_port')
+                     'pool_space', 'capacity', 'bmc_memory', 'bmc_port')
 SCHEDULER_WEIGHERS = ('cpu', 'ram', 'disk')
+# KiB of memory each IPMI BMC takes in the IPMI host: the growth of its
+# PSS from 100 to 1,000 BMCs that each answered once (tools/bench_ipmi.py:
+# 9.4 KiB), rounded up for a few more sessions each.
+IPMI_BMC_MEMORY_KIB = 16
 
 
 def default_state_dir():
@@ -252,6 +256,28 @@ hostagent_opts = [
                      'first registration on. False: it registers disabled, '
                      'so an operator can add it to its aggregates first '
                      '("tenks hypervisor set --enable").'),
+    cfg.BoolOpt('thin_volumes',
+                default=False,
+                help='Count the qcow2 volumes made empty or over a backing '
+                     'file at what they take when made (their metadata, '
+                     'under 1 MiB) rather than at their capacity, in the '
+                     'free-space check of the pool and in DISK_GB: they '
+                     'grow only as their nodes write. For large clusters '
+                     'of nodes that write little; the pool can then fill '
+                     'up as they do. Volumes that copy an image always '
+                     'count at their capacity.'),
+    cfg.IntOpt('ipmi_bmc_memory_kib',
+               default=IPMI_BMC_MEMORY_KIB, min=0,
+               help='Memory each IPMI BMC takes in the process that serves '
+                    'the BMCs, in KiB (the default is measured by '
+                    'tools/bench_ipmi.py). A deploy is refused before it '
+                    'makes anything when its new IPMI BMCs would take more '
+                    'than the memory free for them.'),
+    cfg.IntOpt('ipmi_free_memory_mb',
+               min=0,
+               help='Memory free for new IPMI BMCs on this hypervisor, in '
+                    'MiB. Unset: what the hypervisor has available '
+                    '(MemAvailable in /proc/meminfo) when a deploy starts.'),
     cfg.ListOpt('traits',
                 default=[],
                 help='CUSTOM_* traits of this hypervisor, which cluster '

@@ -196,6 +196,12 @@ class PoolSpaceExhausted(NoValidHost):
                '%(pool_dir)s has %(free)s free')
 
 
+class BmcMemoryExhausted(NoValidHost):
+    msg_fmt = ('Hypervisor %(host)s has too little memory for the new '
+               'IPMI BMCs: %(count)d of them need %(needed)s at %(per_bmc)s '
+               'each, it has %(free)s free')
+
+
 class NetworkDriverMismatch(NoValidHost):
     msg_fmt = ('Hypervisor %(host)s offers the network driver(s) '
                '%(driver)s, but the spec asks for bridge_type '

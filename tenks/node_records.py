@@ -46,10 +46,33 @@ def firmware_kind(node_type):
     return node_type['boot_mode']
 
 
-def volume_bytes(node_type):
-    """Bytes a node's volumes may take (qcow2 ones grow to it); an
-    existing volume takes none."""
-    return sum(vol.get('capacity', 0) for vol in node_type['volumes'])
+# What a new qcow2 volume made empty or over a backing file takes on
+# disk: its metadata (about 200 KiB from 1 GiB to 2 TiB of capacity),
+# rounded up. It grows as its node writes.
+THIN_VOLUME_BYTES = 1024 * 1024
+
+
+def counts_thin(vol, thin):
+    """Whether volume ``vol`` (a spec's or a record's) counts at its
+    size at creation rather than its capacity: with ``thin``, a qcow2
+    volume that copies no image."""
+    copies = 'image' in vol or not (vol.get('source') or {}).get(
+        'backing', True)
+    return thin and vol.get('format') == 'qcow2' and not copies
+
+
+def volume_size(vol, thin=False):
+    """Bytes volume ``vol`` counts for when it is made: its capacity,
+    which a qcow2 volume may grow to, or THIN_VOLUME_BYTES (see
+    counts_thin). An existing volume counts for none."""
+    if counts_thin(vol, thin):
+        return THIN_VOLUME_BYTES
+    return vol.get('capacity', 0)
+
+
+def volume_bytes(node_type, thin=False):
+    """Bytes a node's volumes count for (see volume_size)."""
+    return sum(volume_size(vol, thin) for vol in node_type['volumes'])
 
 
 def recorded_counts(spec, recorded):
@@ -58,13 +81,22 @@ def recorded_counts(spec, recorded):
                                if n['cluster'] == spec['cluster'])
 
 
-def new_volume_bytes(spec, recorded):
+def new_volume_bytes(spec, recorded, thin=False):
     """Bytes of the volumes of the nodes of ``spec`` not recorded yet."""
     mine = recorded_counts(spec, recorded)
     return sum(
         max(entry['count'] - mine[index], 0)
-        * volume_bytes(spec['node_types'][entry['type']])
+        * volume_bytes(spec['node_types'][entry['type']], thin)
         for index, entry in enumerate(spec['specs']))
+
+
+def new_bmc_count(spec, recorded, kind):
+    """How many nodes of ``spec`` not recorded yet have a BMC of
+    ``kind`` ('ipmi' or 'redfish')."""
+    mine = recorded_counts(spec, recorded)
+    return sum(max(entry['count'] - mine[index], 0)
+               for index, entry in enumerate(spec['specs'])
+               if bmc_type(spec, entry['type']) == kind)
 
 
 def volume_record(name, vol):

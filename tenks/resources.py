@@ -14,6 +14,7 @@ import re
 
 from tenks import constants
 from tenks import exceptions
+from tenks import node_records
 
 # The fact holding each class's total.
 TOTAL_FACTS = {constants.VCPU: 'cpus', constants.MEMORY_MB: 'memory_mb',
@@ -94,23 +95,31 @@ def capacity(inventory):
                * inventory['allocation_ratio'])
 
 
-def allocations(node):
+def allocations(node, thin=False):
     """{resource class: amount} a node (record or node-type-like dict
     with vcpus, memory_mb, volumes) consumes; zero amounts left out. An
-    existing volume (somebody else's, attached as it is) takes none."""
-    disk = math.ceil(sum(v.get('capacity', 0)
-                         for v in node.get('volumes') or ()) / constants.GIB)
+    existing volume (somebody else's, attached as it is) takes none;
+    with ``thin`` (the hypervisor's thin_volumes), a qcow2 volume that
+    copies no image takes its size at creation in whole GiB, rounded
+    down: none."""
+    volumes = node.get('volumes') or ()
+    full = sum(v.get('capacity', 0) for v in volumes
+               if not node_records.counts_thin(v, thin))
+    thin_bytes = sum(node_records.THIN_VOLUME_BYTES for v in volumes
+                     if node_records.counts_thin(v, thin))
+    disk = (math.ceil(full / constants.GIB)
+            + thin_bytes // constants.GIB)
     amounts = {constants.VCPU: node['vcpus'],
                constants.MEMORY_MB: node['memory_mb'],
                constants.DISK_GB: disk}
     return {rc: amount for rc, amount in amounts.items() if amount}
 
 
-def usages(nodes):
+def usages(nodes, thin=False):
     """{resource class: amount used} by ``nodes`` (records)."""
     used = dict.fromkeys(constants.RESOURCE_CLASSES, 0)
     for node in nodes:
-        for rc, amount in allocations(node).items():
+        for rc, amount in allocations(node, thin).items():
             used[rc] += amount
     return used
 
@@ -151,7 +160,8 @@ def provider(facts, nodes):
     """A hypervisor's resource provider view, as ``tenks hypervisor
     show`` prints it: inventories with what is used of each, traits,
     and each node's allocations."""
-    used = usages(nodes)
+    thin = bool(facts.get('thin_volumes'))
+    used = usages(nodes, thin)
     return {
         'inventories': {rc: dict(inventory, used=used[rc])
                         for rc, inventory in inventories(facts).items()},
@@ -159,7 +169,7 @@ def provider(facts, nodes):
         'traits': traits(facts),
         'allocations': {node['uuid']: {'name': node['name'],
                                        'cluster': node['cluster'],
-                                       'resources': allocations(node)}
+                                       'resources': allocations(node, thin)}
                         for node in nodes},
     }
 
@@ -182,4 +192,5 @@ def hostagent_facts(group):
         'traits': sorted(group.traits),
         'cpu_arch': platform.machine(),
         'enable_on_register': group.enable_on_register,
+        'thin_volumes': group.thin_volumes,
     }

@@ -164,18 +164,19 @@ class PoolSpaceFilter(BaseHostFilter):
     dynamic = True
 
     def host_passes(self, host, request):
-        return host.free_bytes >= request.bytes
+        return host.free_bytes >= host.volume_bytes(request)
 
     def reason(self, host, request):
         return 'pool space', (
             'its pool has %s free, a node of this type needs %s' % (
-                show_bytes(host.free_bytes), show_bytes(request.bytes)))
+                show_bytes(host.free_bytes),
+                show_bytes(host.volume_bytes(request))))
 
     def error(self, host, request):
         return exceptions.PoolSpaceExhausted(
             host=host.name, pool_dir=host.facts['pool_dir'],
             needed=show_bytes(node_records.new_volume_bytes(
-                request.spec, request.recorded)),
+                request.spec, request.recorded, host.thin)),
             free=show_bytes(host.initially_free_bytes))
 
 
@@ -187,7 +188,7 @@ class CapacityFilter(BaseHostFilter):
     dynamic = True
 
     def _refusal(self, host, request):
-        for rc, amount in request.amounts.items():
+        for rc, amount in host.amounts(request).items():
             if rc in host.inventories:
                 why = resources.refusal(host.inventories[rc], host.used[rc],
                                         amount)
@@ -200,6 +201,35 @@ class CapacityFilter(BaseHostFilter):
 
     def reason(self, host, request):
         return self._refusal(host, request)
+
+
+class BmcMemoryFilter(BaseHostFilter):
+    """Room in the host's free memory for one more IPMI BMC (each takes
+    memory in the process that serves them; a Redfish emulator serves
+    all of a cluster's nodes). A hostagent that does not report the
+    figures is not checked."""
+
+    name = 'bmc_memory'
+    dynamic = True
+
+    def host_passes(self, host, request):
+        return (request.bmc_type != 'ipmi' or host.ipmi_free_bytes is None
+                or host.ipmi_free_bytes >= host.ipmi_bmc_bytes)
+
+    def reason(self, host, request):
+        return 'BMC memory', (
+            'it has %s free for IPMI BMCs, one needs %s' % (
+                show_bytes(host.ipmi_free_bytes),
+                show_bytes(host.ipmi_bmc_bytes)))
+
+    def error(self, host, request):
+        count = node_records.new_bmc_count(request.spec, request.recorded,
+                                           'ipmi')
+        return exceptions.BmcMemoryExhausted(
+            host=host.name, count=count,
+            needed=show_bytes(count * host.ipmi_bmc_bytes),
+            per_bmc=show_bytes(host.ipmi_bmc_bytes),
+            free=show_bytes(host.initially_ipmi_free_bytes))
 
 
 class BmcPortFilter(BaseHostFilter):
@@ -238,4 +268,7 @@ class BmcPortFilter(BaseHostFilter):
 
 
 def show_bytes(size):
-    return '%.1f GiB (%d bytes)' % (size / 1024 ** 3, size)
+    for power, unit in ((3, 'GiB'), (2, 'MiB')):
+        if size >= 1024 ** power:
+            return '%.1f %s (%d bytes)' % (size / 1024 ** power, unit, size)
+    return '%.1f KiB (%d bytes)' % (size / 1024, size)

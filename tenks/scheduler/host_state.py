@@ -16,11 +16,17 @@ class Request:
     def __init__(self, spec, index, entry, recorded=()):
         self.node_type = spec['node_types'][entry['type']]
         self.what = 'node type %s (specs[%d])' % (entry['type'], index)
+        # Each for a host that counts volumes at their capacity and for
+        # one with thin_volumes (see HostState.amounts, volume_bytes).
         self.amounts = resources.allocations(self.node_type)
+        self.thin_amounts = resources.allocations(self.node_type, thin=True)
         # The pool's directory's file system; an LVM volume group's
         # space is libvirt's to check.
+        dir_pool = spec['libvirt_pool_type'] == 'dir'
         self.bytes = (node_records.volume_bytes(self.node_type)
-                      if spec['libvirt_pool_type'] == 'dir' else 0)
+                      if dir_pool else 0)
+        self.thin_bytes = (node_records.volume_bytes(self.node_type, True)
+                           if dir_pool else 0)
         self.required = set(entry.get('required_traits', ()))
         self.forbidden = set(entry.get('forbidden_traits', ()))
         self.zone = entry.get('availability_zone')
@@ -66,7 +72,9 @@ class HostState:
         self.aggregates = view.get('aggregates', ())
         self.traits = set(resources.traits(facts))
         self.inventories = resources.inventories(facts)
-        self.used = resources.usages(mine)
+        # Its [hostagent] thin_volumes.
+        self.thin = bool(facts.get('thin_volumes'))
+        self.used = resources.usages(mine, self.thin)
         # Set by host_states, for the weighers.
         self.largest = {}
         self.ports = range(spec['ipmi_port_range_start'],
@@ -81,6 +89,10 @@ class HostState:
         self._port_cursor = 0
         self.free_bytes = facts['pool_free_bytes']
         self.initially_free_bytes = self.free_bytes
+        # Hostagents before issue 23 do not report these.
+        self.ipmi_bmc_bytes = facts.get('ipmi_bmc_bytes', 0)
+        self.ipmi_free_bytes = facts.get('ipmi_free_bytes')
+        self.initially_ipmi_free_bytes = self.ipmi_free_bytes
         self.network_drivers = network_drivers(facts)
         # Hostagents older than API 1.4 boot BIOS only.
         self.firmware = facts.get('firmware', ['bios'])
@@ -113,17 +125,27 @@ class HostState:
             holders.add('cluster %s on %s' % (spec['cluster'], host))
         return sorted(holders)
 
+    def amounts(self, request):
+        """{resource class: amount} a node of ``request`` takes here."""
+        return request.thin_amounts if self.thin else request.amounts
+
+    def volume_bytes(self, request):
+        """Pool bytes a node of ``request`` takes here."""
+        return request.thin_bytes if self.thin else request.bytes
+
     def free(self, rc):
         return resources.capacity(self.inventories[rc]) - self.used[rc]
 
     def take(self, request):
         """Take room for a node; return its BMC's (address, port)."""
-        for rc, amount in request.amounts.items():
+        for rc, amount in self.amounts(request).items():
             self.used[rc] += amount
-        self.free_bytes -= request.bytes
+        self.free_bytes -= self.volume_bytes(request)
         if request.bmc_type == 'redfish':
             self.taken_endpoints[self.redfish] = self.name
             return self.redfish
+        if self.ipmi_free_bytes is not None:
+            self.ipmi_free_bytes -= self.ipmi_bmc_bytes
         port = self.next_port()
         self.taken.add(port)
         return self.bmc_address, port

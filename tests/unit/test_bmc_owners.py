@@ -88,8 +88,7 @@ def test_a_redfish_system_is_removed_from_its_owner_emulator_only(
 
     assert request(agent, 'remove_bmc', 'n0', OTHER) == {
         'result': {'changed': False}}
-    with open(os.path.join(path, 'systems')) as f:
-        assert json.load(f) == {'n0': UUID}
+    assert sushy._all_served(path) == {'n0': UUID}
     assert request(agent, 'remove_bmc', 'n0', OWNER) == {
         'result': {'changed': True}}
     assert not os.path.exists(path)

@@ -2,6 +2,7 @@
 made; advisory checks only warn; options do what their help says."""
 
 import itertools
+import os
 import random
 import threading
 import time
@@ -514,3 +515,41 @@ def test_two_clusters_on_the_same_bridges_at_once_one_is_refused(
     assert [n.cluster for n in conductor.db.list_nodes()] == ['unit']
     assert hypervisor.names('pool') == ['tenks-unit']
     assert hypervisor.names('domain') == ['tk0']
+
+
+# IPMI BMCs' memory
+
+
+def test_inspect_reports_the_memory_free_for_ipmi_bmcs(conductor, conf):
+    def inspect():
+        return conductor.agents.request(
+            'hv1', 'inspect', 'inspect/%f' % time.monotonic(),
+            physnet_mappings={}, ipmi_address='127.0.0.1', ipmi_ports=[],
+            interfaces=[], owner=None)
+    # By default, what the host has available, and the measured figure.
+    found = inspect()
+    assert 0 < found['ipmi_free_bytes'] <= os.sysconf(
+        'SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+    assert found['ipmi_bmc_bytes'] == 16 * 1024
+    conf.set_override('ipmi_free_memory_mb', 3, group='hostagent')
+    conf.set_override('ipmi_bmc_memory_kib', 100, group='hostagent')
+    found = inspect()
+    assert found['ipmi_free_bytes'] == 3 * 1024 ** 2
+    assert found['ipmi_bmc_bytes'] == 100 * 1024
+
+
+def test_a_deploy_whose_ipmi_bmcs_do_not_fit_makes_nothing(conductor, conf,
+                                                          hypervisor):
+    # 16 BMCs of 64 KiB fit in 1 MiB, 20 do not.
+    conf.set_override('ipmi_free_memory_mb', 1, group='hostagent')
+    conf.set_override('ipmi_bmc_memory_kib', 64, group='hostagent')
+    with pytest.raises(exceptions.BmcMemoryExhausted) as raised:
+        conductor.deployments.deploy(make_spec(count=20,
+                                                ipmi_port_range_end=6260))
+    assert str(raised.value) == (
+        'Hypervisor hv1 has too little memory for the new IPMI BMCs: 20 '
+        'of them need 1.2 MiB (1310720 bytes) at 64.0 KiB (65536 bytes) '
+        'each, it has 1.0 MiB (1048576 bytes) free')
+    assert conductor.db.get_cluster('unit') is None
+    assert hypervisor.names('domain') == []
+    assert hypervisor.names('bmc') == []

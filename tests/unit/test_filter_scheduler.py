@@ -308,3 +308,101 @@ def test_hostagent_inventory_options_are_checked(conf):
         with pytest.raises(exceptions.ConfigError, match=why):
             resources.hostagent_facts(conf.hostagent)
         conf.clear_override(option, group='hostagent')
+
+
+# Thin volumes ([hostagent] thin_volumes)
+
+# Room for 100 nodes of 128 MiB, 1 vCPU.
+ROOMY = {'cpus': 16, 'memory_mb': 100 * 128}
+
+def test_thin_volumes_count_at_their_size_when_made():
+    # 100 nodes of a 10 GiB qcow2 volume on a pool of 20 GiB free and a
+    # DISK_GB of 50: only with thin_volumes.
+    big = spec(count=100, capacity='10GiB', top={'ipmi_port_range_end': 6400})
+    full = facts('hv1', **ROOMY, disk_gb=50, free=20 * GIB)
+    with pytest.raises(exceptions.PoolSpaceExhausted) as raised:
+        scheduler.schedule(big, {'hv1': full}, [])
+    assert 'they need 1000.0 GiB' in str(raised.value)
+    thin = facts('hv1', **ROOMY, disk_gb=50, free=20 * GIB, thin_volumes=True)
+    nodes = scheduler.schedule(big, {'hv1': thin}, [])
+    assert len(nodes) == 100
+    view = resources.provider(thin, nodes)
+    assert view['usages']['DISK_GB'] == 0
+    assert 'DISK_GB' not in view['allocations'][nodes[0]['uuid']][
+        'resources']
+    # Without thin_volumes, the same records count at full size.
+    assert resources.provider(full, nodes)['usages']['DISK_GB'] == 1000
+
+
+def test_thin_volumes_still_need_their_metadata_in_the_pool():
+    big = spec(count=100, capacity='10GiB', top={'ipmi_port_range_end': 6400})
+    # 100 new volumes take 100 MiB at first; 50 MiB is too little.
+    thin = facts('hv1', **ROOMY, free=50 * 1024 ** 2, thin_volumes=True)
+    with pytest.raises(exceptions.PoolSpaceExhausted) as raised:
+        scheduler.schedule(big, {'hv1': thin}, [])
+    assert 'they need 100.0 MiB' in str(raised.value)
+    assert 'has 50.0 MiB (52428800 bytes) free' in str(raised.value)
+
+
+@pytest.mark.parametrize('volume', [
+    {'capacity': '10GiB', 'format': 'raw'},
+    {'capacity': '10GiB', 'image': '/images/cirros.img'},
+])
+def test_thin_volumes_count_raw_ones_and_image_copies_at_full_size(volume):
+    one = make_spec(node_types={'t': {
+        'memory_mb': 128, 'vcpus': 1, 'volumes': [volume],
+        'physical_networks': ['physnet1']}},
+        specs=[{'type': 't', 'count': 2}])
+    thin = facts('hv1', free=15 * GIB, thin_volumes=True)
+    with pytest.raises(exceptions.PoolSpaceExhausted):
+        scheduler.schedule(one, {'hv1': thin}, [])
+
+
+def test_backing_file_volumes_count_thin():
+    one = make_spec(node_types={'t': {
+        'memory_mb': 128, 'vcpus': 1, 'volumes': [
+            {'capacity': '10GiB', 'backing_image': '/images/base.qcow2'}],
+        'physical_networks': ['physnet1']}},
+        specs=[{'type': 't', 'count': 2}])
+    thin = facts('hv1', free=15 * GIB, disk_gb=15, thin_volumes=True)
+    assert len(scheduler.schedule(one, {'hv1': thin}, [])) == 2
+
+
+def test_hostagent_reports_thin_volumes(conf):
+    assert resources.hostagent_facts(conf.hostagent)['thin_volumes'] is False
+    conf.set_override('thin_volumes', True, group='hostagent')
+    assert resources.hostagent_facts(conf.hostagent)['thin_volumes'] is True
+
+
+# IPMI BMCs' memory
+
+def test_ipmi_bmcs_must_fit_in_the_free_memory():
+    per_bmc = 16 * 1024
+    host = facts('hv1', **ROOMY, ipmi_free_bytes=1024 ** 2,
+                 ipmi_bmc_bytes=per_bmc)
+    sixty = spec(count=60, top={'ipmi_port_range_end': 6400})
+    assert len(scheduler.schedule(sixty, {'hv1': host}, [])) == 60
+    hundred = spec(count=100, top={'ipmi_port_range_end': 6400})
+    with pytest.raises(exceptions.BmcMemoryExhausted) as raised:
+        scheduler.schedule(hundred, {'hv1': host}, [])
+    assert str(raised.value) == (
+        'Hypervisor hv1 has too little memory for the new IPMI BMCs: 100 '
+        'of them need 1.6 MiB (1638400 bytes) at 16.0 KiB (16384 bytes) '
+        'each, it has 1.0 MiB (1048576 bytes) free')
+
+
+def test_bmc_memory_spreads_over_hosts_and_ignores_redfish():
+    per_bmc = 16 * 1024
+    small = {**ROOMY, 'ipmi_free_bytes': 40 * per_bmc,
+             'ipmi_bmc_bytes': per_bmc}
+    all_facts = {'hv1': facts('hv1', **small), 'hv2': facts('hv2', **small)}
+    hosts = hosts_of(scheduler.schedule(
+        spec(count=80, top={'ipmi_port_range_end': 6400}), all_facts, []))
+    assert hosts.count('hv1') == hosts.count('hv2') == 40
+    message = refused(spec(count=81, top={'ipmi_port_range_end': 6400}),
+                      all_facts)
+    assert 'BMC memory removed 2' in message
+    assert 'it has 0.0 KiB (0 bytes) free for IPMI BMCs, one needs' in message
+    redfish = spec(count=100, top={'default_ironic_driver': 'redfish'})
+    assert len(scheduler.schedule(redfish, {'hv1': facts('hv1', **small)},
+                                  [])) == 100

@@ -230,16 +230,74 @@ def test_a_redfish_bmc_needs_its_system_id(agent):
     assert "'system_id' is a required property" in str(refused.value)
 
 
-def test_the_allow_list_reads_its_file_each_time(tmp_path):
-    path = tmp_path / 'systems'
+def test_the_allow_list_follows_its_directory(tmp_path):
+    path = tmp_path / 'allowed'
     allowed = allowlist.AllowList(str(path))
-    assert 'u1' not in allowed  # no file: nothing
-    path.write_text(json.dumps({'n0': 'u1'}))
+    assert 'u1' not in allowed and allowed.ids() == frozenset()
+    path.mkdir()
+    (path / 'u1').write_text('n0')
     assert 'u1' in allowed and 'n0' not in allowed
-    path.write_text(json.dumps({'n1': 'u2'}))
-    assert 'u1' not in allowed and 'u2' in allowed
-    path.write_text('garbage')
-    assert 'u2' not in allowed
+    (path / 'u1').unlink()
+    (path / 'u2').write_text('n1')
+    (path / 'u3.tmp').write_text('n2')  # being written
+    assert 'u1' not in allowed and 'u2' in allowed and 'u3.tmp' not in allowed
+    assert allowed.ids() == {'u2'}
+    for bad in ('', '.', '..', '../allowed/u2', None):
+        assert bad not in allowed
+
+
+def test_a_system_added_or_removed_touches_its_own_files_only(
+        conf, monkeypatch):
+    """The emulator's allow-list costs the same per node in a cluster
+    of any size: no file of all the systems is read or rewritten."""
+    driver = sushy.SushyDriver(conf)
+    owner = 'tenks:c1:uuid'
+    path = driver._path(owner)
+    os.makedirs(path)
+    sushy._write(os.path.join(path, 'owner'), owner)
+    for i in range(200):
+        sushy._serve(path, 'n%d' % i, 'u%d' % i, None)
+    monkeypatch.setattr(driver, '_pid', lambda path: 1)
+    monkeypatch.setattr(driver, '_settings', lambda address, port: None)
+    monkeypatch.setattr(driver, '_ensure_htpasswd', lambda *args: False)
+    touched = []
+    for name in ('_read', '_write'):
+        real = getattr(sushy, name)
+        monkeypatch.setattr(sushy, name, lambda f, *a, real=real: (
+            touched.append(os.path.relpath(f, path)) or real(f, *a)))
+    listed = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, 'listdir', lambda d: (
+        listed.append(d) or real_listdir(d)))
+    driver.ensure_system(owner, 'n200', 'u200', '127.0.0.1', 9100, 'admin',
+                         'pw')
+    # (systems: the file of an emulator from before issue 23, if any.)
+    assert sorted(touched) == ['allowed/u200', 'domains/n200',
+                               'domains/n200', 'owner', 'settings',
+                               'systems']
+    assert listed == []
+    del touched[:]
+    assert driver.remove_system('n7', owner) is True
+    assert sorted(touched) == ['domains/n7', 'owner', 'systems']
+    assert not os.path.exists(os.path.join(path, 'allowed', 'u7'))
+    assert sushy._all_served(path) == {
+        'n%d' % i: 'u%d' % i for i in range(201) if i != 7}
+
+
+def test_an_emulator_of_one_systems_file_is_upgraded(conf):
+    """Before issue 23 an emulator's allow-list was one JSON file."""
+    driver = sushy.SushyDriver(conf)
+    owner = 'tenks:c1:uuid'
+    path = driver._path(owner)
+    os.makedirs(path)
+    sushy._write(os.path.join(path, 'owner'), owner)
+    sushy._write(os.path.join(path, 'systems'),
+                 json.dumps({'n0': 'u0', 'n1': 'u1'}))
+    assert driver.marked()[0]['systems'] == {'n0': 'u0', 'n1': 'u1'}
+    assert driver.remove_system('n0', owner) is True
+    assert not os.path.exists(os.path.join(path, 'systems'))
+    assert sorted(os.listdir(os.path.join(path, 'allowed'))) == ['u1']
+    assert driver.marked()[0]['systems'] == {'n1': 'u1'}
 
 
 def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):

@@ -3,7 +3,6 @@ layers on a fake application, then the whole process as the hostagent
 starts it, on sushy-tools' fake systems instead of libvirt."""
 
 import http.server
-import json
 import os
 import socket
 import subprocess
@@ -300,8 +299,10 @@ class Emulator:
                                 timeout=30, **kwargs)
 
     def allow(self, *systems):
-        sushy._write(os.path.join(self.path, 'systems'), json.dumps(
-            {'n%d' % i: s for i, s in enumerate(systems)}))
+        for domain, system_id in sushy._all_served(self.path).items():
+            sushy._unserve(self.path, domain, system_id)
+        for i, system_id in enumerate(systems):
+            sushy._serve(self.path, 'n%d' % i, system_id, None)
 
     def downloads(self):
         found = []
@@ -434,12 +435,12 @@ def test_media_downloads_stay_in_the_emulator_and_go_with_the_media(
     assert not os.path.exists(os.path.join(em.path, 'downloads'))
 
 
-def test_the_allow_list_is_read_again_only_when_it_changes(tmp_path,
-                                                           monkeypatch):
-    path = tmp_path / 'systems'
-    path.write_text(json.dumps({'n0': A}))
+def test_the_allow_list_answers_without_reading_files(tmp_path,
+                                                      monkeypatch):
+    path = tmp_path / 'allowed'
+    path.mkdir()
+    (path / A).write_text('n0')
     allowed = allowlist.AllowList(str(path))
-    assert A in allowed
     reads = []
     real_open = open
     monkeypatch.setattr('builtins.open',
@@ -448,5 +449,6 @@ def test_the_allow_list_is_read_again_only_when_it_changes(tmp_path,
         assert A in allowed and B not in allowed
     assert reads == []
     monkeypatch.undo()
-    sushy._write(str(path), json.dumps({'n1': B}))
+    (path / A).unlink()
+    (path / B).write_text('n1')
     assert B in allowed and A not in allowed

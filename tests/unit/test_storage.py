@@ -414,7 +414,8 @@ class FakeVol:
 
     def XMLDesc(self, flags=0):
         # libvirt gives a logical volume no format.
-        return '<volume><name>%s</name><target/></volume>' % self._name
+        return ("<volume><name>%s</name><capacity unit='bytes'>%d"
+                "</capacity><target/></volume>" % (self._name, self.capacity))
 
     def delete(self, flags=0):
         self.deleted = True

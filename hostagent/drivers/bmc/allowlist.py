@@ -3,40 +3,33 @@
 The emulator's configuration file (written by hostagent.drivers.bmc.sushy)
 sets ``SUSHY_EMULATOR_ALLOWED_INSTANCES`` to an :class:`AllowList`, which
 sushy-tools and Tenks' layers (hostagent.drivers.bmc.emulator) ask, on
-every request, whether it holds a system's identity. It follows the file
-the hostagent keeps, so the list follows nodes as they come and go
-without restarting the emulator. Kept free of heavy imports: the emulator
-process loads it.
+every request, whether it holds a system's identity. It is a directory
+the hostagent keeps, a file named after each system id, so the list
+follows nodes as they come and go without restarting the emulator, and a
+question costs one look-up whatever the number of systems. Kept free of
+heavy imports: the emulator process loads it.
 """
 
-import json
-
-from hostagent.drivers.bmc import watched
+import os
 
 
 class AllowList:
-    """The system ids (domain UUIDs) of a JSON file {domain: system id};
-    none when the file cannot be read. The file is read again when it
-    changes, not for every question."""
+    """The system ids (domain UUIDs) named by the files of a directory;
+    none when it cannot be read."""
 
     def __init__(self, path):
         self.path = path
-        # (file version, ids), replaced at once: requests run on threads.
-        self._read = (None, frozenset())
 
     def __contains__(self, identity):
-        return identity in self.ids()
+        if (not isinstance(identity, str) or not identity
+                or '/' in identity or identity.startswith('.')
+                or identity.endswith('.tmp')):
+            return False
+        return os.path.isfile(os.path.join(self.path, identity))
 
     def ids(self):
-        found = watched.version(self.path)
-        if found is None:
+        try:
+            names = os.listdir(self.path)
+        except OSError:
             return frozenset()
-        seen, ids = self._read
-        if found != seen:
-            try:
-                with open(self.path, encoding='utf-8') as f:
-                    ids = frozenset(json.load(f).values())
-            except (OSError, ValueError, AttributeError, TypeError):
-                ids = frozenset()
-            self._read = (found, ids)
-        return ids
+        return frozenset(n for n in names if not n.endswith('.tmp'))

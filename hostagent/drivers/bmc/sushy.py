@@ -9,7 +9,12 @@ process, scopes every resource). Each lives in
 file 0600):
 
 ``owner``            the owner mark; a directory without it is not ours
-``systems``          {domain: system id} it serves (its allow-list)
+``allowed/``         its allow-list: a file named after each system id it
+                     serves, holding its domain's name
+``domains/``         a file named after each domain it serves, holding its
+                     system id. A node added or removed changes two small
+                     files, whatever the cluster's size (before issue 23:
+                     one ``systems`` file of all, upgraded when next used)
 ``htpasswd``         the user and a bcrypt hash of the password
 ``emulator.conf``    sushy-tools' configuration, ``settings`` what it
                      was started with (address, port, libvirt URI, TLS)
@@ -54,6 +59,8 @@ from tenks import states
 LOG = logging.getLogger(__name__)
 
 DRIVER = 'sushy-tools'
+ALLOWED = 'allowed'
+DOMAINS = 'domains'
 MARKER_ENV = 'TENKS_SUSHY_EMULATOR'
 START_TIMEOUT = 20  # s for an emulator to listen (it starts in ~1 s)
 TERM_TIMEOUT = 3  # s an emulator gets to exit on SIGTERM
@@ -87,8 +94,9 @@ class SushyDriver(base.RedfishDriver):
             made_dir = not os.path.isdir(path)
             if not made_dir:
                 self._check_owner(path, owner)
-            systems = _read_json(os.path.join(path, 'systems')) or {}
-            created = domain not in systems
+                self._upgrade(path)
+            served = _served(path, domain)
+            created = served is None
             settings = self._settings(address, port)
             pid = self._pid(path)
             restart = pid is None or _read_json(
@@ -100,16 +108,14 @@ class SushyDriver(base.RedfishDriver):
                 if made_dir:
                     os.makedirs(path, mode=0o700)
                     _write(os.path.join(path, 'owner'), owner)
-                changed = systems.get(domain) != system_id
+                changed = served != system_id
                 if changed:
-                    _write(os.path.join(path, 'systems'), json.dumps(
-                        dict(systems, **{domain: system_id}), indent=1,
-                        sort_keys=True))
+                    _serve(path, domain, system_id, served)
                 changed |= self._ensure_htpasswd(path, username, password)
                 if restart:
                     self._start(path, settings)
             except Exception:
-                self._undo(path, domain, systems, created, made_dir)
+                self._undo(path, domain, served, made_dir)
                 raise
         if restart:
             LOG.info('Started the Redfish emulator of %s on %s:%d',
@@ -126,14 +132,12 @@ class SushyDriver(base.RedfishDriver):
             return False
         with self._locked():
             self._check_owner(path, owner)
-            systems = _read_json(os.path.join(path, 'systems')) or {}
-            if domain not in systems:
+            self._upgrade(path)
+            served = _served(path, domain)
+            if served is None:
                 return False
-            del systems[domain]
-            if systems:
-                _write(os.path.join(path, 'systems'),
-                       json.dumps(systems, indent=1, sort_keys=True))
-            else:
+            _unserve(path, domain, served)
+            if _empty(os.path.join(path, DOMAINS)):
                 self._remove(path)
         LOG.info('Redfish emulator %s no longer serves %s',
                  os.path.basename(path), domain)
@@ -144,17 +148,17 @@ class SushyDriver(base.RedfishDriver):
         if not os.path.isdir(path):
             return dict.fromkeys(systems)
         with self._locked():
-            served = _read_json(os.path.join(path, 'systems')) or {}
+            self._upgrade(path)
             started = _read_json(os.path.join(path, 'settings'))
             running = self._pid(path) is not None
             credentials = {}
             changes = {}
             for domain, bmc in systems.items():
-                if domain not in served:
+                served = _served(path, domain)
+                if served is None:
                     changes[domain] = None
                     continue
-                found = ['system_id'] if (
-                    served[domain] != bmc['system_id']) else []
+                found = ['system_id'] if served != bmc['system_id'] else []
                 wanted = self._settings(bmc['address'], bmc['port'])
                 found += [key for key in sorted(wanted)
                           if (started or {}).get(key) != wanted[key]]
@@ -187,7 +191,7 @@ class SushyDriver(base.RedfishDriver):
         """See base: this state directory's emulators."""
         return [{'kind': 'emulator', 'name': os.path.basename(path),
                  'mark': _read(os.path.join(path, 'owner')),
-                 'systems': _read_json(os.path.join(path, 'systems')) or {},
+                 'systems': _all_served(path),
                  'running': self._pid(path) is not None}
                 for path in self._emulators()]
 
@@ -326,7 +330,7 @@ class SushyDriver(base.RedfishDriver):
             'SUSHY_EMULATOR_LIBVIRT_URI = %r' % settings['libvirt_uri'],
             'SUSHY_EMULATOR_AUTH_FILE = %r' % os.path.join(path, 'htpasswd'),
             'SUSHY_EMULATOR_ALLOWED_INSTANCES = _allowlist.AllowList(%r)'
-            % os.path.join(path, 'systems'),
+            % os.path.join(path, ALLOWED),
             'SUSHY_EMULATOR_STATE_DIR = %r' % os.path.join(path, 'state'),
             'TENKS_DOWNLOAD_DIR = %r' % os.path.join(path, DOWNLOADS),
         ]
@@ -440,14 +444,35 @@ class SushyDriver(base.RedfishDriver):
         shutil.rmtree(path)
         self._verifiers.pop(path, None)
 
-    def _undo(self, path, domain, systems, created, made_dir):
+    def _upgrade(self, path):
+        """Give an emulator of a Tenks before issue 23 (one ``systems``
+        file of all its systems) its ``allowed`` directory, restarted on
+        it if it runs: what it runs reads only the file."""
+        old = os.path.join(path, 'systems')
+        systems = _read_json(old)
+        if systems is None:
+            return
+        for domain, system_id in systems.items():
+            _serve(path, domain, system_id, None)
+        settings = _read_json(os.path.join(path, 'settings'))
+        if self._pid(path) is not None and settings is not None:
+            self._stop(path)
+            self._start(path, settings)
+        os.unlink(old)
+
+    def _undo(self, path, domain, served, made_dir):
         """Leave nothing a failed ensure_system made."""
         try:
-            if made_dir or (created and not systems):
+            others = [name for name in _listdir(os.path.join(path, DOMAINS))
+                      if name != domain]
+            if made_dir or (served is None and not others):
                 self._remove(path)
-            elif created:
-                _write(os.path.join(path, 'systems'),
-                       json.dumps(systems, indent=1, sort_keys=True))
+            elif served is None:
+                new = _served(path, domain)
+                if new is not None:
+                    _unserve(path, domain, new)
+            else:
+                _serve(path, domain, served, _served(path, domain))
         except Exception as e:
             LOG.error('Could not undo the Redfish system of %s: %s',
                       domain, e)
@@ -455,6 +480,66 @@ class SushyDriver(base.RedfishDriver):
     def _error(self, action, reason):
         return exceptions.DriverError(driver=DRIVER, action=action,
                                       reason=reason)
+
+
+def _named(path, kind, name):
+    """The file of ``name`` in directory ``kind`` (ALLOWED or DOMAINS)
+    of emulator ``path``."""
+    if '/' in name or name.startswith('.') or not name:
+        raise exceptions.DriverError(
+            driver=DRIVER, action='serve %r' % name,
+            reason='a name that is empty, has / or a leading . cannot '
+                   'name a file')
+    return os.path.join(path, kind, name)
+
+
+def _listdir(directory):
+    """The names of the files of ``directory`` ([] when it is absent),
+    but those _write is writing."""
+    try:
+        return sorted(n for n in os.listdir(directory)
+                      if not n.endswith('.tmp'))
+    except FileNotFoundError:
+        return []
+
+
+def _empty(directory):
+    """Whether ``directory`` has no file (but those _write is writing),
+    read only as far as the first."""
+    with os.scandir(directory) as entries:
+        return not any(not e.name.endswith('.tmp') for e in entries)
+
+
+def _served(path, domain):
+    """The system id emulator ``path`` serves ``domain`` as, or None."""
+    return _read(_named(path, DOMAINS, domain))
+
+
+def _all_served(path):
+    """{domain: system id} of every system emulator ``path`` serves."""
+    if os.path.isfile(os.path.join(path, 'systems')):
+        return _read_json(os.path.join(path, 'systems')) or {}
+    return {name: _served(path, name)
+            for name in _listdir(os.path.join(path, DOMAINS))}
+
+
+def _serve(path, domain, system_id, old):
+    """Let emulator ``path`` serve ``domain`` as ``system_id`` instead
+    of as ``old`` (None: it did not serve it)."""
+    for kind in (ALLOWED, DOMAINS):
+        os.makedirs(os.path.join(path, kind), mode=0o700, exist_ok=True)
+    _write(_named(path, ALLOWED, system_id), domain)
+    _write(_named(path, DOMAINS, domain), system_id)
+    if old is not None and old != system_id:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_named(path, ALLOWED, old))
+
+
+def _unserve(path, domain, system_id):
+    """Stop emulator ``path`` serving ``domain`` (as ``system_id``)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_named(path, ALLOWED, system_id))
+    os.unlink(_named(path, DOMAINS, domain))
 
 
 def _read(name):

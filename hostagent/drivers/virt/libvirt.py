@@ -292,6 +292,12 @@ def _owner_mark(dom):
         return None
 
 
+def _xml_owner_mark(xml):
+    """The owner in the metadata of domain XML ``xml``, or None."""
+    found = ET.fromstring(xml).find('metadata/' + OWNER_TAG)
+    return None if found is None else found.text
+
+
 def _destroy(dom):
     """Power ``dom`` off at once; True if it was running."""
     if not dom.isActive():
@@ -698,8 +704,9 @@ class LibvirtDriver(base.VirtDriver):
         """{'capacity', 'format'}, and 'backing' (the path of its
         backing file) when it has one."""
         root = ET.fromstring(vol.XMLDesc())
-        # A logical volume is raw; libvirt gives it no format.
-        facts = {'capacity': vol.info()[1],
+        # A logical volume is raw; libvirt gives it no format. The
+        # capacity is in bytes (libvirt's unit for it in a volume's XML).
+        facts = {'capacity': int(root.findtext('capacity')),
                  'format': _attr(root, 'target/format', 'type') or 'raw'}
         backing = root.findtext('backingStore/path')
         if backing:
@@ -1162,8 +1169,9 @@ class LibvirtDriver(base.VirtDriver):
                     changes[name] = None
                     continue
                 try:
-                    mark = _owner_mark(dom)
+                    # The mark is in the defined XML: one call per domain.
                     xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+                    mark = _xml_owner_mark(xml)
                 except libvirt.libvirtError as e:
                     # Undefined since the listing.
                     if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:

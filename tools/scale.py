@@ -1,0 +1,225 @@
+"""Real Redfish nodes at scale: deploy, no-change re-run, grow by 10 %,
+shrink back, teardown, for each cluster size.
+
+The nodes are real (a 10 GiB qcow2 volume, a tap on one bridge, a libvirt
+domain defined and never started), served by one sushy-tools emulator and
+not enrolled. The ``tenks`` command runs in embedded mode as a user runs
+it, with the hostagent options a large cluster needs (written to a
+config file and printed): thin_volumes, and VCPU and MEMORY_MB
+allocation ratios that let the cluster's nodes be defined on this
+machine. Prints each phase's wall-clock time and the time inside the
+command (the operation, from its record), the cost per node, and the
+hypervisor memory each node takes (MemAvailable before the deploy less
+after, over the nodes). Needs root and tools/setup.sh done.
+
+With --ipmi, the IPMI BMCs instead: tools/bench_ipmi.py at each size (one
+IPMI host serving them all, each BMC asked once), and from the growth
+between the sizes the memory and CPU each BMC costs and how many fit in
+a GiB ([hostagent] ipmi_bmc_memory_kib).
+
+    .venv/bin/python tools/scale.py [--sizes 100 1000] [--redfish-port 8790]
+    .venv/bin/python tools/scale.py --ipmi [--sizes 100 1000]
+"""
+
+import argparse
+import datetime
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
+# Targets on a 2-vCPU machine (issue 23), at 1,000 nodes.
+TARGETS = {'deploy': 30, 're-run': 1.5, 'teardown': 15}
+GROWTH = 0.1
+NODE_MEMORY_MB = 128
+
+
+def spec(size, cluster, redfish_port):
+    return {
+        'cluster': cluster,
+        'default_ironic_driver': 'redfish',
+        'redfish_port': redfish_port,
+        'node_types': {'scale': {
+            'memory_mb': NODE_MEMORY_MB, 'vcpus': 1,
+            'volumes': [{'capacity': '10GiB'}],
+            'physical_networks': ['physnet1'],
+        }},
+        'specs': [{'type': 'scale', 'count': size,
+                   'node_name_prefix': 'rs'}],
+        'physical_networks': ['physnet1'],
+        'bridge_prefix': 'brrs',
+    }
+
+
+def config(largest):
+    """The [hostagent] options a cluster of ``largest`` nodes needs on
+    this machine: its volumes counted thin, and ratios that let its
+    nodes' vCPUs and memory be allocated (they are defined, not run)."""
+    cpus = os.cpu_count()
+    memory_mb = os.sysconf('SC_PHYS_PAGES') * os.sysconf(
+        'SC_PAGE_SIZE') // 1024 ** 2
+    return ('[hostagent]\nthin_volumes = true\n'
+            'vcpu_inventory = allocation_ratio:%d\n'
+            'memory_mb_inventory = allocation_ratio:%d\n' % (
+                -(-largest // cpus),
+                -(-largest * NODE_MEMORY_MB // memory_mb)))
+
+
+def available_kib():
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemAvailable:'):
+                return int(line.split()[1])
+    raise RuntimeError('no MemAvailable in /proc/meminfo')
+
+
+def run(*args):
+    """Wall-clock seconds of ``tenks args``."""
+    started = time.monotonic()
+    done = subprocess.run([TENKS, *args], capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    if done.returncode:
+        raise RuntimeError('tenks %s failed:\n%s%s' % (
+            ' '.join(args), done.stdout[-2000:], done.stderr[-4000:]))
+    return elapsed
+
+
+def operation_seconds(state_dir):
+    """Seconds the newest operation took, from its record."""
+    db = sqlite3.connect(os.path.join(state_dir, 'state.sqlite'))
+    try:
+        created, finished = db.execute(
+            'SELECT created_at, finished_at FROM tenks_operations '
+            'ORDER BY created_at DESC LIMIT 1').fetchone()
+    finally:
+        db.close()
+    parse = datetime.datetime.fromisoformat
+    return (parse(finished) - parse(created)).total_seconds()
+
+
+def measure(tmp, size, redfish_port, conf_path):
+    """{phase: (wall s, inside s)} and memory KiB per node of ``size``."""
+    state_dir = os.path.join(tmp, 'state-%d' % size)
+    cluster = 'rscale-%d' % size
+    common = ['--config-file', conf_path, '--state-dir', state_dir]
+    paths = {}
+    for name, count in (('base', size),
+                        ('grown', size + int(size * GROWTH))):
+        paths[name] = os.path.join(tmp, '%s-%d.yaml' % (name, size))
+        with open(paths[name], 'w') as f:
+            yaml.safe_dump(spec(count, cluster, redfish_port), f)
+    figures = {}
+    before = available_kib()
+    try:
+        for phase, args in (
+                ('deploy', ['deploy', paths['base']]),
+                ('re-run', ['deploy', paths['base']]),
+                ('grow 10 %', ['deploy', paths['grown']]),
+                ('shrink 10 %', ['deploy', paths['base']]),
+                ('teardown', ['teardown', cluster])):
+            if phase == 'teardown':
+                memory = (before - available_kib()) / size
+            wall = run(*common, *args)
+            figures[phase] = (wall, operation_seconds(state_dir))
+    except BaseException:
+        subprocess.run([TENKS, *common, 'teardown', cluster],
+                       capture_output=True)
+        raise
+    return figures, memory
+
+
+def ipmi_figures(size):
+    """{figure: number} of tools/bench_ipmi.py for ``size`` BMCs."""
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         'bench_ipmi.py')
+    done = subprocess.run([sys.executable, bench, '--bmcs', str(size),
+                           '--idle', '10', '--port', '21000'],
+                          capture_output=True, text=True, check=True)
+    wanted = {'PSS, all, after': 'pss_mib',
+              'CPU idle': 'idle_percent',
+              'CPU of the BMC processes per request': 'request_ms',
+              'ensure_bmc, each new (serial)': 'ensure_ms'}
+    figures = {}
+    for line in done.stdout.splitlines():
+        label, _, value = line.strip().rpartition('  ')
+        if label.strip() in wanted:
+            figures[wanted[label.strip()]] = float(value.split()[0])
+    return figures
+
+
+def ipmi(sizes):
+    print('%-6s %12s %14s %16s %18s' % (
+        'BMCs', 'PSS MiB', 'idle CPU %', 'CPU ms/request', 'ensure ms each'))
+    found = {}
+    for size in sizes:
+        found[size] = ipmi_figures(size)
+        print('%-6d %12.1f %14.2f %16.1f %18.1f' % (
+            size, found[size]['pss_mib'], found[size]['idle_percent'],
+            found[size]['request_ms'], found[size]['ensure_ms']))
+    if len(found) > 1:
+        low, high = min(found), max(found)
+        per_bmc = (found[high]['pss_mib'] - found[low]['pss_mib']) * 1024 / (
+            high - low)
+        base = found[low]['pss_mib'] - per_bmc * low / 1024
+        print()
+        print('each IPMI BMC: %.1f KiB (one IPMI host of %.1f MiB serves '
+              'them all): %d BMCs per GiB' % (
+                  per_bmc, base, (1024 * 1024 - base * 1024) // per_bmc))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--sizes', type=int, nargs='+', default=[100, 1000])
+    parser.add_argument('--redfish-port', type=int, default=8790)
+    parser.add_argument('--ipmi', action='store_true',
+                        help='Measure IPMI BMCs instead.')
+    args = parser.parse_args()
+    if args.ipmi:
+        ipmi(args.sizes)
+        return
+    largest = max(args.sizes) + int(max(args.sizes) * GROWTH)
+    with tempfile.TemporaryDirectory(prefix='tenks-scale-') as tmp:
+        conf_path = os.path.join(tmp, 'tenks.conf')
+        with open(conf_path, 'w') as f:
+            f.write(config(largest))
+        print('Options (%s):\n  %s' % (conf_path, re.sub(
+            '\n', '\n  ', config(largest).strip())))
+        print('%d vCPU, %d MiB of memory' % (
+            os.cpu_count(), os.sysconf('SC_PHYS_PAGES') * os.sysconf(
+                'SC_PAGE_SIZE') // 1024 ** 2))
+        print()
+        print('%-6s %-12s %9s %9s %12s %8s' % (
+            'nodes', 'phase', 'command s', 'inside s', 'ms per node',
+            'target'))
+        per_node = {}
+        for size in args.sizes:
+            figures, memory = measure(tmp, size, args.redfish_port,
+                                      conf_path)
+            for phase, (wall, inside) in figures.items():
+                changed = (int(size * GROWTH) if '10 %' in phase
+                           else size)
+                target = TARGETS.get(phase) if size == 1000 else None
+                print('%-6d %-12s %9.2f %9.2f %12s %8s' % (
+                    size, phase, wall, inside,
+                    '-' if phase == 're-run' else '%.1f' % (
+                        wall / changed * 1000),
+                    '%.1f' % target if target else '-'))
+            per_node[size] = figures['deploy'][0] / size
+            print('%-6d hypervisor memory per node: %.0f KiB' % (size,
+                                                                 memory))
+        if len(per_node) > 1:
+            smallest, biggest = min(per_node), max(per_node)
+            print()
+            print('deploy cost per node at %d / at %d: %.2f (target <= '
+                  '1.3)' % (biggest, smallest,
+                            per_node[biggest] / per_node[smallest]))
+
+
+if __name__ == '__main__':
+    main()
