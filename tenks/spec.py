@@ -255,7 +255,8 @@ SCHEMA = {
         # hypervisor's default route, or are lo (see the README).
         'allow_host_uplinks': dict(_PHYSNET_LIST, default=[]),
         'bridge_type': {
-            'enum': ['linuxbridge', 'openvswitch'],
+            # fake: simulated bridges (hostagent.drivers.fake).
+            'enum': ['linuxbridge', 'openvswitch', 'fake'],
             'default': constants.DEFAULT_BRIDGE_TYPE,
         },
         'bridge_prefix': _pattern(

@@ -21,22 +21,25 @@ class AllowList:
 
     def __init__(self, path):
         self.path = path
-        # (file version, ids), replaced at once: requests run on threads.
-        self._read = (None, frozenset())
+        # (file version, {id: domain}), replaced at once: requests run on
+        # threads.
+        self._read = (None, {})
 
     def __contains__(self, identity):
-        return identity in self.ids()
+        return identity in self.systems()
 
-    def ids(self):
+    def systems(self):
+        """{system id: domain name} of the file as it is now."""
         found = watched.version(self.path)
         if found is None:
-            return frozenset()
-        seen, ids = self._read
+            return {}
+        seen, systems = self._read
         if found != seen:
             try:
                 with open(self.path, encoding='utf-8') as f:
-                    ids = frozenset(json.load(f).values())
+                    systems = {system: domain
+                               for domain, system in json.load(f).items()}
             except (OSError, ValueError, AttributeError, TypeError):
-                ids = frozenset()
-            self._read = (found, ids)
-        return ids
+                systems = {}
+            self._read = (found, systems)
+        return systems
