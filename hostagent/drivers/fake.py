@@ -355,6 +355,8 @@ class FakeNetworkDriver(_Fake, base.NetworkDriver):
 
     def remove_bridge(self, name, owner):
         with self._store.lock:
+            if self._ours('bridge', name, owner) is None:
+                return False
             ports = [port for port, _, data in self._store.items('port')
                      if data['master'] == name]
             if ports:
