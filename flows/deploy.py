@@ -10,13 +10,13 @@ the same flow again.
 
 from taskflow.patterns import linear_flow
 
-from flows import base
 from flows import context
 from flows import host_setup
 from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
+from flows import stages
 from flows import teardown
 from tenks import constants
 from tenks import reconcile
@@ -34,7 +34,7 @@ def get_deploy_flow(operation_id):
     if plan['host_ensure']:
         flow.add(host_setup.host_setup_flow(plan['host_ensure']))
     passwords = reconcile.bmc_passwords(spec)
-    flow.add(base.unordered('nodes', [
+    flow.add(stages.unordered('nodes', [
         node_flow(entry, passwords, plan['force'])
         for entry in plan['nodes'] if entry['agent'] or entry['enrol']]))
     if plan['flavors']['ensure'] or any(e['enrol'] for e in plan['nodes']):
@@ -72,7 +72,7 @@ def removal_flow(plan, resources):
     stage += teardown.removals([row.as_dict() for row in resources
                                 if (row.kind, row.name) in gone])
     if stage:
-        flow.add(base.unordered('remove:nodes', stage))
+        flow.add(stages.unordered('remove:nodes', stage))
     flow.add(*host_removal(plan['host_remove']))
     return flow
 
@@ -84,6 +84,6 @@ def host_removal(rows):
     for kind in constants.HOST_REMOVAL:
         mine = [row for row in rows if row['kind'] == kind]
         if mine:
-            stages.append(base.unordered('remove:%s' % kind,
+            stages.append(stages.unordered('remove:%s' % kind,
                                          teardown.removals(mine)))
     return stages

@@ -12,6 +12,7 @@ from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
+from flows import stages
 from tenks import constants
 from tenks import states
 
@@ -97,6 +98,6 @@ def get_teardown_flow(operation_id):
         stage += [RemoveResource(row) for row in plan['others']
                   if row['kind'] in kinds]
         if stage:
-            flow.add(base.unordered('remove:%s' % '+'.join(kinds), stage))
+            flow.add(stages.unordered('remove:%s' % '+'.join(kinds), stage))
     flow.add(records.ForgetCluster())
     return flow

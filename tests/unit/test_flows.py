@@ -10,6 +10,7 @@ from flows import base
 from flows import deploy
 from flows import nodes
 from flows import post_deploy
+from flows import stages
 from tenks import exceptions
 from tenks import reconcile
 from tenks import states
@@ -389,7 +390,7 @@ class Noop(task.Task):
 
 def test_a_large_unordered_flow_keeps_every_atom_once():
     atoms = [Noop('t%d' % n) for n in range(1000)]
-    flow = base.unordered('stage', atoms)
+    flow = stages.unordered('stage', atoms)
     assert sorted(t.name for t in all_tasks(flow)) == sorted(
         t.name for t in atoms)
-    assert len(flow) <= base.FANOUT
+    assert len(flow) <= stages.FANOUT
