@@ -6,6 +6,7 @@ drivers (hostagent.drivers.fake), each a distinct simulated hypervisor
 import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import time
 
@@ -20,10 +21,11 @@ class SimulatedCluster:
     """``agents`` fake hostagents and a conductor in ``tmp`` (a
     pathlib.Path). ``conductor_options`` and ``agent_options``: lines
     added to their [conductor] and [hostagent] sections; ``fake``:
-    lines of the hostagents' [fake] section."""
+    lines of the hostagents' [fake] section. ``openstack``: the
+    endpoints of the cloud the conductor uses (openstack_fixtures)."""
 
     def __init__(self, tmp, agents, broker=df.SHARED, conductor_options='',
-                 agent_options='', fake='', threads=None):
+                 agent_options='', fake='', threads=None, openstack=None):
         self.token = secrets.token_hex(3)
         self.tmp = tmp
         self.broker = broker
@@ -35,6 +37,12 @@ class SimulatedCluster:
         self.services = {}
         pool = '' if threads is None else (
             'executor_thread_pool_size = %d\n' % threads)
+        if openstack:
+            conductor_options += '[openstack]\n' + ''.join(
+                '%s = %s\n' % (option, openstack[service])
+                for service, option in (('baremetal', 'ironic_url'),
+                                        ('compute', 'nova_url'),
+                                        ('placement', 'placement_url')))
         self.conductor = self._service('conductor', self.conductor_host, '''
 [conductor]
 host = %s
@@ -105,7 +113,9 @@ physnet_mappings = physnet1:lo
             raise
         return self
 
-    def wait_for_agents(self, timeout=120):
+    def wait_for_agents(self):
+        # Many hostagents starting at once share the machine's CPUs.
+        timeout = 60 + 3 * len(self.hosts)
         poll = rpcapi.ConductorAPI(self.bus, timeout=5)
         deadline = time.monotonic() + timeout
         while True:
@@ -132,7 +142,12 @@ physnet_mappings = physnet1:lo
                              % (operation_id, self.tmp))
 
     def __exit__(self, *exc):
-        for service in self.services.values():
+        # Stopped together: each may take its graceful shutdown time.
+        running = [s for s in self.services.values()
+                   if s.process and s.process.poll() is None]
+        for service in running:
+            service.process.send_signal(signal.SIGTERM)
+        for service in running:
             service.stop()
         self.bus.cleanup()
         with contextlib.suppress(subprocess.CalledProcessError):
