@@ -5,8 +5,9 @@ one tenks-conductor, on this machine's RabbitMQ (a private vhost).
 For each size of --nodes it deploys a cluster, tears it down and prints:
 deploy and teardown seconds, deploy cost per node (ms), the conductor's
 CPU seconds and peak RSS (MiB), the hostagents' CPU seconds, and the
-messages per node (what the vhost's exchanges took in, from RabbitMQ's
-management counters when they are enabled, otherwise left out).
+AMQP frames per node the services sent the broker during the deploy and
+the teardown (rabbitmqctl's recv_cnt of the vhost's open connections: a
+message published is 3 frames, its acknowledgement 1).
 
     .venv/bin/python tools/scale_simulated.py [--nodes 1000 10000]
         [--agents 50] [--latency 0]
@@ -33,6 +34,13 @@ from tests.functional import distributed_fixtures as df
 from tests.functional import simulated_fixtures as sf
 
 
+def frames(vhost):
+    """AMQP frames the open connections of ``vhost`` have sent."""
+    out = df.SHARED.ctl('list_connections', 'vhost', 'recv_cnt').stdout
+    return sum(int(count) for line in out.splitlines()[1:]
+               for name, count in [line.split('\t')] if name == vhost)
+
+
 def run(size, agents, latency, tmp):
     cluster = sf.SimulatedCluster(tmp / ('n%d' % size), agents,
                                   fake='latency = %s\n' % latency,
@@ -44,6 +52,7 @@ def run(size, agents, latency, tmp):
         cpu0 = sf.cpu_seconds(conductor)
         agents0 = sum(map(sf.cpu_seconds, agent_pids))
         spec = cluster.spec('simscale', size)
+        frames0 = frames(cluster.vhost)
         start = time.monotonic()
         op = cluster.wait(cluster.api.deploy_cluster(df.ADMIN, spec),
                           timeout=3600)
@@ -52,6 +61,7 @@ def run(size, agents, latency, tmp):
             raise SystemExit('deploy of %d nodes: %s (%s); logs in %s' % (
                 size, op['state'], op.get('error'), cluster.tmp))
         cpu_deploy = sf.cpu_seconds(conductor) - cpu0
+        frames1 = frames(cluster.vhost)
         start = time.monotonic()
         op = cluster.wait(cluster.api.teardown_cluster(df.ADMIN, 'simscale'),
                           timeout=3600)
@@ -66,6 +76,9 @@ def run(size, agents, latency, tmp):
             'conductor_cpu_s': sf.cpu_seconds(conductor) - cpu0,
             'conductor_peak_rss_mb': sf.peak_rss_mb(conductor),
             'agents_cpu_s': sum(map(sf.cpu_seconds, agent_pids)) - agents0,
+            'deploy_frames_per_node': (frames1 - frames0) / size,
+            'teardown_frames_per_node': (frames(cluster.vhost) - frames1)
+            / size,
         }
 
 
