@@ -80,10 +80,10 @@ def removal_flow(plan, resources):
 def host_removal(rows):
     """Stages removing the host things ``rows`` (resource dicts), in
     constants.HOST_REMOVAL order."""
-    stages = []
+    removals = []
     for kind in constants.HOST_REMOVAL:
         mine = [row for row in rows if row['kind'] == kind]
         if mine:
-            stages.append(stages.unordered('remove:%s' % kind,
+            removals.append(stages.unordered('remove:%s' % kind,
                                          teardown.removals(mine)))
-    return stages
+    return removals

@@ -37,8 +37,8 @@ from tenks import states
 LOG = logging.getLogger(__name__)
 
 DRIVER = 'fake'
-RUNNING = 'running'
-SHUT_OFF = 'shut off'
+RUNNING = states.DOMAIN_RUNNING
+SHUT_OFF = states.DOMAIN_SHUT_OFF
 
 
 def simulate(conf, action):
