@@ -105,7 +105,8 @@ class FlowRunner:
         return self._run(engine, on_progress, resumed=True)
 
     def _options(self):
-        return {'engine': 'parallel', 'executor': self.executor}
+        # TaskFlow's parallel engine, quicker to compile (conductor.engine).
+        return {'engine': 'tenks-parallel', 'executor': self.executor}
 
     def _run(self, engine, on_progress, resumed):
         try:

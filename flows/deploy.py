@@ -9,7 +9,6 @@ the same flow again.
 """
 
 from taskflow.patterns import linear_flow
-from taskflow.patterns import unordered_flow
 
 from flows import context
 from flows import host_setup
@@ -17,6 +16,7 @@ from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
+from flows import stages
 from flows import teardown
 from tenks import constants
 from tenks import reconcile
@@ -33,12 +33,10 @@ def get_deploy_flow(operation_id):
                                  plan['cluster_state']))
     if plan['host_ensure']:
         flow.add(host_setup.host_setup_flow(plan['host_ensure']))
-    changing = unordered_flow.Flow('nodes')
-    for entry in plan['nodes']:
-        if entry['agent'] or entry['enrol']:
-            changing.add(node_flow(entry, reconcile.bmc_passwords(spec),
-                                   plan['force']))
-    flow.add(changing)
+    passwords = reconcile.bmc_passwords(spec)
+    flow.add(stages.unordered('nodes', [
+        node_flow(entry, passwords, plan['force'])
+        for entry in plan['nodes'] if entry['agent'] or entry['enrol']]))
     if plan['flavors']['ensure'] or any(e['enrol'] for e in plan['nodes']):
         flow.add(post_deploy.post_deploy_flow(plan))
     if (plan['host_remove'] or plan['flavors']['remove'] or plan['unenrol']
@@ -64,19 +62,17 @@ def removal_flow(plan, resources):
     for row in resources:
         by_node.setdefault(row.node, []).append(row.as_dict())
     flow = linear_flow.Flow('removals')
-    stage = unordered_flow.Flow('remove:nodes')
-    for entry in plan['nodes']:
-        if entry['new'] is None:
-            stage.add(nodes.RemoveNode(entry['uuid'], entry['name'],
-                                       entry['hypervisor'],
-                                       by_node.get(entry['uuid'], []),
-                                       force=plan['force']))
+    stage = [nodes.RemoveNode(entry['uuid'], entry['name'],
+                              entry['hypervisor'],
+                              by_node.get(entry['uuid'], []),
+                              force=plan['force'])
+             for entry in plan['nodes'] if entry['new'] is None]
     gone = {('nova_flavor', name) for name in plan['flavors']['remove']}
     gone.update(('ironic_node', uuid) for uuid in plan['unenrol'])
-    stage.add(*teardown.removals([row.as_dict() for row in resources
-                                  if (row.kind, row.name) in gone]))
-    if len(stage):
-        flow.add(stage)
+    stage += teardown.removals([row.as_dict() for row in resources
+                                if (row.kind, row.name) in gone])
+    if stage:
+        flow.add(stages.unordered('remove:nodes', stage))
     flow.add(*host_removal(plan['host_remove']))
     return flow
 
@@ -84,11 +80,10 @@ def removal_flow(plan, resources):
 def host_removal(rows):
     """Stages removing the host things ``rows`` (resource dicts), in
     constants.HOST_REMOVAL order."""
-    stages = []
+    removals = []
     for kind in constants.HOST_REMOVAL:
         mine = [row for row in rows if row['kind'] == kind]
         if mine:
-            stage = unordered_flow.Flow('remove:%s' % kind)
-            stage.add(*teardown.removals(mine))
-            stages.append(stage)
-    return stages
+            removals.append(stages.unordered('remove:%s' % kind,
+                                         teardown.removals(mine)))
+    return removals

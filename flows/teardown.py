@@ -4,7 +4,6 @@ import functools
 
 from taskflow import task
 from taskflow.patterns import linear_flow
-from taskflow.patterns import unordered_flow
 
 from flows import base
 from flows import context
@@ -13,6 +12,7 @@ from flows import nodes
 from flows import post_deploy
 from flows import records
 from flows import registration
+from flows import stages
 from tenks import constants
 from tenks import states
 
@@ -88,16 +88,16 @@ def get_teardown_flow(operation_id):
     flow.add(records.MarkCluster(states.CLUSTER_DELETING,
                                  plan.get('cluster_state')))
     for kinds in constants.REMOVAL_STAGES:
-        stage = unordered_flow.Flow('remove:%s' % '+'.join(kinds))
+        stage = []
         if kinds == ('domain',):
             # A plan saved before teardowns took --force has no 'force'.
-            stage.add(*[nodes.RemoveNode(n['uuid'], n['name'],
-                                         n['hypervisor'], n['rows'],
-                                         plan.get('force', False))
-                        for n in plan['nodes']])
-        stage.add(*[RemoveResource(row) for row in plan['others']
-                    if row['kind'] in kinds])
-        if len(stage):
-            flow.add(stage)
+            stage += [nodes.RemoveNode(n['uuid'], n['name'],
+                                       n['hypervisor'], n['rows'],
+                                       plan.get('force', False))
+                      for n in plan['nodes']]
+        stage += [RemoveResource(row) for row in plan['others']
+                  if row['kind'] in kinds]
+        if stage:
+            flow.add(stages.unordered('remove:%s' % '+'.join(kinds), stage))
     flow.add(records.ForgetCluster())
     return flow

@@ -408,6 +408,23 @@ SERVICE_GROUPS = ('conductor', 'hostagent')
 
 
 
+fake_opts = [
+    cfg.FloatOpt('latency', default=0, min=0,
+                 help='Seconds each change a fake driver makes (creating, '
+                      'changing or removing a simulated volume, domain, '
+                      'bridge, port or BMC) takes.'),
+    cfg.FloatOpt('failure_rate', default=0, min=0, max=1,
+                 help='Share of the changes of the fake drivers that fail '
+                      '(with a DriverError, before anything changed).'),
+    cfg.IntOpt('cpus', default=1024, min=1,
+               help='CPUs of the hypervisor the fake virt driver '
+                    'simulates.'),
+    cfg.IntOpt('memory_mb', default=4 * 1024 * 1024, min=1,
+               help='Memory (MiB) of the hypervisor the fake virt driver '
+                    'simulates.'),
+]
+
+
 def register(conf):
     conf.register_opts(default_opts)
     conf.register_opts(conductor_opts, group='conductor')
@@ -415,6 +432,7 @@ def register(conf):
     conf.register_opts(hostagent_opts, group='hostagent')
     conf.register_opts(openstack_opts, group='openstack')
     conf.register_opts(scheduler_opts, group='scheduler')
+    conf.register_opts(fake_opts, group='fake')
     register_upgrade_levels(conf)
     return conf
 
@@ -459,6 +477,7 @@ def list_opts():
         ('DEFAULT', default_opts),
         ('conductor', conductor_opts),
         ('database', database_opts),
+        ('fake', fake_opts),
         ('hostagent', hostagent_opts),
         ('openstack', openstack_opts),
         ('scheduler', scheduler_opts),

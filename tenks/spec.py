@@ -339,7 +339,8 @@ SCHEMA = {
             "they carry the hypervisor's default route, or are lo.",
             default=[], examples=[['eth0']]),
         'bridge_type': {
-            'enum': ['linuxbridge', 'openvswitch'],
+            # fake: simulated bridges (hostagent.drivers.fake).
+            'enum': ['linuxbridge', 'openvswitch', 'fake'],
             'default': constants.DEFAULT_BRIDGE_TYPE,
             'description': "The kind of the physnets' bridges.",
         },

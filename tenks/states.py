@@ -61,6 +61,9 @@ DEPLOYMENT_DEAD = 'dead'
 # run, None when it is not defined: its definition can change at once,
 # and a node that moves counts as powered off.
 DOMAIN_STOPPED = (None, 'shut off', 'crashed')
+# The states the fake virt driver's domains take (hostagent.drivers.fake).
+DOMAIN_RUNNING = 'running'
+DOMAIN_SHUT_OFF = 'shut off'
 
 # Ironic's provision states Tenks drives a node through.
 IRONIC_ENROLL = 'enroll'

@@ -165,6 +165,12 @@ def reconnecting(engine, call):
             return call()
 
 
+def _without_plan():
+    """A select of the operations' columns, the plan read as None."""
+    return sa.select(*[sa.null().label('plan') if column.name == 'plan'
+                       else column for column in OPERATIONS.c])
+
+
 class StateDB:
 
     def __init__(self, engine):
@@ -599,11 +605,19 @@ class StateDB:
         self._write(sa.update(OPERATIONS).where(
             OPERATIONS.c.id == operation_id).values(**values))
 
-    def get_operation(self, operation_id):
-        return self._get(models.Operation, operation_id)
+    def get_operation(self, operation_id, plan=True):
+        """The operation; ``plan`` False: without its plan (None), which
+        is what callers see and is large for a large cluster."""
+        if plan:
+            return self._get(models.Operation, operation_id)
+        found = self._read(models.Operation, _without_plan().where(
+            OPERATIONS.c.id == operation_id))
+        return found[0] if found else None
 
-    def list_operations(self, cluster=None, state=None, conductor=None):
-        query = sa.select(OPERATIONS).order_by(OPERATIONS.c.created_at)
+    def list_operations(self, cluster=None, state=None, conductor=None,
+                        plan=True):
+        query = (sa.select(OPERATIONS) if plan else _without_plan()
+                 ).order_by(OPERATIONS.c.created_at)
         for column, value in (('cluster', cluster), ('state', state),
                               ('conductor', conductor)):
             if value is not None:

@@ -17,13 +17,16 @@ class Records:
         return [] if self.db is None else getattr(self.db, method)(*args)
 
     def get_operation(self, operation_id):
-        operation = self.db and self.db.get_operation(operation_id)
+        operation = self.db and self.db.get_operation(operation_id,
+                                                      plan=False)
         if operation is None:
             raise exceptions.OperationNotFound(id=operation_id)
         return operation.as_dict()
 
     def list_operations(self, cluster=None):
-        return [o.as_dict() for o in self._rows('list_operations', cluster)]
+        return [o.as_dict() for o in (
+            [] if self.db is None else self.db.list_operations(
+                cluster, plan=False))]
 
     def get_cluster(self, name):
         cluster = self.db and self.db.get_cluster(name)

@@ -848,3 +848,26 @@ def test_flow_store_forgets_a_flow_once_it_has_run(conductor, hypervisor):
     with pytest.raises(exceptions.OperationFailed):
         conductor.deployments.deploy(make_spec(count=2))
     assert memory._written == {} and memory._atoms == {}
+
+
+def test_showing_operations_never_reads_their_plans(conductor, hypervisor):
+    """Callers poll operations while they run: what they read must not
+    grow with the cluster, as a deploy's plan (every node) does."""
+    operation_id = conductor.deployments.submit(make_spec(count=2))
+    conductor.operations.wait(operation_id)
+    assert conductor.db.get_operation(operation_id).plan
+    statements = []
+
+    def seen(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    sa.event.listen(conductor.db.engine, 'before_cursor_execute', seen)
+    try:
+        shown = conductor.records.get_operation(operation_id)
+        [listed] = conductor.records.list_operations()
+    finally:
+        sa.event.remove(conductor.db.engine, 'before_cursor_execute', seen)
+    assert shown['state'] == listed['state'] == 'succeeded'
+    assert 'plan' not in shown and shown['progress']
+    assert statements and not any(
+        'tenks_operations."plan"' in s for s in statements), statements

@@ -10,6 +10,7 @@ from flows import base
 from flows import deploy
 from flows import nodes
 from flows import post_deploy
+from flows import stages
 from tenks import exceptions
 from tenks import reconcile
 from tenks import states
@@ -26,15 +27,15 @@ def all_tasks(flow):
     return found
 
 
-def planned(conductor, spec):
+def planned(conductor, spec, **host_facts):
     """A deploy of ``spec`` planned and recorded as the conductor does
-    it (cluster, scheduled nodes, operation with its plan); returns the
-    operation id and the plan."""
+    it (cluster, scheduled nodes, operation with its plan) on a host
+    with ``host_facts``; returns the operation id and the plan."""
     db = conductor.db
     name = spec['cluster']
     if db.get_cluster(name) is None:
         db.save_cluster(name, spec, states.CLUSTER_SCHEDULED)
-    host = {'hv1': facts(mappings=spec['physnet_mappings'])}
+    host = {'hv1': facts(mappings=spec['physnet_mappings'], **host_facts)}
     plan, new = planner.plan_deploy(
         spec, db.get_cluster(name), host,
         [n.as_dict() for n in db.list_nodes()],
@@ -352,3 +353,44 @@ def test_placement_timeout_names_a_few_of_many_nodes(monkeypatch):
         wait_for_placement(monkeypatch, {}, nodes)
     assert ('0 of 12 nodes offer it (not yet tk00, tk01, tk02, tk03, tk04 '
             'and 7 more)' in str(raised.value))
+
+
+def _compile_work(flow, monkeypatch):
+    """Graph nodes TaskFlow's compiler copies to compile ``flow``."""
+    from taskflow.engines.action_engine import compiler
+    from taskflow.types import graph
+    copied = []
+    compose = graph.nx.algorithms.compose
+    monkeypatch.setattr(graph.nx.algorithms, 'compose', lambda g, h: (
+        copied.append(len(g) + len(h)) or compose(g, h)))
+    compiler.PatternCompiler(flow).compile()
+    monkeypatch.undo()
+    return sum(copied)
+
+
+def test_compiling_a_deploy_flow_costs_in_proportion_to_its_nodes(
+        conductor, monkeypatch):
+    work = {}
+    for count in (100, 400):
+        operation_id, _ = planned(conductor, make_spec(
+            cluster='c%d' % count, count=count, ipmi_port_range_end=9000),
+            memory_mb=1024 ** 2, free=1024 ** 5)
+        flow = deploy.get_deploy_flow(operation_id)
+        assert len(all_tasks(flow)) > count
+        work[count] = _compile_work(flow, monkeypatch)
+    # A flat flow of n nodes: n² (16 times the work for 4 times the nodes).
+    assert work[400] < 6 * work[100]
+
+
+class Noop(task.Task):
+
+    def execute(self):
+        pass
+
+
+def test_a_large_unordered_flow_keeps_every_atom_once():
+    atoms = [Noop('t%d' % n) for n in range(1000)]
+    flow = stages.unordered('stage', atoms)
+    assert sorted(t.name for t in all_tasks(flow)) == sorted(
+        t.name for t in atoms)
+    assert len(flow) <= stages.FANOUT

@@ -8,8 +8,10 @@ from taskflow import states
 from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.persistence import models
+from taskflow.utils import iter_utils
 
 from conductor import runner as flow_runner
+from flows import stages
 from tenks import exceptions
 from tenks.db import api as db_api
 from tenks.db import migration
@@ -137,3 +139,34 @@ def test_a_run_leaves_nothing_in_the_stores_memory(runner):
     runner.run('op-1', 'deploy:c1', three_steps, {}, {})
     connection = runner.backend.get_connection()
     assert (connection._written, connection._atoms) == ({}, {})
+
+
+def many_steps(count):
+    return stages.unordered('deploy', [Step('domain:tk%d' % n)
+                                       for n in range(count)])
+
+
+def test_running_a_flow_searches_its_hierarchy_in_proportion_to_it(
+        runner, monkeypatch):
+    """TaskFlow's engine looks each atom up in the flow's hierarchy by a
+    walk of it all: n² for n atoms, unless the runner's engine indexes
+    it."""
+    visited = []
+    find_first_match = iter_utils.find_first_match
+
+    def counting(iterable, matcher):
+        def walked():
+            for item in iterable:
+                visited.append(item)
+                yield item
+        return find_first_match(walked(), matcher)
+
+    monkeypatch.setattr(iter_utils, 'find_first_match', counting)
+    work = {}
+    for count in (100, 400):
+        visited.clear()
+        outcome = runner.run('op-%d' % count, 'deploy:c%d' % count,
+                             many_steps, {'count': count}, {})
+        assert outcome.progress == {'domain': [count, count]}
+        work[count] = len(visited)
+    assert work[400] < 8 * max(work[100], 1)

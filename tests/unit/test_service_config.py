@@ -69,7 +69,8 @@ def test_unknown_driver(tmp_path):
     conf = parse(tmp_path, GOOD % (tmp_path / 'state')
                  + '[hostagent]\nbmc_driver = sushy\n')
     assert daemon.validate(conf, 'hostagent') == [
-        "[hostagent] bmc_driver: no driver 'sushy' (known: virtualbmc)"]
+        "[hostagent] bmc_driver: no driver 'sushy' (known: fake, "
+        "virtualbmc)"]
     # Drivers are the hostagent's business only.
     assert daemon.validate(conf, 'conductor') == []
 

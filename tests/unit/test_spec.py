@@ -465,7 +465,7 @@ def test_bridge_type_is_linuxbridge_or_openvswitch(tmp_path):
     assert spec.load(write(tmp_path, change(bridge_type='openvswitch')))[
         'bridge_type'] == 'openvswitch'
     assert problems(tmp_path, change(bridge_type='ovs')) == [
-        "bridge_type: 'ovs' is not one of: linuxbridge, openvswitch"]
+        "bridge_type: 'ovs' is not one of: linuxbridge, openvswitch, fake"]
 
 
 def test_bad_enum_lists_allowed_values(tmp_path):

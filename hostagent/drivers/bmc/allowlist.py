@@ -33,3 +33,15 @@ class AllowList:
         except OSError:
             return frozenset()
         return frozenset(n for n in names if not n.endswith('.tmp'))
+
+    def domain(self, identity):
+        """The name of the domain of system ``identity`` (its file holds
+        it), or None when the list does not hold it."""
+        if identity not in self:
+            return None
+        try:
+            with open(os.path.join(self.path, identity),
+                      encoding='utf-8') as f:
+                return f.read()
+        except OSError:
+            return None

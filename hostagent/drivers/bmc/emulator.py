@@ -23,7 +23,9 @@ set here to ``TENKS_DOWNLOAD_DIR`` (0700, in the emulator's own
 directory). Its systems driver is wrapped so that what sushy-tools lists
 or looks up by itself (the systems and managers collections, the
 chassis' and thermal links, certificate locations, update targets) holds
-the allow-listed systems only.
+the allow-listed systems only. With ``SUSHY_EMULATOR_FAKE_DRIVER`` (the
+fake Redfish driver, hostagent.drivers.fake) the systems are sushy-tools'
+simulated ones, one for each system of the allow-list.
 """
 
 import argparse
@@ -36,12 +38,15 @@ import threading
 from sushy_tools import error
 from sushy_tools.emulator import auth_basic
 from sushy_tools.emulator import main as sushy
+from sushy_tools.emulator import memoize
+from sushy_tools.emulator.resources.systems import fakedriver
 
 from hostagent.drivers.bmc import htpasswd
 
 ALLOWED = 'SUSHY_EMULATOR_ALLOWED_INSTANCES'
 AUTH_FILE = 'SUSHY_EMULATOR_AUTH_FILE'
 DOWNLOAD_DIR = 'TENKS_DOWNLOAD_DIR'
+FAKE = 'SUSHY_EMULATOR_FAKE_DRIVER'
 # The one path under Systems/ that names no system (a static registry).
 _REGISTRY = ('Systems', 'Bios', 'BiosRegistry')
 _MEDIA_ACTIONS = ('VirtualMedia.InsertMedia', 'VirtualMedia.EjectMedia')
@@ -197,13 +202,43 @@ class ScopedSystems:
             raise error.NotFound('No system %s' % identity)
 
 
+class AllowedFakeSystems(fakedriver.FakeDriver):
+    """sushy-tools' fake systems driver whose systems are those of the
+    allow-list (an allowlist.AllowList): a system appears, powered off,
+    when the list first holds it, named after its domain."""
+
+    def __init__(self, allowed):
+        super().__init__()
+        self._allowed = allowed
+
+    def _get(self, identity):
+        if identity not in self._systems:
+            domain = self._allowed.domain(identity)
+            if domain is not None:
+                self._systems[identity] = {'uuid': identity, 'name': domain,
+                                           'power_state': 'Off', 'nics': []}
+                self._by_name[domain] = identity
+        return super()._get(identity)
+
+    @property
+    def systems(self):
+        return list(self._allowed.ids())
+
+
 class _Application(sushy.Application):
     """sushy-tools' application, its systems those of its allow-list;
     its managers driver derives its managers from them."""
 
     @property
     def systems(self):
+        if self.config.get(FAKE):
+            return ScopedSystems(self._fake_systems(), self.config[ALLOWED])
         return ScopedSystems(super().systems, self.config[ALLOWED])
+
+    @memoize.memoize()
+    def _fake_systems(self):
+        fakedriver.FakeDriver.initialize(self.config, self.logger)
+        return AllowedFakeSystems(self.config[ALLOWED])
 
 
 def build(config_file):
