@@ -76,7 +76,8 @@ class EnsureIronicNode(base.EnsureResource):
                         'while reverting: %s', old['name'], e)
 
     def ensure(self, svc, operation_id, cluster, adopt):
-        spec = svc.db.get_operation(operation_id).spec
+        # Not its plan: that holds every node of the cluster.
+        spec = svc.db.get_operation(operation_id, plan=False).spec
         return self._ensure(svc, self.entry['new'], self.ensure_args, spec,
                             adopt)
 
