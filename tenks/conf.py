@@ -18,7 +18,8 @@ HOST_REGEX = r'^[A-Za-z0-9._-]+$'
 # registers them), in the order they run by default.
 SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
                      'traits', 'availability_zone', 'aggregate_metadata',
-                     'pool_space', 'capacity', 'bmc_memory', 'bmc_port')
+                     'pool_space', 'capacity', 'bmc_memory', 'bridge_ports',
+                     'bmc_port')
 SCHEDULER_WEIGHERS = ('cpu', 'ram', 'disk')
 # KiB of memory each IPMI BMC takes in the IPMI host: the growth of its
 # PSS from 100 to 1,000 BMCs that each answered once (tools/bench_ipmi.py:

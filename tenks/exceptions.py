@@ -202,6 +202,13 @@ class BmcMemoryExhausted(NoValidHost):
                'each, it has %(free)s free')
 
 
+class BridgeFull(NoValidHost):
+    msg_fmt = ('Hypervisor %(host)s cannot take more nodes on the Linux '
+               'bridge of %(physnets)s: a Linux bridge holds %(ports)d '
+               'ports (the kernel\'s limit), so %(nodes)d nodes and an '
+               'uplink; use bridge_type openvswitch, or more hypervisors')
+
+
 class NetworkDriverMismatch(NoValidHost):
     msg_fmt = ('Hypervisor %(host)s offers the network driver(s) '
                '%(driver)s, but the spec asks for bridge_type '

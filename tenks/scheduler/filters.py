@@ -8,6 +8,10 @@ from tenks import exceptions
 from tenks import node_records
 from tenks import resources
 
+# Ports a Linux bridge holds (the kernel's BR_MAX_PORTS, port 0 unused),
+# and so the nodes of one NIC each it takes beside an uplink.
+LINUX_BRIDGE_PORTS = 1023
+LINUX_BRIDGE_NODES = LINUX_BRIDGE_PORTS - 1
 FIRMWARE_NAMES = {'bios': 'BIOS', 'uefi': 'UEFI',
                   'secure_boot': 'UEFI secure boot'}
 
@@ -230,6 +234,33 @@ class BmcMemoryFilter(BaseHostFilter):
             needed=show_bytes(count * host.ipmi_bmc_bytes),
             per_bmc=show_bytes(host.ipmi_bmc_bytes),
             free=show_bytes(host.initially_ipmi_free_bytes))
+
+
+class BridgePortsFilter(BaseHostFilter):
+    """Room on the host's Linux bridges for one more node's NICs: the
+    kernel's bridge holds LINUX_BRIDGE_PORTS ports, one of them kept
+    for the physnet's uplink. Open vSwitch has no such limit."""
+
+    name = 'bridge_ports'
+    dynamic = True
+
+    def host_passes(self, host, request):
+        return not self._full(host, request)
+
+    def _full(self, host, request):
+        if request.bridge_type != 'linuxbridge':
+            return []
+        return [p for p in request.physnets
+                if host.bridge_ports.get(p, 0) >= LINUX_BRIDGE_NODES]
+
+    def reason(self, host, request):
+        return 'bridge ports', 'its Linux bridge of %s holds %d nodes' % (
+            ', '.join(self._full(host, request)), LINUX_BRIDGE_NODES)
+
+    def error(self, host, request):
+        return exceptions.BridgeFull(
+            host=host.name, physnets=', '.join(self._full(host, request)),
+            nodes=LINUX_BRIDGE_NODES, ports=LINUX_BRIDGE_PORTS)
 
 
 class BmcPortFilter(BaseHostFilter):

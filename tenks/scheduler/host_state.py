@@ -94,6 +94,13 @@ class HostState:
         self.ipmi_free_bytes = facts.get('ipmi_free_bytes')
         self.initially_ipmi_free_bytes = self.ipmi_free_bytes
         self.network_drivers = network_drivers(facts)
+        # {physnet: NICs of this cluster's nodes here on its bridge}.
+        self.bridge_ports = {}
+        for node in mine:
+            if node['cluster'] == spec['cluster']:
+                for nic in node['nics']:
+                    self.bridge_ports[nic['physnet']] = (
+                        self.bridge_ports.get(nic['physnet'], 0) + 1)
         # Hostagents older than API 1.4 boot BIOS only.
         self.firmware = facts.get('firmware', ['bios'])
         # The cluster's Redfish endpoint here, and who else has it: a
@@ -141,6 +148,8 @@ class HostState:
         for rc, amount in self.amounts(request).items():
             self.used[rc] += amount
         self.free_bytes -= self.volume_bytes(request)
+        for physnet in request.physnets:
+            self.bridge_ports[physnet] = self.bridge_ports.get(physnet, 0) + 1
         if request.bmc_type == 'redfish':
             self.taken_endpoints[self.redfish] = self.name
             return self.redfish

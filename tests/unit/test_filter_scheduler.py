@@ -406,3 +406,43 @@ def test_bmc_memory_spreads_over_hosts_and_ignores_redfish():
     redfish = spec(count=100, top={'default_ironic_driver': 'redfish'})
     assert len(scheduler.schedule(redfish, {'hv1': facts('hv1', **small)},
                                   [])) == 100
+
+
+# The kernel's limit on a Linux bridge's ports
+
+def big_host(host, **extra):
+    return facts(host, cpus=2048, memory_mb=2048 * 128, disk_gb=4096,
+                 **extra)
+
+
+def redfish(count, **top):
+    return spec(count=count, top=dict(top, default_ironic_driver='redfish'))
+
+
+def test_a_linux_bridge_takes_1022_nodes_and_an_uplink():
+    """The 1,024th port of a Linux bridge fails with 'Exchange full' in
+    the middle of a deploy: the scheduler refuses before, naming it."""
+    assert len(scheduler.schedule(redfish(1022), {'hv1': big_host('hv1')},
+                                  [])) == 1022
+    with pytest.raises(exceptions.BridgeFull) as raised:
+        scheduler.schedule(redfish(1023), {'hv1': big_host('hv1')}, [])
+    assert str(raised.value) == (
+        'Hypervisor hv1 cannot take more nodes on the Linux bridge of '
+        'physnet1: a Linux bridge holds 1023 ports (the kernel\'s limit), '
+        'so 1022 nodes and an uplink; use bridge_type openvswitch, or more '
+        'hypervisors')
+    # Two hypervisors share them (IPMI: a cluster's Redfish endpoint is
+    # on one); Open vSwitch has no such limit.
+    two = {'hv1': big_host('hv1'), 'hv2': big_host('hv2')}
+    ipmi = spec(count=1023, top={'ipmi_port_range_end': 7300})
+    assert len(scheduler.schedule(ipmi, two, [])) == 1023
+    ovs = {'hv1': big_host('hv1', driver='openvswitch', free=2 * 1024 ** 4)}
+    assert len(scheduler.schedule(redfish(1100, bridge_type='openvswitch'),
+                                  ovs, [])) == 1100
+
+
+def test_the_bridge_counts_the_nodes_already_there():
+    recorded = scheduler.schedule(redfish(1000), {'hv1': big_host('hv1')},
+                                  [])
+    with pytest.raises(exceptions.BridgeFull):
+        scheduler.schedule(redfish(1100), {'hv1': big_host('hv1')}, recorded)
