@@ -33,6 +33,8 @@ import time
 
 import yaml
 
+from tenks.scheduler import filters
+
 TENKS = os.path.join(os.path.dirname(sys.executable), 'tenks')
 # Targets on a 2-vCPU machine (issue 23), at 1,000 nodes.
 TARGETS = {'deploy': 30, 're-run': 1.5, 'teardown': 15}
@@ -40,9 +42,10 @@ GROWTH = 0.1
 NODE_MEMORY_MB = 128
 
 
-def spec(size, cluster, redfish_port):
+def spec(size, cluster, redfish_port, bridge_type):
     return {
         'cluster': cluster,
+        'bridge_type': bridge_type,
         'default_ironic_driver': 'redfish',
         'redfish_port': redfish_port,
         'node_types': {'scale': {
@@ -109,11 +112,16 @@ def measure(tmp, size, redfish_port, conf_path):
     cluster = 'rscale-%d' % size
     common = ['--config-file', conf_path, '--state-dir', state_dir]
     paths = {}
-    for name, count in (('base', size),
-                        ('grown', size + int(size * GROWTH))):
+    grown = size + int(size * GROWTH)
+    # A Linux bridge holds 1,022 nodes (the kernel's limit on its ports).
+    bridge_type = ('linuxbridge' if grown <= filters.LINUX_BRIDGE_NODES
+                   else 'openvswitch')
+    print('%d nodes: bridge_type %s' % (size, bridge_type), flush=True)
+    for name, count in (('base', size), ('grown', grown)):
         paths[name] = os.path.join(tmp, '%s-%d.yaml' % (name, size))
         with open(paths[name], 'w') as f:
-            yaml.safe_dump(spec(count, cluster, redfish_port), f)
+            yaml.safe_dump(spec(count, cluster, redfish_port, bridge_type),
+                           f)
     figures = {}
     before = available_kib()
     try:

@@ -543,6 +543,10 @@ step_venv() {
     local t0=$SECONDS
     rm -f "$STAMP"
     run_logged "$VENV/bin/python" -m pip install -q -e "${REPO}[test]"
+    # stevedore caches the entry points it finds, per sys.path, and does
+    # not always see an editable install's new ones (a scheduler filter
+    # added to setup.cfg, say): start afresh.
+    rm -rf "${XDG_CACHE_HOME:-$HOME/.cache}/python-entrypoints"
     echo "$want" >"$STAMP"
     say "venv: installed in $((SECONDS - t0)) s"
 }
