@@ -183,7 +183,7 @@ def start_with(kind, tmp_path, text):
     ('hostagent', '[hostagent]\nresource_prefix = Bad!\n',
      "[hostagent] resource_prefix"),
     ('hostagent', '[hostagent]\nvirt_driver = vmware\n',
-     "[hostagent] virt_driver: no driver 'vmware' (known: libvirt)"),
+     "[hostagent] virt_driver: no driver 'vmware' (known: fake, libvirt)"),
     ('conductor', '[conductor]\nagent_timeout = 0\n',
      '[conductor] agent_timeout'),
     ('conductor', '[DEFAULT]\nstate_dir = {file}/state\n',

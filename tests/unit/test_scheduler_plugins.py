@@ -130,8 +130,9 @@ def test_only_registered_names_are_choices(installed, tmp_path):
         scheduler.options_from_conf(conf)
     assert 'no tenks.scheduler.filters registered as rack (registered: ' \
         'aggregate_metadata, availability_zone, bmc_memory, bmc_port, ' \
-        'bridge_ports, broken, capacity, enabled, firmware, network_driver, physnets, ' \
-        'pool_space, quarantine, traits)' in str(refused.value)
+        'bridge_ports, broken, capacity, enabled, firmware, ' \
+        'network_driver, physnets, pool_space, quarantine, traits)' \
+        in str(refused.value)
 
 
 def test_a_plugin_that_cannot_load_is_a_configuration_error(installed):
