@@ -22,16 +22,15 @@ a GiB ([hostagent] ipmi_bmc_memory_kib).
 """
 
 import argparse
-import datetime
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 
 import yaml
+from benchmark import operation_seconds
 
 from tenks.scheduler import filters
 
@@ -91,19 +90,6 @@ def run(*args):
         raise RuntimeError('tenks %s failed:\n%s%s' % (
             ' '.join(args), done.stdout[-2000:], done.stderr[-4000:]))
     return elapsed
-
-
-def operation_seconds(state_dir):
-    """Seconds the newest operation took, from its record."""
-    db = sqlite3.connect(os.path.join(state_dir, 'state.sqlite'))
-    try:
-        created, finished = db.execute(
-            'SELECT created_at, finished_at FROM tenks_operations '
-            'ORDER BY created_at DESC LIMIT 1').fetchone()
-    finally:
-        db.close()
-    parse = datetime.datetime.fromisoformat
-    return (parse(finished) - parse(created)).total_seconds()
 
 
 def measure(tmp, size, redfish_port, conf_path):

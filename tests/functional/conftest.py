@@ -1,5 +1,7 @@
 """Fixtures every functional test module may use."""
 
+import subprocess
+
 import pytest
 
 from tests.functional import cluster_fixtures
@@ -32,3 +34,21 @@ def pytest_runtest_makereport(item, call):
     if report.when == 'call':
         item.stash[cluster_fixtures.CALL_REPORT] = report
     return report
+
+
+@pytest.fixture
+def small_pools(tmp_path):
+    """A pool directory on a file system of its own: 3 GiB of ext4 in a
+    sparse file (the scheduler counts whole GiB), none reserved for
+    root."""
+    disk, path = tmp_path / 'pools.ext4', tmp_path / 'pools'
+    path.mkdir()
+    with open(disk, 'wb') as f:
+        f.truncate(3 * 1024 ** 3)
+    subprocess.run(['mkfs.ext4', '-q', '-m', '0', str(disk)], check=True)
+    subprocess.run(['mount', '-o', 'loop', str(disk), str(path)],
+                   check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(['umount', str(path)], check=True)

@@ -163,24 +163,6 @@ def test_libvirtd_stopped_during_a_shrink(private_env):
     env.teardown()
 
 
-@pytest.fixture
-def small_pools(tmp_path):
-    """A pool directory on a file system of its own: 3 GiB of ext4 in a
-    sparse file (the scheduler counts whole GiB), none reserved for
-    root."""
-    disk, path = tmp_path / 'pools.ext4', tmp_path / 'pools'
-    path.mkdir()
-    with open(disk, 'wb') as f:
-        f.truncate(3 * 1024 ** 3)
-    subprocess.run(['mkfs.ext4', '-q', '-m', '0', str(disk)], check=True)
-    subprocess.run(['mount', '-o', 'loop', str(disk), str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(['umount', str(path)], check=True)
-
-
 def fill(path, leave):
     """Write a file in ``path`` that leaves ``leave`` bytes free there."""
     stat = os.statvfs(path)

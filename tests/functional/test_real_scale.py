@@ -3,7 +3,6 @@ counted at what they take when made, and IPMI BMCs that must fit in the
 memory a hypervisor has for them (real libvirt, virtualbmc, bridges;
 embedded mode)."""
 
-import subprocess
 
 import libvirt
 import pytest
@@ -23,23 +22,6 @@ def env(tmp_path):
     env = cf.ClusterEnv(tmp_path, port_base=PORT_BASE)
     with cf.checked(env):
         yield env
-
-
-@pytest.fixture
-def small_pools(tmp_path):
-    """A pool directory on a file system of its own: 3 GiB of ext4 in a
-    sparse file, none reserved for root."""
-    disk, path = tmp_path / 'pools.ext4', tmp_path / 'pools'
-    path.mkdir()
-    with open(disk, 'wb') as f:
-        f.truncate(3 * 1024 ** 3)
-    subprocess.run(['mkfs.ext4', '-q', '-m', '0', str(disk)], check=True)
-    subprocess.run(['mount', '-o', 'loop', str(disk), str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(['umount', str(path)], check=True)
 
 
 def test_ipmi_bmcs_that_do_not_fit_in_memory_are_refused(env):
