@@ -18,6 +18,9 @@ from tests.unit import test_conductor
 from tests.unit.conftest import make_spec
 
 TIMEOUT = 0.3
+# Long enough for the agent to begin a request under a loaded CI
+# machine; the tests that need it begun check that it was.
+BEGUN_TIMEOUT = 2
 
 
 class Services:
@@ -108,18 +111,21 @@ def test_late_removal_forgets_the_node_and_announces_it(conductor,
     gave up: the node's records go, its delete.end is sent, and the
     cluster, short of a node, is failed."""
     conductor.deployments.deploy(make_spec(count=2))
-    release = threading.Event()
+    begun, release = threading.Event(), threading.Event()
     real_remove = hypervisor.remove
 
     def slow_remove(kind, name):
         if (kind, name) == ('domain', 'tk1'):
-            release.wait(10)
+            begun.set()
+            release.wait(30)
         return real_remove(kind, name)
 
     monkeypatch.setattr(hypervisor, 'remove', slow_remove)
-    conductor.agents.timeout = TIMEOUT
+    conductor.agents.timeout = BEGUN_TIMEOUT
+    conductor.agents.retries = 0
     with pytest.raises(exceptions.OperationFailed):
         conductor.teardowns.teardown('unit')
+    assert begun.is_set(), 'the agent never began removing tk1'
     db = conductor.db
     tk1 = node(db, 'tk1')
     assert node(db, 'tk0') is None
@@ -148,18 +154,21 @@ def test_late_creation_is_recorded_present(conductor, hypervisor,
     made is recorded present, credited to the deploy that made it, so a
     teardown removes it."""
     conductor.deployments.deploy(make_spec(count=1))
-    release = threading.Event()
+    begun, release = threading.Event(), threading.Event()
     real_ensure = hypervisor.ensure
 
     def slow_ensure(kind, name, value=True):
         if (kind, name) == ('domain', 'tk1'):
-            release.wait(10)
+            begun.set()
+            release.wait(30)
         return real_ensure(kind, name, value)
 
     monkeypatch.setattr(hypervisor, 'ensure', slow_ensure)
-    conductor.agents.timeout = TIMEOUT
+    conductor.agents.timeout = BEGUN_TIMEOUT
+    conductor.agents.retries = 0
     with pytest.raises(exceptions.OperationFailed):
         conductor.deployments.deploy(make_spec(count=2))
+    assert begun.is_set(), 'the agent never began making tk1'
     db = conductor.db
     [deploy] = [o for o in db.list_operations('unit')
                 if o.state == 'failed']
