@@ -53,7 +53,8 @@ def check_hosts(agents, spec, deployment, facts, nodes, resources,
         for host, interfaces in sorted(wanted.items())}
     problems = interface_conflicts(spec, wanted, found, resources)
     if problems:
-        raise exceptions.InterfaceConflict(conflicts='; '.join(problems))
+        raise exceptions.InterfaceConflict(
+            conflicts=exceptions.first_of(problems, 10))
 
 
 

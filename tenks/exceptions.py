@@ -7,6 +7,15 @@ where, in words an operator can act on.
 """
 
 
+def first_of(items, shown, sep='; '):
+    """The first ``shown`` of ``items`` joined by ``sep``, and how many
+    more there are: a message stays readable at a thousand nodes."""
+    items = list(items)
+    more = len(items) - shown
+    return sep.join(items[:shown]) + (' and %d more' % more
+                                      if more > 0 else '')
+
+
 class TenksError(Exception):
     """Base class; ``msg_fmt`` is filled from the keyword arguments.
 

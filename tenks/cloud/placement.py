@@ -42,7 +42,7 @@ def wait_for_offers(conn, wanted, timeout, interval):
                              % (rc, ' with %s' % ', '.join(traits)
                                 if traits else '',
                                 len(nodes) - len(missing), len(nodes),
-                                _some(missing)))
+                                exceptions.first_of(missing, 5, ', ')))
         if not short:
             return
         if time.monotonic() > deadline:
@@ -50,9 +50,3 @@ def wait_for_offers(conn, wanted, timeout, interval):
                                               short='; '.join(short))
         time.sleep(interval)
 
-
-def _some(names, shown=5):
-    """The first ``shown`` of ``names``, and how many more there are."""
-    more = len(names) - shown
-    return ', '.join(names[:shown]) + (' and %d more' % more
-                                       if more > 0 else '')

@@ -267,11 +267,6 @@ def _no_valid_host(request, hosts, options, removed=None):
         count, 'hypervisor' if count == 1 else 'hypervisors',
         ', '.join('%s removed %d' % (key, len(why))
                   for key, why in reasons.items()),
-        '; '.join(_examples(why) for why in reasons.values())))
+        '; '.join(exceptions.first_of(why, 3)
+                  for why in reasons.values())))
 
-
-def _examples(reasons, shown=3):
-    """The first ``shown`` of ``reasons``, and how many more."""
-    more = len(reasons) - shown
-    return '; '.join(reasons[:shown]) + (
-        '; and %d more' % more if more > 0 else '')

@@ -281,6 +281,20 @@ def test_deploy_onto_a_foreign_interface_makes_nothing(conductor,
     assert conductor.deployments.deploy(make_spec(count=1))['changed'] == []
 
 
+def test_a_conflict_of_many_interfaces_names_ten(conductor, hypervisor):
+    """A thousand taken names make an error one can read."""
+    for i in range(25):
+        hypervisor.interfaces['p-tk%d-0' % i] = 'tenks:elsewhere'
+    with pytest.raises(exceptions.InterfaceConflict) as raised:
+        conductor.deployments.deploy(make_spec(
+            count=25, default_ironic_driver='redfish'))
+    message = str(raised.value)
+    assert message.count('p-tk') == 10
+    assert message.endswith(" with owner mark 'tenks:elsewhere' and 15 "
+                            "more")
+    assert hypervisor.things == {}
+
+
 def test_second_cluster_on_the_same_bridges_is_refused(conductor,
                                                        hypervisor):
     conductor.deployments.deploy(make_spec(count=1))
