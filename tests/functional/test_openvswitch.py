@@ -4,6 +4,7 @@ and a standalone Ironic."""
 
 import contextlib
 import subprocess
+import threading
 
 import pytest
 from pyroute2 import IPRoute
@@ -249,3 +250,63 @@ def test_driver_uplinks_to_an_interface_and_keeps_foreign_ports(env):
         vsctl('--if-exists', 'del-br', bridge)
         with IPRoute() as ipr, contextlib.suppress(Exception):
             ipr.link('del', index=ipr.link_lookup(ifname=dummy)[0])
+
+
+def test_ports_made_at_once_share_transactions_and_keep_their_marks(env):
+    """Twelve nodes' ports made and removed on twelve threads, as a
+    hostagent does: each is a marked port of the bridge, with its tap;
+    Open vSwitch commits fewer transactions than ports (group_commit);
+    a port another owner holds fails its own request only."""
+    driver = openvswitch.OpenvSwitchDriver(env.conf)
+    owner = 'tenks:%s:x' % env.cluster
+    bridge = env.bridge_prefix + '0'
+    taps = ['p-%s%d-0' % (env.node_prefix, i) for i in range(12)]
+    commits = []
+    real_commit = driver._commit
+
+    def counted(commands):
+        commits.append(len(commands))
+        return real_commit(commands)
+    driver._commits._commit = counted
+
+    def on_threads(call):
+        outcome = {}
+
+        def run(tap):
+            try:
+                outcome[tap] = call(tap)
+            except Exception as e:
+                outcome[tap] = e
+        threads = [threading.Thread(target=run, args=(tap,)) for tap in taps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return outcome
+
+    driver.ensure_bridge(bridge, owner)
+    try:
+        commits.clear()
+        # One port is another's already: its request alone fails.
+        vsctl('add-port', bridge, taps[3], '--', 'set', 'port', taps[3],
+              'external_ids:%s=tenks:other:y' % openvswitch.MARK,
+              '--', 'set', 'interface', taps[3], 'type=internal')
+        made = on_threads(lambda tap: driver.ensure_port(bridge, tap, owner))
+        assert isinstance(made.pop(taps[3]), exceptions.ResourceConflict)
+        assert all(m['created'] for m in made.values()), made
+        assert len(commits) < len(made)
+        assert sorted(bridge_ports()[bridge]) == sorted(taps)
+        for tap in made:
+            assert ovs_get('port', tap, 'external_ids:%s'
+                           % openvswitch.MARK) == owner
+        commits.clear()
+        removed = on_threads(lambda tap: driver.remove_port(tap, owner))
+        assert isinstance(removed.pop(taps[3]), exceptions.ResourceConflict)
+        assert set(removed.values()) == {True}
+        assert len(commits) < len(removed)
+        assert bridge_ports()[bridge] == [taps[3]]
+    finally:
+        vsctl('--if-exists', 'del-port', taps[3])
+        for tap in taps[:3] + taps[4:]:
+            driver.remove_port(tap, owner)
+        driver.remove_bridge(bridge, owner)

@@ -2,9 +2,10 @@
 
 Bridges, patch ports and the ports of taps and veths are rows of the
 local OVSDB, written through ovsdbapp (one transaction per request, so a
-row never exists without its mark); the taps and veths themselves are
-kernel links made over netlink, marked with the owner as their alias as
-the Linux bridge driver marks its links. OVS rows carry the owner in
+row never exists without its mark; requests made at the same time share
+one: group_commit); the taps and veths themselves are kernel links made
+over netlink, marked with the owner as their alias as the Linux bridge
+driver marks its links. OVS rows carry the owner in
 ``external_ids`` under :data:`MARK`.
 
 A node's NIC is a persistent tap (named as with Linux bridges) added as
@@ -28,6 +29,7 @@ import threading
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.network import group_commit
 from hostagent.drivers.network import linuxbridge as lb
 from tenks import exceptions
 from tenks import names as tenks_names
@@ -112,6 +114,7 @@ class OpenvSwitchDriver(base.NetworkDriver):
         super().__init__(conf)
         # Serialises check-then-create, as the Linux bridge driver does.
         self._lock = threading.Lock()
+        self._commits = group_commit.GroupCommit(self._commit)
 
     # -- OVSDB plumbing ----------------------------------------------------
 
@@ -195,8 +198,12 @@ class OpenvSwitchDriver(base.NetworkDriver):
         return row
 
     def _transaction(self, *commands):
-        api = self._api()
-        with api.transaction(check_error=True) as txn:
+        """Commit ``commands`` atomically, maybe in one transaction with
+        other threads' (group_commit)."""
+        self._commits.run(commands)
+
+    def _commit(self, commands):
+        with self._api().transaction(check_error=True) as txn:
             for command in commands:
                 txn.add(command)
 
@@ -381,15 +388,17 @@ class OpenvSwitchDriver(base.NetworkDriver):
     def ensure_port(self, bridge, name, owner):
         """See base; the persistent tap ``name`` as a port of ``bridge``."""
         action = 'create tap %s in Open vSwitch bridge %s' % (name, bridge)
-        with self._lock, self._errors(action, bridge, name), \
-                lb.iproute() as ipr:
-            self._our_bridge(bridge, owner, action)
-            port = self._owned('Port', name, owner)
-            link = lb._owned(ipr, name, owner, 'tun')
-            created = link is None
-            if created:
-                with lb._adding(name, owner):
-                    lb._add_tap(name)
+        with self._errors(action, bridge, name), lb.iproute() as ipr:
+            with self._lock:
+                self._our_bridge(bridge, owner, action)
+                port = self._owned('Port', name, owner)
+                link = lb._owned(ipr, name, owner, 'tun')
+                created = link is None
+                if created:
+                    with lb._adding(name, owner):
+                        lb._add_tap(name)
+            # The port's transaction outside the lock, so that other
+            # nodes' ports made meanwhile join it.
             with lb._undone_on_error(ipr, name if created else None):
                 if created:
                     link = lb._get(ipr, name)
