@@ -237,6 +237,11 @@ def node_request(view, passwords, gone=None):
     # path; the hostagent's own default path is the one it has.
     if view['console_log'] is not None or not view['console_log_enabled']:
         node['console_log'] = view['console_log']
+    # Only when set: the scheduler gives such nodes only to hostagents
+    # that know them (their facts list machine types).
+    for key in ('cpu_mode', 'machine'):
+        if view.get(key):
+            node[key] = view[key]
     node['nics'] = [dict({k: nic[k] for k in ('mac', 'tap', 'bridge')},
                          bridge_type=nic.get(
                              'bridge_type', constants.DEFAULT_BRIDGE_TYPE))
