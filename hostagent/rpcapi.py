@@ -22,7 +22,11 @@ request does no harm.
                 'port_types': {tap: bridge_type}}}
 
 (``bridge_type`` ``linuxbridge`` or ``openvswitch``, the network driver
-of the NIC's bridge: ``linuxbridge`` where it is left out.)
+of the NIC's bridge: ``linuxbridge`` where it is left out. Optional
+``cpu_mode`` and ``machine``: the domain's CPU mode and machine type,
+sent only for node types that set them, whose nodes the scheduler gives
+only to agents whose facts list ``machines`` and ``cpu_modes``, {domain
+type: [names]} of what their libvirt has.)
 
 and reports ``{'changed', 'created', 'updated', 'removed',
 'power_state'}``, the middle three lists of ``[kind, name]`` (kinds
