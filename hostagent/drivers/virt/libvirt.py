@@ -482,7 +482,7 @@ class LibvirtDriver(base.VirtDriver):
     @staticmethod
     def _resolved(conn, domain, guests=None):
         """``domain`` with its machine type's canonical name; DriverError
-        when this hypervisor's libvirt has not its machine type or CPU
+        when this hypervisor's libvirt lacks its machine type or CPU
         mode. ``guests``: _guest_machines of ``conn``, if read already."""
         machine = domain.get('machine')
         cpu_mode = domain.get('cpu_mode')
