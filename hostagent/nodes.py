@@ -54,6 +54,9 @@ NODE_SCHEMA = {
         'console_log': {'type': ['string', 'null'], 'minLength': 1},
         'boot_mode': {'enum': ['bios', 'uefi'], 'default': 'bios'},
         'secure_boot': {'type': 'boolean', 'default': False},
+        # Optional: libvirt's defaults without them.
+        'cpu_mode': {'type': 'string', 'minLength': 1},
+        'machine': {'type': 'string', 'minLength': 1},
         'pool': {'type': 'string', 'minLength': 1},
         'volumes': {'type': 'array', 'items': {
             'type': 'object', 'required': ['name'],
@@ -248,8 +251,9 @@ def domain(node, found=None):
         'disks': disks,
         'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
     }
-    if 'console_log' in node:
-        described['console_log'] = node['console_log']
+    for key in ('console_log', 'cpu_mode', 'machine'):
+        if key in node:
+            described[key] = node[key]
     return described
 
 

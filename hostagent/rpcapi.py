@@ -22,7 +22,11 @@ request does no harm.
                 'port_types': {tap: bridge_type}}}
 
 (``bridge_type`` ``linuxbridge`` or ``openvswitch``, the network driver
-of the NIC's bridge: ``linuxbridge`` where it is left out.)
+of the NIC's bridge: ``linuxbridge`` where it is left out. Optional
+``cpu_mode`` and ``machine``: the domain's CPU mode and machine type,
+sent only for node types that set them, whose nodes the scheduler gives
+only to agents whose facts list ``machines`` and ``cpu_modes``, {domain
+type: [names]} of what their libvirt has.)
 
 and reports ``{'changed', 'created', 'updated', 'removed',
 'power_state'}``, the middle three lists of ``[kind, name]`` (kinds
@@ -237,6 +241,11 @@ def node_request(view, passwords, gone=None):
     # path; the hostagent's own default path is the one it has.
     if view['console_log'] is not None or not view['console_log_enabled']:
         node['console_log'] = view['console_log']
+    # Only when set: the scheduler gives such nodes only to hostagents
+    # that know them (their facts list machine types).
+    for key in ('cpu_mode', 'machine'):
+        if view.get(key):
+            node[key] = view[key]
     node['nics'] = [dict({k: nic[k] for k in ('mac', 'tap', 'bridge')},
                          bridge_type=nic.get(
                              'bridge_type', constants.DEFAULT_BRIDGE_TYPE))

@@ -16,7 +16,8 @@ STATE_DIR_ENV = 'TENKS_STATE_DIR'
 HOST_REGEX = r'^[A-Za-z0-9._-]+$'
 # The built-in filters and weighers of tenks.scheduler (setup.cfg
 # registers them), in the order they run by default.
-SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'physnets',
+SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'machine',
+                     'physnets',
                      'traits', 'availability_zone', 'aggregate_metadata',
                      'pool_space', 'capacity', 'bmc_memory', 'bridge_ports',
                      'bmc_port')

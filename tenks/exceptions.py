@@ -194,6 +194,10 @@ class NoValidHost(TenksError):
     msg_fmt = 'No valid host for %(what)s: %(reason)s'
 
 
+class MachineUnsupported(NoValidHost):
+    msg_fmt = 'Hypervisor %(host)s cannot run %(what)s: %(reason)s'
+
+
 class PortRangeExhausted(NoValidHost):
     msg_fmt = ('IPMI port range %(start)d-%(end)d on %(host)s is exhausted: '
                '%(needed)d port(s) needed, %(free)d free')

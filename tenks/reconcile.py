@@ -162,6 +162,8 @@ def view(spec, deployment, node, host_facts):
         'console_log': node.get('console_log'),
         'boot_mode': firmware(node)[0],
         'secure_boot': firmware(node)[1],
+        'cpu_mode': node_type.get('cpu_mode'),
+        'machine': node_type.get('machine'),
         'pool': names.pool(spec['cluster'], host_facts['resource_prefix']),
         'volumes': node['volumes'],
         'nics': node['nics'],
@@ -417,7 +419,7 @@ def node_changes(old, new):
     # forced) and its NVRAM made or removed; see the README.
     for field in ('memory_mb', 'vcpus', 'domain_type',
                   'console_log_enabled', 'console_log', 'boot_mode',
-                  'secure_boot'):
+                  'secure_boot', 'cpu_mode', 'machine'):
         if old.get(field) != new.get(field) and not (
                 # Recorded before Tenks recorded the path: unknown.
                 field == 'console_log' and old.get(field) is None
@@ -489,16 +491,20 @@ def endpoint(bmc):
     if bmc['type'] == 'redfish':
         return '%s/redfish/v1/Systems/%s' % (redfish_url(bmc),
                                              bmc['system_id'])
-    return '%s:%d' % (bmc['address'], bmc['port'])
+    return host_port(bmc['address'], bmc['port'])
+
+
+def host_port(address, port):
+    """``address:port``, an IPv6 address in brackets (as in a URL)."""
+    if ':' in address:
+        address = '[%s]' % address
+    return '%s:%d' % (address, port)
 
 
 def redfish_url(bmc):
     """Ironic's redfish_address of a Redfish BMC (a view's)."""
-    host = bmc['address']
-    if ':' in host:
-        host = '[%s]' % host
-    return '%s://%s:%d' % ('https' if bmc['tls'] else 'http', host,
-                           bmc['port'])
+    return '%s://%s' % ('https' if bmc['tls'] else 'http',
+                        host_port(bmc['address'], bmc['port']))
 
 
 def _size(state):

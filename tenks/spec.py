@@ -51,11 +51,6 @@ def _described(schema, description, **extra):
     return dict(schema, description=description, **extra)
 
 
-def _unsupported(feature):
-    """A key of the Ansible-based Tenks for a feature not built yet."""
-    return {'not': {}, 'x-unsupported': feature}
-
-
 def _hypervisor_option(option):
     """A key the Ansible-based Tenks reads per hypervisor, which is an
     option of each hostagent here."""
@@ -154,8 +149,19 @@ _NODE_TYPE = {
         'secure_boot': {'type': 'boolean', 'default': False,
                         'description': "UEFI secure boot, with Microsoft's "
                         'keys enrolled (needs boot_mode uefi).'},
-        'cpu_mode': _unsupported('choosing the CPU mode'),
-        'machine': _unsupported('choosing the machine type'),
+        # Checked against what each hypervisor's libvirt supports when
+        # the nodes are scheduled (the machine_type filter).
+        'cpu_mode': {
+            'enum': ['host-passthrough', 'host-model', 'maximum'],
+            'description': "The domains' CPU mode (libvirt's <cpu mode>); "
+            "default: QEMU's own CPU model. host-passthrough needs "
+            'libvirt_domain_type kvm.', 'examples': ['host-model']},
+        'machine': _pattern(
+            '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}',
+            "a machine type of the hypervisor's QEMU",
+            description="The domains' machine type: q35, pc or a versioned "
+            'one (pc-q35-7.2); default: pc (q35 with secure boot).',
+            examples=['q35']),
     },
 }
 
@@ -720,8 +726,6 @@ def _describe(error):
             _show(value, schema.get('x-secret', False)))
         if expected == ['string'] and isinstance(value, (int, float)):
             problem += ' (put it in quotes)'
-    elif kind == 'not' and 'x-unsupported' in schema:
-        problem = '%s is not supported yet' % schema['x-unsupported']
     elif kind == 'not' and 'x-hypervisor-option' in schema:
         problem = ('set per hypervisor here, as [hostagent] %s in the '
                    'configuration of its hostagent, not in the spec'
@@ -1056,6 +1060,12 @@ def _firmware_problems(spec, type_name, node_type):
         problems.append('%s: secure boot needs boot_mode uefi (the node '
                         'type\'s boot mode is bios)'
                         % _path(where + ['secure_boot']))
+    machine = node_type.get('machine')
+    if node_type.get('secure_boot') is True and isinstance(
+            machine, str) and 'q35' not in machine:
+        problems.append('%s: %s cannot have secure boot, which needs SMM: '
+                        'libvirt allows it on q35 machines only'
+                        % (_path(where + ['machine']), machine))
     driver = node_type.get('ironic_driver', spec.get('default_ironic_driver'))
     if driver == 'redfish' and _bmc_type(spec, type_name) == 'redfish':
         for key, what in (('volumes', 'a volume'),

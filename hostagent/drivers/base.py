@@ -55,9 +55,11 @@ class VirtDriver(abc.ABC):
         Keys: ``libvirt_version`` (str), ``cpus`` (int), ``memory_mb``
         (int: the host's total memory, MemTotal, steady between
         registrations), ``firmware`` (what it can boot: 'bios', 'uefi',
-        'secure_boot'; optional, BIOS only without it). Raises
-        HypervisorUnavailable when libvirt cannot be reached, naming the
-        URI.
+        'secure_boot'; optional, BIOS only without it), ``machines`` and
+        ``cpu_modes`` ({domain type: [machine types, aliases first]} and
+        {domain type: [CPU modes]} of x86_64 domains; optional, no node
+        that names them without). Raises HypervisorUnavailable when
+        libvirt cannot be reached, naming the URI.
         """
 
     @abc.abstractmethod
@@ -155,7 +157,9 @@ class VirtDriver(abc.ABC):
         when the key is there. Optional: boot_mode ('bios', the default,
         or 'uefi') and secure_boot (bool); a UEFI domain gets an NVRAM
         file of its own, marked as ``owner``'s, which remove_domain
-        removes. Firmware missing for them: DriverError.
+        removes. Firmware missing for them: DriverError. Optional too:
+        cpu_mode and machine (a machine type, an alias or versioned);
+        DriverError when the hypervisor lacks them.
         """
 
     @abc.abstractmethod

@@ -39,6 +39,9 @@ LOG = logging.getLogger(__name__)
 DRIVER = 'fake'
 RUNNING = states.DOMAIN_RUNNING
 SHUT_OFF = states.DOMAIN_SHUT_OFF
+# The machine types a fake hypervisor offers, as libvirt lists them:
+# aliases first.
+FAKE_MACHINES = ['pc', 'q35', 'pc-i440fx-7.2', 'pc-q35-7.2']
 
 
 def simulate(conf, action):
@@ -152,7 +155,11 @@ class FakeVirtDriver(_Fake, base.VirtDriver):
     def facts(self):
         return {'libvirt_version': 'fake', 'cpus': self.conf.fake.cpus,
                 'memory_mb': self.conf.fake.memory_mb,
-                'firmware': ['bios', 'uefi', 'secure_boot']}
+                'firmware': ['bios', 'uefi', 'secure_boot'],
+                'machines': {'qemu': FAKE_MACHINES, 'kvm': FAKE_MACHINES},
+                'cpu_modes': {'qemu': ['maximum', 'host-model'],
+                              'kvm': ['host-passthrough', 'maximum',
+                                      'host-model']}}
 
     def check_pool_devices(self, name, devices, owner, wipe=()):
         """Simulated pools have no devices to check."""

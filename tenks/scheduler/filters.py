@@ -84,6 +84,46 @@ class FirmwareFilter(BaseHostFilter):
             'no %s firmware (OVMF: install the package ovmf there)' % name)
 
 
+class MachineFilter(BaseHostFilter):
+    """The node type's machine type and CPU mode are among those the
+    host's libvirt has for the spec's domain type (qemu: TCG has no
+    host-passthrough)."""
+
+    name = 'machine'
+
+    def _refusal(self, host, request):
+        """(what, why) the host cannot run the node, or None."""
+        machines = host.facts.get('machines')
+        if machines is None:
+            return 'machine types', (
+                'its hostagent does not report machine types and CPU '
+                'modes (it is older than node types with them)')
+        kind = request.domain_type
+        have = machines.get(kind, [])
+        if request.machine and request.machine not in have:
+            return 'machine type %s' % request.machine, (
+                'libvirt has no machine type %s for %s domains (it has: '
+                '%s)' % (request.machine, kind, _some(have)))
+        modes = host.facts['cpu_modes'].get(kind, [])
+        if request.cpu_mode and request.cpu_mode not in modes:
+            return 'CPU mode %s' % request.cpu_mode, (
+                'libvirt does not support CPU mode %s for %s domains (it '
+                'supports: %s)' % (request.cpu_mode, kind, _some(modes)))
+        return None
+
+    def host_passes(self, host, request):
+        return not (request.machine or request.cpu_mode) or (
+            self._refusal(host, request) is None)
+
+    def reason(self, host, request):
+        return self._refusal(host, request)
+
+    def error(self, host, request):
+        return exceptions.MachineUnsupported(
+            host=host.name, what=request.what,
+            reason=self._refusal(host, request)[1])
+
+
 class PhysnetsFilter(BaseHostFilter):
     """Every mapped interface exists, and the host maps each physnet of
     the node that some host maps: a physnet no host maps is an isolated
@@ -296,6 +336,13 @@ class BmcPortFilter(BaseHostFilter):
             start=spec['ipmi_port_range_start'],
             end=spec['ipmi_port_range_end'], host=host.name,
             needed=needed, free=host.initially_free_ports)
+
+
+def _some(names, shown=8):
+    """The first ``shown`` of ``names``, and how many more."""
+    more = len(names) - shown
+    return ', '.join(names[:shown]) + (
+        ' and %d more' % more if more > 0 else '') if names else 'none'
 
 
 def show_bytes(size):

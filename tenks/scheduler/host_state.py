@@ -34,6 +34,9 @@ class Request:
         self.bridge_type = spec['bridge_type']
         self.physnets = self.node_type['physical_networks']
         self.firmware = node_records.firmware_kind(self.node_type)
+        self.domain_type = spec['libvirt_domain_type']
+        self.machine = self.node_type.get('machine')
+        self.cpu_mode = self.node_type.get('cpu_mode')
         self.bmc_type = node_records.bmc_type(spec, entry['type'])
         self.spec = spec
         self.recorded = recorded

@@ -115,8 +115,6 @@ def test_keys_refused_or_ignored_say_why():
             'hypervisor, as ``[hostagent] libvirt_uri``' in text)
     assert ('.. describe:: cmd\n\n   Only steers the Ansible-based '
             'Tenks' in text)
-    assert ('.. describe:: node_types.<name>.cpu_mode\n\n   Refused: '
-            'choosing the CPU mode is not supported yet.' in text)
 
 
 def configuration_namespaces():

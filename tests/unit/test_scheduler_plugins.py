@@ -130,7 +130,7 @@ def test_only_registered_names_are_choices(installed, tmp_path):
         scheduler.options_from_conf(conf)
     assert 'no tenks.scheduler.filters registered as rack (registered: ' \
         'aggregate_metadata, availability_zone, bmc_memory, bmc_port, ' \
-        'bridge_ports, broken, capacity, enabled, firmware, ' \
+        'bridge_ports, broken, capacity, enabled, firmware, machine, ' \
         'network_driver, physnets, pool_space, quarantine, traits)' \
         in str(refused.value)
 

@@ -19,8 +19,6 @@ _SPECIAL = {
     'x-ansible-only': lambda value: (
         'Only steers the Ansible-based Tenks: accepted with a warning, '
         'then ignored.'),
-    'x-unsupported': lambda feature: (
-        'Refused: %s is not supported yet.' % feature),
     'x-hypervisor-option': lambda option: (
         'Refused: set per hypervisor, as ``[hostagent] %s`` in the '
         'configuration of its hostagent.' % option),

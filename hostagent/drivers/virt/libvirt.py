@@ -181,8 +181,41 @@ def _machine(machine):
     return 'q35' if machine and 'q35' in machine else 'pc'
 
 
-def _summary(xml):
-    """The parts of a domain XML that ensure_domain manages.
+def _guest_machines(caps_xml):
+    """{domain type: {machine type: its canonical name}} of the x86_64
+    guests of libvirt's capabilities ``caps_xml`` (an alias such as q35
+    stands for a versioned type, pc-q35-7.2)."""
+    machines = {}
+    for arch in ET.fromstring(caps_xml).findall("guest/arch[@name='x86_64']"):
+        common = arch.findall('machine')
+        for dom in arch.findall('domain'):
+            for m in dom.findall('machine') or common:
+                machines.setdefault(dom.get('type'), {})[m.text] = (
+                    m.get('canonical') or m.text)
+    return machines
+
+
+def _listed(machines):
+    """Machine type names, aliases first, then the versioned ones."""
+    return sorted(machines, key=lambda m: (machines[m] == m, m))
+
+
+def _cpu_modes(conn, domain_type, machine=None):
+    """The CPU modes libvirt supports for x86_64 domains of
+    ``domain_type`` (on ``machine``, default its default): under TCG
+    (qemu) host-passthrough is not one."""
+    try:
+        caps = conn.getDomainCapabilities(None, 'x86_64', machine,
+                                          domain_type, 0)
+    except libvirt.libvirtError:
+        return []  # no such domain type here (kvm without /dev/kvm)
+    return [mode.get('name') for mode in ET.fromstring(caps).findall(
+        'cpu/mode') if mode.get('supported') == 'yes']
+
+
+def _summary(xml, exact_machine=False):
+    """The parts of a domain XML that ensure_domain manages; the machine
+    type's family, unless ``exact_machine`` (the node names one).
 
     Not the boot order: the BMC changes it when Ironic sets the boot
     device, and a re-run must not undo that. Not <bios useserial>
@@ -191,11 +224,16 @@ def _summary(xml):
     """
     root = ET.fromstring(xml)
     devices = root.find('devices')
+    cpu_mode = _attr(root, 'cpu', 'mode')
     loader = root.find('os/loader')
     nvram = root.find('os/nvram')
     return {
         'type': root.get('type'),
-        'machine': _machine(_attr(root, 'os/type', 'machine')),
+        'machine': (_attr(root, 'os/type', 'machine') if exact_machine
+                    else _machine(_attr(root, 'os/type', 'machine'))),
+        # libvirt spells out its default CPU (no <cpu>) as a custom one,
+        # which Tenks never asks for.
+        'cpu_mode': None if cpu_mode == 'custom' else cpu_mode,
         'loader': None if loader is None else (
             loader.text, loader.get('type'), loader.get('secure', 'no')),
         'nvram': None if nvram is None else (nvram.text,
@@ -421,11 +459,14 @@ class LibvirtDriver(base.VirtDriver):
             # and vary between readings.
             memory_kib = conn.getMemoryStats(
                 libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)['total']
+            caps = conn.getCapabilities()
             daemon = self._daemon
             if daemon is None:
                 daemon = self._daemon = _daemon(
-                    self._uri, conn.getHostname(), ET.fromstring(
-                        conn.getCapabilities()).findtext('host/uuid'))
+                    self._uri, conn.getHostname(),
+                    ET.fromstring(caps).findtext('host/uuid'))
+            machines = _guest_machines(caps)
+            cpu_modes = {kind: _cpu_modes(conn, kind) for kind in machines}
         return {
             'libvirt_version': '%d.%d.%d' % (
                 version // 1000000, version // 1000 % 1000, version % 1000),
@@ -433,7 +474,41 @@ class LibvirtDriver(base.VirtDriver):
             'cpus': info[2],
             'memory_mb': memory_kib // 1024,
             'firmware': ['bios'] + sorted(self._firmware()),
+            'machines': {kind: _listed(names)
+                         for kind, names in machines.items()},
+            'cpu_modes': cpu_modes,
         }
+
+    @staticmethod
+    def _resolved(conn, domain, guests=None):
+        """``domain`` with its machine type's canonical name; DriverError
+        when this hypervisor's libvirt lacks its machine type or CPU
+        mode. ``guests``: _guest_machines of ``conn``, if read already."""
+        machine = domain.get('machine')
+        cpu_mode = domain.get('cpu_mode')
+        if not machine and not cpu_mode:
+            return domain
+        kind = domain['domain_type']
+        if guests is None:
+            guests = _guest_machines(conn.getCapabilities())
+        machines = guests.get(kind, {})
+        action = 'define domain %s' % domain['name']
+        if machine and machine not in machines:
+            raise exceptions.DriverError(
+                driver='libvirt', action=action,
+                reason='libvirt has no machine type %s for %s domains '
+                       '(it has: %s)' % (machine, kind, ', '.join(
+                           _listed(machines)) or 'none'))
+        machine = machines.get(machine)
+        if cpu_mode:
+            modes = _cpu_modes(conn, kind, machine)
+            if cpu_mode not in modes:
+                raise exceptions.DriverError(
+                    driver='libvirt', action=action,
+                    reason='libvirt does not support CPU mode %s for %s '
+                           'domains (it supports: %s)' % (
+                               cpu_mode, kind, ', '.join(modes) or 'none'))
+        return dict(domain, machine=machine)
 
     def _firmware(self):
         return firmware.find(self.conf.hostagent.firmware_dirs)
@@ -1059,8 +1134,10 @@ class LibvirtDriver(base.VirtDriver):
         secure = loader is not None and domain.get('secure_boot', False)
         os_el = ET.SubElement(root, 'os')
         # Secure boot needs SMM, which libvirt allows on q35 only.
+        machine = domain.get('machine') or ('q35' if secure else None)
         ET.SubElement(os_el, 'type', arch='x86_64',
-                      **({'machine': 'q35'} if secure else {})).text = 'hvm'
+                      **({'machine': machine} if machine else {})
+                      ).text = 'hvm'
         if loader is not None:
             ET.SubElement(os_el, 'loader', readonly='yes', type='pflash',
                           secure='yes' if secure else 'no'
@@ -1072,6 +1149,8 @@ class LibvirtDriver(base.VirtDriver):
         if loader is None:
             # SeaBIOS prints to the serial console too (OVMF does).
             ET.SubElement(os_el, 'bios', useserial='yes')
+        if domain.get('cpu_mode'):
+            ET.SubElement(root, 'cpu', mode=domain['cpu_mode'])
         features = ET.SubElement(root, 'features')
         ET.SubElement(features, 'acpi')
         ET.SubElement(features, 'apic')
@@ -1134,15 +1213,18 @@ class LibvirtDriver(base.VirtDriver):
         is no change here: ensure_domain makes it without a power-off.
         """
         name = domain['name']
-        wanted = _summary(self._domain_xml(domain, owner))
-        if wanted['nvram'] and os.path.lexists(wanted['nvram'][0]):
-            _check_mark(wanted['nvram'][0], 'NVRAM file of domain', name,
-                        owner)
+        exact = bool(domain.get('machine'))
         with self._libvirt('read domain %s' % name) as conn:
+            domain = self._resolved(conn, domain)
+            wanted = _summary(self._domain_xml(domain, owner), exact)
+            if wanted['nvram'] and os.path.lexists(wanted['nvram'][0]):
+                _check_mark(wanted['nvram'][0], 'NVRAM file of domain',
+                            name, owner)
             dom = self._owned_domain(conn, name, owner)
             if dom is None:
                 return None
-            current = _summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            current = _summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE),
+                               exact)
         _check_uuid(name, current, wanted)
         return _differences(current, wanted)
 
@@ -1161,6 +1243,7 @@ class LibvirtDriver(base.VirtDriver):
         """See base; one listing of the domains."""
         with self._libvirt('read domains') as conn:
             defined = {dom.name(): dom for dom in conn.listAllDomains(0)}
+            guests = _guest_machines(conn.getCapabilities())
             changes = {}
             for domain in domains:
                 name = domain['name']
@@ -1181,14 +1264,18 @@ class LibvirtDriver(base.VirtDriver):
                 if not tenks_names.owns(owner, mark):
                     changes[name] = states.PART_FOREIGN
                     continue
+                exact = bool(domain.get('machine'))
                 try:
-                    wanted = _summary(self._domain_xml(domain, owner))
+                    wanted = _summary(self._domain_xml(
+                        self._resolved(conn, domain, guests), owner), exact)
                 except exceptions.DriverError as e:
-                    # No firmware for it (any more): ensure says why.
+                    # No firmware, machine type or CPU mode for it (any
+                    # more): ensure says why.
                     changes[name] = [str(e)]
                     continue
                 # Another UUID shows as a change (ensure refuses it).
-                changes[name] = _differences(_summary(xml), wanted) + (
+                changes[name] = _differences(_summary(xml, exact),
+                                             wanted) + (
                     self._nvram_changes(wanted, owner))
         return changes
 
@@ -1230,10 +1317,12 @@ class LibvirtDriver(base.VirtDriver):
         name = domain['name']
         backing = {disk['backing'] for disk in domain['disks']
                    if disk.get('backing')}
-        xml = self._domain_xml(domain, owner, {
-            path: storage.image_info(path)['format'] for path in backing})
-        wanted = _summary(xml)
+        exact = bool(domain.get('machine'))
         with self._libvirt('define domain %s' % name) as conn:
+            xml = self._domain_xml(self._resolved(conn, domain), owner, {
+                path: storage.image_info(path)['format']
+                for path in backing})
+            wanted = _summary(xml, exact)
             fileutils.private_dir(tenks_conf.console_log_dir(self.conf),
                                   fix_existing=False)
             dom = _lookup(conn.lookupByName, name, libvirt.VIR_ERR_NO_DOMAIN)
@@ -1241,7 +1330,7 @@ class LibvirtDriver(base.VirtDriver):
             if dom is not None:
                 self._check_owner(dom, name, owner)
                 current = _summary(
-                    dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+                    dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE), exact)
                 _check_uuid(name, current, wanted)
             made_nvram = self._ensure_nvram(name, current, wanted, owner)
             if current == wanted:
