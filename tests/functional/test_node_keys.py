@@ -2,8 +2,8 @@
 and BMCs at an IPv6 address reached by ipmitool and the standalone
 Ironic.
 
-Names carry the test's random token; IPMI ports 9870-9889 and Redfish
-port 9890 only.
+Names carry the test's random token; IPMI ports 9920-9939 and Redfish
+port 9945 only.
 """
 
 import subprocess
@@ -38,7 +38,7 @@ def ipmitool6(port, *command):
 
 def test_cpu_mode_and_machine_reach_the_domain_and_a_lacking_one_is_refused(
         tmp_path):
-    with cf.checked(cf.ClusterEnv(tmp_path, port_base=9870)) as env:
+    with cf.checked(cf.ClusterEnv(tmp_path, port_base=9920)) as env:
         # What this hypervisor's libvirt says: TCG has no host-passthrough.
         facts = libvirt_driver.LibvirtDriver(env.conf).facts()
         assert 'host-passthrough' not in facts['cpu_modes']['qemu']
@@ -94,7 +94,7 @@ def test_cpu_mode_and_machine_reach_the_domain_and_a_lacking_one_is_refused(
 
 @pytest.fixture
 def cloud_env6(tmp_path, openstack_services, cloud):
-    cluster = RedfishEnv(tmp_path, port_base=9880)
+    cluster = RedfishEnv(tmp_path, port_base=9930)
     of.use_services(cluster, openstack_services)
     yield cluster
     left = of.cleaned_up(cluster, cloud)
@@ -103,7 +103,7 @@ def cloud_env6(tmp_path, openstack_services, cloud):
 
 def test_bmcs_at_an_ipv6_address_work_with_ipmitool_and_ironic(
         cloud_env6, cloud):
-    spec = mixed_spec(cloud_env6, 9890, ipmi_address='::1')
+    spec = mixed_spec(cloud_env6, 9945, ipmi_address='::1')
     cloud_env6.deploy(spec)
     nodes = {n['bmc_type']: n for n in cloud_env6.nodes()}
     assert {n['bmc_address'] for n in nodes.values()} == {'::1'}
@@ -120,7 +120,7 @@ def test_bmcs_at_an_ipv6_address_work_with_ipmitool_and_ironic(
     redfish = cloud.baremetal.get_node(nodes['redfish']['uuid'])
     assert (redfish.provision_state, redfish.power_state) == (
         'available', 'power off')
-    assert redfish.driver_info['redfish_address'] == 'http://[::1]:9890'
+    assert redfish.driver_info['redfish_address'] == 'http://[::1]:9945'
     # Ironic powers both on and off over IPv6.
     for node in (ironic, redfish):
         cloud.baremetal.set_node_power_state(node, 'power on')
