@@ -311,6 +311,10 @@ class StateReader:
 
     def get_operation_graph(self, operation_id):
         """As the conductor answers it, from the records alone."""
+        from tenks import runtime
+        # The flows import oslo.messaging, whose oslo.service must not
+        # pick eventlet, which the CLI hides.
+        runtime.use_threads()
         from conductor import graphs
         return graphs.operation_graph(self.db, operation_id)
 
