@@ -101,6 +101,12 @@ class ConductorManager:
     def get_operation(self, context, operation_id):
         return self.conductor.records.get_operation(operation_id)
 
+    @rule('tenks:operation:graph', exceptions.OperationNotFound,
+          exceptions.OperationHasNoFlow)
+    def get_operation_graph(self, context, operation_id):
+        from conductor import graphs
+        return graphs.operation_graph(self.conductor.db, operation_id)
+
     @rule('tenks:operation:list')
     def list_operations(self, context, cluster=None):
         return self.conductor.records.list_operations(cluster)

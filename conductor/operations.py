@@ -395,7 +395,11 @@ class Operations:
             operation=kind.capitalize(), cluster=name, reason=reason))
 
     def _fail(self, operation_id, kind, name, error):
+        # The tasks that failed outlive its flow (``tenks operation
+        # graph`` marks them once the flow is pruned).
+        failed = error.kwargs.get('failed_tasks')
         self._finish(operation_id, states.OPERATION_FAILED, str(error),
+                     result={'failed_tasks': failed} if failed else None,
                      event=self.notifier.event(
                          'tenks.cluster.%s.error' % kind, name,
                          {'operation': operation_id, 'error': str(error)},

@@ -15,7 +15,8 @@ from tenks.exceptions, and they are all a caller can get:
   ChangeRefused, NoValidHost, InterfaceNotFound, AgentTimeout,
   CloudError, ...): it inspects the hypervisors before it answers;
 * teardown_cluster: ClusterNotFound, ClusterBusy, ConductorBusy;
-* get_operation: OperationNotFound; get_cluster: ClusterNotFound;
+* get_operation: OperationNotFound; get_operation_graph:
+  OperationNotFound, OperationHasNoFlow; get_cluster: ClusterNotFound;
   get_hypervisor: HypervisorNotFound;
 * delete_hypervisor: HypervisorNotFound, HypervisorInUse;
 * the admin calls of 1.3 (aggregates, update_hypervisor):
@@ -102,6 +103,13 @@ API version history:
   the page before), sort_key and sort_dir: a page of a big cluster
   costs what its own nodes cost. ListingInvalid names a bad argument,
   NodeNotFound a marker that is no node's.
+* 1.9 - get_operation_graph: the operation's flow as TaskFlow runs it,
+  {'id', 'kind', 'cluster', 'state', 'nodes': [{'name', 'kind',
+  'state'}], 'edges': [[from, to]]} (see conductor.graphs), each task
+  with its state ('done', 'failed', 'reverted', 'pending', ..., or null
+  when not known). OperationNotFound; OperationHasNoFlow for one that
+  built no flow. An operation that failed in its flow has the tasks
+  whose failure rolled it back in ``failed_tasks`` of its result.
 """
 
 import functools
@@ -109,7 +117,7 @@ import functools
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.8'
+RPC_API_VERSION = '1.9'
 
 
 class ConductorAPI:
@@ -195,6 +203,12 @@ class ConductorAPI:
         """State ('running', 'succeeded', 'failed', 'interrupted'),
         progress per stage ({stage: [done, total]}) and error."""
         return self._call(context, 'get_operation',
+                          operation_id=operation_id)
+
+    def get_operation_graph(self, context, operation_id):
+        """The operation's flow, each task with its state (see 1.9);
+        tenks.flow_graph.dot draws it."""
+        return self._call(context, 'get_operation_graph', '1.9',
                           operation_id=operation_id)
 
     def list_operations(self, context, cluster=None):

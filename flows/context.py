@@ -45,3 +45,16 @@ def replaced(**clients):
         yield
     finally:
         _local.clients = None
+
+
+@contextlib.contextmanager
+def reading(db):
+    """Within the block, get() in this thread returns the state database
+    ``db`` and no other client: what a flow factory reads to build a
+    flow that is drawn, not run (conductor.graphs)."""
+    before = getattr(_local, 'clients', None)
+    _local.clients = Clients(db=db, agents=None, notifier=None, cloud=None)
+    try:
+        yield
+    finally:
+        _local.clients = before

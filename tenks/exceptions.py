@@ -89,6 +89,14 @@ class OperationNotFound(TenksError):
     msg_fmt = 'No operation %(id)s'
 
 
+class OperationHasNoFlow(TenksError):
+    msg_fmt = 'Operation %(id)s has no flow to draw: %(reason)s'
+
+
+class GraphError(TenksError):
+    msg_fmt = 'Cannot write the graph as %(format)s: %(reason)s'
+
+
 class NodeNotFound(TenksError):
     msg_fmt = 'No node named %(node)s or with that UUID%(where)s'
 

@@ -60,6 +60,7 @@ RULES = dict([
     ('tenks:node:list', (READER, 'List nodes.')),
     ('tenks:operation:list', (READER, 'List operations.')),
     ('tenks:operation:show', (READER, 'Show an operation.')),
+    ('tenks:operation:graph', (READER, 'Draw the flow of an operation.')),
     ('tenks:event:list', (READER, 'List recorded events.')),
     ('tenks:hypervisor:list', (READER, 'List hypervisors.')),
     ('tenks:conductor:list', (READER, 'List the live conductors.')),

@@ -1,6 +1,7 @@
 """The ``tenks`` command as a user runs it, in a subprocess."""
 
 import contextlib
+import html
 import json
 import os
 import subprocess
@@ -60,6 +61,18 @@ def test_deploy_list_redeploy_teardown(env, tmp_path):
     by_uuid = json.loads(tenks(env, 'node', 'show', node['uuid'],
                                '-f', 'json').stdout)
     assert by_uuid['name'] == node['name'] and by_uuid['macs'] == [mac]
+
+    # Its flow drawn by the real Graphviz: the node's task, done.
+    [deploy] = json.loads(tenks(env, 'operation', 'list', '-f',
+                                'json').stdout)
+    svg = tmp_path / 'deploy.svg'
+    drawn = tenks(env, 'operation', 'graph', deploy['id'], '--format', 'svg',
+                  '-o', str(svg))
+    assert drawn.returncode == 0, drawn.stderr
+    text = html.unescape(svg.read_text())
+    assert '<svg' in text
+    assert '>node:%s</text>' % node['uuid'] in text
+    assert '>done</text>' in text
 
     again = tenks(env, 'deploy', path)
     assert again.returncode == 0, again.stderr

@@ -21,7 +21,7 @@ def documented(call):
     with open(os.path.join(ROOT, 'README.md')) as f:
         readme = f.read()
     [row] = [line for line in readme.splitlines()
-             if line.startswith('| `%s' % call)]
+             if line.startswith('| `%s(' % call)]
     returns = row.split('|')[2]
     # Field names, without the nested ones in (...) or [...].
     returns = re.sub(r'\([^()]*\)|\[[^][]*\]', '', returns)

@@ -40,6 +40,8 @@ CALLS = {
     'plan_cluster': (({'cluster': 'c'},), MEMBER, exceptions.SpecError),
     'teardown_cluster': (('nope',), MEMBER, exceptions.ClusterNotFound),
     'get_operation': (('nope',), READER, exceptions.OperationNotFound),
+    'get_operation_graph': (('nope',), READER,
+                            exceptions.OperationNotFound),
     'list_operations': ((), READER, None),
     'get_cluster': (('nope',), READER, exceptions.ClusterNotFound),
     'list_clusters': ((), READER, None),

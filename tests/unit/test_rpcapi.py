@@ -408,8 +408,8 @@ def test_a_cap_of_another_major_version_is_refused_naming_it():
         conductor_rpcapi.ConductorAPI(Bus(conductor='2.0'))
     assert str(raised.value) == (
         'Invalid configuration: [upgrade_levels] conductor = 2.0: the '
-        'conductor RPC API of this Tenks is 1.8, and a cap must have its '
-        'major version (1.x)')
+        'conductor RPC API of this Tenks is %s, and a cap must have its '
+        'major version (1.x)' % conductor_rpcapi.RPC_API_VERSION)
 
 
 class AgentOf16(hostagent_manager.HostAgentManager):

@@ -4,8 +4,9 @@
 with the real planner on a fake hypervisor's facts (the unit tests'),
 records it in a throw-away state database, builds the operation's flow
 with its factory (flows.deploy / flows.teardown), compiles it with
-TaskFlow and draws the compiled execution graph with graphviz: what the
-engine runs, in the order it runs it.
+TaskFlow and draws the compiled execution graph with graphviz
+(tenks.flow_graph, as ``tenks operation graph`` does): what the engine
+runs, in the order it runs it.
 """
 
 import contextlib
@@ -13,7 +14,6 @@ import os
 import tempfile
 import uuid
 
-import taskflow.engines
 from sphinx.ext import graphviz
 from sphinx.util.docutils import SphinxDirective
 
@@ -21,6 +21,7 @@ from conductor import planner
 from flows import context
 from flows import deploy
 from flows import teardown
+from tenks import flow_graph
 from tenks import spec as tenks_spec
 from tenks import states
 from tenks.db import api
@@ -80,31 +81,11 @@ FACTORIES = {'deploy': deploy.get_deploy_flow,
              'teardown': teardown.get_teardown_flow}
 
 
-def dot(flow):
-    """Graphviz dot of the compiled execution graph of ``flow``."""
-    engine = taskflow.engines.load(flow)
-    engine.compile()
-    graph = engine.compilation.execution_graph
-    ids = {atom: 'n%d' % i for i, atom in enumerate(graph.nodes)}
-    lines = ['digraph flow {', '  rankdir=LR;',
-             '  node [fontname="sans-serif", fontsize=10];']
-    for atom, data in graph.nodes(data=True):
-        if data['kind'] == 'flow':
-            attrs = 'shape=cds, style=filled, fillcolor="#e8eef7", ' \
-                    'label="%s"' % atom.name
-        elif data['kind'] == 'flow_end':
-            attrs = 'shape=point'
-        else:
-            attrs = 'shape=box, label="%s"' % atom.name
-        lines.append('  %s [%s];' % (ids[atom], attrs))
-    lines += ['  %s -> %s;' % (ids[a], ids[b]) for a, b in graph.edges]
-    return '\n'.join(lines + ['}'])
-
-
 def flow_dots():
     """{kind: dot} of the deploy and teardown flows of EXAMPLE."""
     with planned_operations() as operations:
-        return {kind: dot(FACTORIES[kind](operation_id))
+        return {kind: flow_graph.dot(flow_graph.describe(
+                    FACTORIES[kind](operation_id)))
                 for kind, operation_id in operations.items()}
 
 
