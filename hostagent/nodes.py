@@ -247,6 +247,7 @@ def domain(node, found=None):
         'secure_boot': node.get('secure_boot', False),
         'disks': disks,
         'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
+        'virtual_media': node['bmc'].get('type') == 'redfish',
     }
     if 'console_log' in node:
         described['console_log'] = node['console_log']

@@ -155,7 +155,8 @@ class VirtDriver(abc.ABC):
         when the key is there. Optional: boot_mode ('bios', the default,
         or 'uefi') and secure_boot (bool); a UEFI domain gets an NVRAM
         file of its own, marked as ``owner``'s, which remove_domain
-        removes. Firmware missing for them: DriverError.
+        removes. Firmware missing for them: DriverError. virtual_media
+        (bool): an empty CD-ROM drive for a Redfish BMC's virtual media.
         """
 
     @abc.abstractmethod
