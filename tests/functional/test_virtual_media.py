@@ -189,3 +189,48 @@ def test_an_inserted_iso_boots_and_eject_and_a_second_insert_work(
     # Teardown leaves neither the medium nor its directory.
     env.teardown()
     assert not os.path.exists(media_dir)
+
+
+@pytest.fixture
+def cloud_env(tmp_path, openstack_services, cloud):
+    cluster = test_redfish.RedfishEnv(tmp_path, port_base=9980)
+    of.use_services(cluster, openstack_services)
+    yield cluster
+    assert of.cleaned_up(cluster, cloud) == []
+
+
+def test_ironic_deploys_a_ramdisk_node_from_an_iso_by_virtual_media(
+        cloud_env, cloud, isos):
+    env = cloud_env
+    spec = env.redfish_spec(9093)
+    spec['specs'][0]['ironic_config'] = {
+        'resource_class': 'tenks-vmedia',
+        'boot_interface': 'redfish-virtual-media',
+        'deploy_interface': 'ramdisk'}
+    env.deploy(spec)
+    [node] = env.nodes()
+    iso_url, greeting = isos['FIRST']
+    ironic = cloud.baremetal.get_node(node['uuid'])
+    assert (ironic.provision_state, ironic.boot_interface,
+            ironic.deploy_interface) == ('available', 'redfish-virtual-media',
+                                         'ramdisk')
+    # Ironic hands the ISO's URL to the BMC, which downloads it.
+    cloud.baremetal.patch_node(ironic, [{
+        'op': 'add', 'path': '/instance_info',
+        'value': {'boot_iso': iso_url,
+                  'ramdisk_image_download_source': 'http'}}])
+    cloud.baremetal.set_node_provision_state(ironic, 'active')
+    ironic = of.wait_for_node(cloud, ironic.id, timeout=120)
+    assert (ironic.provision_state, ironic.power_state) == (
+        'active', 'power on'), ironic.last_error
+    wait_for_console(env, node['name'], greeting)
+    medium = drive(node['name'], libvirt.VIR_DOMAIN_XML_INACTIVE)
+    assert os.path.isfile(medium)
+
+    # Undeploy: Ironic ejects the medium (its file goes) and powers off.
+    cloud.baremetal.set_node_provision_state(ironic, 'deleted')
+    ironic = of.wait_for_node(cloud, ironic.id, timeout=120)
+    assert ironic.provision_state == 'available', ironic.last_error
+    assert drive(node['name'], libvirt.VIR_DOMAIN_XML_INACTIVE) is None
+    assert not os.path.exists(medium)
+    env.teardown()
