@@ -64,6 +64,15 @@ def test_an_ipmi_node_has_no_virtual_media_drive(conf):
     assert [d.find('target').get('dev') for d in found] == ['vda', 'sda']
 
 
+def test_a_node_turned_redfish_gets_the_drive_and_back_loses_it(conf):
+    ipmi, redfish = (libvirt_driver._summary(disks(conf, kind)[0])
+                     for kind in ('ipmi', 'redfish'))
+    assert libvirt_driver._differences(ipmi, redfish) == [
+        'disks added: virtual media drive']
+    assert libvirt_driver._differences(redfish, ipmi) == [
+        'disks removed: virtual media drive']
+
+
 class FakeDomain:
     """A libvirt domain with the drive, its changes recorded."""
 

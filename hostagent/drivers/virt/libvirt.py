@@ -209,7 +209,10 @@ def _summary(xml):
         # SATA after virtio disks, ...): by target.
         'disks': sorted(((d.get('type'), _attr(d, 'driver', 'type'),
                           _attr(d, 'source', 'pool'),
-                          _attr(d, 'source', 'volume'),
+                          # The one disk without a volume: named for the
+                          # phrases of _differences.
+                          _attr(d, 'source', 'volume')
+                          or 'virtual media drive',
                           _attr(d, 'target', 'dev'), d.get('device'))
                          for d in devices.findall('disk')),
                         key=lambda disk: disk[4] or ''),
