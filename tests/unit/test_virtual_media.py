@@ -2,6 +2,7 @@
 (hostagent.drivers.virt.libvirt), the emulator putting media into it
 (hostagent.drivers.bmc.emulator) and the driver removing them (sushy)."""
 
+import json
 import os
 from xml.etree import ElementTree as ET
 
@@ -221,3 +222,22 @@ def test_removing_a_system_removes_its_media_and_the_last_the_directory(
     assert os.listdir(media_dir) == [B + '-1.iso']
     assert driver.remove_system('n1', OWNER) is True
     assert not os.path.exists(media_dir) and not os.path.exists(path)
+
+
+def test_an_emulator_started_before_virtual_media_is_drift(conf):
+    # Its settings have no media directory: the next deploy restarts it
+    # on the configuration that has one.
+    driver = sushy.SushyDriver(conf)
+    path = driver._path(OWNER)
+    os.makedirs(path)
+    sushy._write(os.path.join(path, 'owner'), OWNER)
+    sushy._serve(path, 'n0', A, None)
+    settings = driver._settings(path, '127.0.0.1', 9100)
+    bmc = {'system_id': A, 'address': '127.0.0.1', 'port': 9100,
+           'username': 'admin', 'password': 'pw'}
+    for started, drift in [(settings, False),
+                           (dict(settings, media_dir=None), True)]:
+        sushy._write(os.path.join(path, 'settings'),
+                     json.dumps(started))
+        changes = driver.system_changes(OWNER, {'n0': bmc})['n0']
+        assert ('media_dir' in changes) is drift
