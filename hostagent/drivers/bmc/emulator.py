@@ -20,10 +20,12 @@ Media           requests that may download or eject virtual media run one
 
 sushy-tools downloads media into the temporary directory of its process,
 set here to ``TENKS_DOWNLOAD_DIR`` (0700, in the emulator's own
-directory). Its systems driver is wrapped so that what sushy-tools lists
-or looks up by itself (the systems and managers collections, the
-chassis' and thermal links, certificate locations, update targets) holds
-the allow-listed systems only. With ``SUSHY_EMULATOR_FAKE_DRIVER`` (the
+directory); an insert then moves the medium to ``TENKS_MEDIA_DIR`` and
+puts it into the domain's virtual media drive (MediaDrive). Its systems
+driver is wrapped so that what sushy-tools lists or looks up by itself
+(the systems and managers collections, the chassis' and thermal links,
+certificate locations, update targets) holds the allow-listed systems
+only. With ``SUSHY_EMULATOR_FAKE_DRIVER`` (the
 fake Redfish driver, hostagent.drivers.fake) the systems are sushy-tools'
 simulated ones, one for each system of the allow-list.
 """
@@ -211,9 +213,9 @@ class ScopedSystems:
 
 class MediaDrive(ScopedSystems):
     """ScopedSystems whose virtual media goes into the CD-ROM drive Tenks
-    made for it (media.DRIVE_ALIAS),
-    from a file of ``media_dir`` (``<system id>-<n>.iso``, 0600; libvirt
-    gives the domain's QEMU that file alone).
+    made for it (media.DRIVE_ALIAS), from a file of ``media_dir``
+    (``<system id>-*.iso``, 0600; libvirt gives the domain's QEMU that
+    file alone).
 
     sushy-tools' libvirt driver would instead upload each medium into a
     storage pool as a volume that nothing marks or removes, and replace
