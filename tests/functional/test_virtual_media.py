@@ -120,7 +120,8 @@ def env(tmp_path):
 
 def test_an_inserted_iso_boots_and_eject_and_a_second_insert_work(
         env, tmp_path, isos):
-    env.deploy(env.redfish_spec(9091))
+    spec = env.redfish_spec(9091)
+    env.deploy(spec)
     [node] = env.nodes()
     name = node['name']
     url = functools.partial(test_redfish.url, node)
@@ -185,6 +186,12 @@ def test_an_inserted_iso_boots_and_eject_and_a_second_insert_work(
                            timeout=30)
     assert answer.status_code in (200, 204), answer.text
     wait_for_console(env, name, second)
+
+    # A medium is not drift: audit finds nothing, a re-run changes nothing.
+    assert env.audit(env.cluster) == {'drift': [], 'other': [],
+                                      'removed': []}
+    assert env.deploy(spec)['changed'] == []
+    assert drive(name, 0) == drive(name, inactive)
 
     # Teardown leaves neither the medium nor its directory.
     env.teardown()
