@@ -250,6 +250,7 @@ def domain(node, found=None):
         'secure_boot': node.get('secure_boot', False),
         'disks': disks,
         'nics': [{'mac': n['mac'], 'tap': n['tap']} for n in node['nics']],
+        'virtual_media': node['bmc'].get('type') == 'redfish',
     }
     for key in ('console_log', 'cpu_mode', 'machine'):
         if key in node:

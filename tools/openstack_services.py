@@ -222,7 +222,8 @@ def ironic_conf(d):
             # automated cleaning is off. ipxe (a default) fails at start
             # without an http_root with boot.ipxe; pxe writes grub.cfg
             # into tftp_root and http_root, kept below the state dir.
-            'enabled_boot_interfaces': 'fake,pxe',
+            # redfish-virtual-media: Redfish nodes booting an ISO.
+            'enabled_boot_interfaces': 'fake,pxe,redfish-virtual-media',
             'enabled_deploy_interfaces': 'fake,direct,ramdisk',
             'enabled_network_interfaces': 'noop',
             'enabled_inspect_interfaces': 'no-inspect',

@@ -74,6 +74,9 @@ DEB_PACKAGES=(
     zookeeper               # the same on ZooKeeper (the second backend)
     default-jre-headless    # ZooKeeper's Java
     graphviz                # dot: the flow graphs of the documentation
+    xorriso                 # the virtual media tests build a bootable ISO
+    isolinux                # ... with isolinux
+    syslinux-common         # ... and its ldlinux.c32
 )
 
 # Debian and Ubuntu build their Python with PGO and LTO; a source build

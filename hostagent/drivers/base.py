@@ -159,7 +159,8 @@ class VirtDriver(abc.ABC):
         file of its own, marked as ``owner``'s, which remove_domain
         removes. Firmware missing for them: DriverError. Optional too:
         cpu_mode and machine (a machine type, an alias or versioned);
-        DriverError when the hypervisor lacks them.
+        DriverError when the hypervisor lacks them. virtual_media
+        (bool): an empty CD-ROM drive for a Redfish BMC's virtual media.
         """
 
     @abc.abstractmethod

@@ -529,8 +529,8 @@ class FakeRedfishDriver(sushy.SushyDriver):
     """The sushy-tools driver's emulators, serving simulated systems
     (sushy-tools' fake systems driver) instead of libvirt domains."""
 
-    def _settings(self, address, port):
-        return dict(super()._settings(address, port), libvirt_uri=None,
+    def _settings(self, path, address, port):
+        return dict(super()._settings(path, address, port), libvirt_uri=None,
                     systems_driver=DRIVER)
 
     def _config(self, path, settings):

@@ -12,6 +12,7 @@ import datetime
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -80,6 +81,12 @@ class RedfishEnv(cf.ClusterEnv):
         for pid in self.emulator_pids():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        # Its emulators' virtual media directories (and what is in them).
+        pool_dir = self.conf.hostagent.pool_dir
+        for name in os.listdir(pool_dir):
+            if name.startswith(sushy.MEDIA_PREFIX + self.cluster + '-'):
+                shutil.rmtree(os.path.join(pool_dir, name),
+                              ignore_errors=True)
         super().force_clean()
 
     def ipmi_ok(self, port):

@@ -67,6 +67,8 @@ def make_conf(state_dir):
     conf.set_override('deployments_dir',
                       os.path.join(os.path.dirname(str(state_dir)),
                                    'deployments'), group='hostagent')
+    conf.set_override('pool_dir', os.path.join(
+        os.path.dirname(str(state_dir)), 'pools'), group='hostagent')
     conf.set_override('host', 'hv1', group='hostagent')
     conf.set_override('agent_timeout', 10, group='conductor')
     return conf

@@ -166,7 +166,8 @@ def test_half_failing_changes_fail_about_half_the_time(conf):
 def test_the_fake_redfish_emulator_serves_simulated_systems(conf, tmp_path):
     driver = fake.FakeRedfishDriver(conf)
     config = {}
-    exec(driver._config(str(tmp_path), driver._settings('127.0.0.1', 9100)),
+    exec(driver._config(str(tmp_path), driver._settings(
+        str(tmp_path), '127.0.0.1', 9100)),
          config)
     assert config['SUSHY_EMULATOR_FAKE_DRIVER'] is True
     path = tmp_path / 'allowed'

@@ -258,7 +258,7 @@ def test_a_system_added_or_removed_touches_its_own_files_only(
     for i in range(200):
         sushy._serve(path, 'n%d' % i, 'u%d' % i, None)
     monkeypatch.setattr(driver, '_pid', lambda path: 1)
-    monkeypatch.setattr(driver, '_settings', lambda address, port: None)
+    monkeypatch.setattr(driver, '_settings', lambda path, address, port: None)
     monkeypatch.setattr(driver, '_ensure_htpasswd', lambda *args: False)
     touched = []
     for name in ('_read', '_write'):
@@ -305,9 +305,12 @@ def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
     path = driver._path('tenks:c1:uuid')
     assert os.path.basename(path).startswith('c1-')
     assert driver._path('tenks:c1:other') != path
-    settings = driver._settings('127.0.0.1', 9100)
+    settings = driver._settings(path, '127.0.0.1', 9100)
+    media_dir = os.path.join(conf.hostagent.pool_dir,
+                             'virtual-media.' + os.path.basename(path))
     assert settings == {'address': '127.0.0.1', 'port': 9100,
-                        'libvirt_uri': 'qemu:///system', 'tls': None}
+                        'libvirt_uri': 'qemu:///system',
+                        'media_dir': media_dir, 'tls': None}
     config = {}
     exec(driver._config(str(tmp_path), settings), config)
     assert config['SUSHY_EMULATOR_LISTEN_PORT'] == 9100
@@ -317,6 +320,9 @@ def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
     # sushy-tools' records and downloads stay in the emulator's directory.
     assert config['SUSHY_EMULATOR_STATE_DIR'] == str(tmp_path / 'state')
     assert config['TENKS_DOWNLOAD_DIR'] == str(tmp_path / 'downloads')
+    # Virtual media: a CD drive, its media where QEMU can reach them.
+    assert config['TENKS_MEDIA_DIR'] == media_dir
+    assert list(config['SUSHY_EMULATOR_VMEDIA_DEVICES']) == ['Cd']
     assert 'SUSHY_EMULATOR_SSL_CERT' not in config
 
     assert driver._ensure_htpasswd(str(tmp_path), 'admin', 'pw') is True
@@ -355,15 +361,16 @@ def test_tls_needs_both_files(tmp_path, conf):
     conf.set_override('redfish_tls_certificate', str(cert),
                       group='hostagent')
     driver = sushy.SushyDriver(conf)
+    path = driver._path('tenks:c1:uuid')
     with pytest.raises(exceptions.DriverError) as refused:
-        driver._settings('127.0.0.1', 9100)
+        driver._settings(path, '127.0.0.1', 9100)
     assert 'go together' in str(refused.value)
     key = tmp_path / 'k.pem'
     key.write_text('key')
     conf.set_override('redfish_tls_key', str(key), group='hostagent')
-    first = driver._settings('127.0.0.1', 9100)['tls']
+    first = driver._settings(path, '127.0.0.1', 9100)['tls']
     key.write_text('another key')
-    assert driver._settings('127.0.0.1', 9100)['tls'] != first
+    assert driver._settings(path, '127.0.0.1', 9100)['tls'] != first
 
 
 def test_a_wildcard_address_overlaps_every_other():

@@ -110,7 +110,7 @@ def test_sushy_tools_configuring_again_keeps_our_authentication(tmp_path,
     driver = sushy.SushyDriver(conf)
     config = tmp_path / 'emulator.conf'
     config.write_text(driver._config(str(tmp_path), driver._settings(
-        '127.0.0.1', 9100)))
+        str(tmp_path), '127.0.0.1', 9100)))
     write_htpasswd(tmp_path / 'htpasswd', 'pw')
     check = ('import sys\n'
              'from hostagent.drivers.bmc import emulator\n'
@@ -324,7 +324,7 @@ def fake_emulator(tmp_path, conf, monkeypatch):
     found = Emulator(driver, path, port)
     found.allow(A)
     write_htpasswd(os.path.join(path, 'htpasswd'), 'pw')
-    driver._start(path, driver._settings('127.0.0.1', port))
+    driver._start(path, driver._settings(path, '127.0.0.1', port))
     try:
         yield found
     finally:

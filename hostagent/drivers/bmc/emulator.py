@@ -20,33 +20,42 @@ Media           requests that may download or eject virtual media run one
 
 sushy-tools downloads media into the temporary directory of its process,
 set here to ``TENKS_DOWNLOAD_DIR`` (0700, in the emulator's own
-directory). Its systems driver is wrapped so that what sushy-tools lists
-or looks up by itself (the systems and managers collections, the
-chassis' and thermal links, certificate locations, update targets) holds
-the allow-listed systems only. With ``SUSHY_EMULATOR_FAKE_DRIVER`` (the
+directory); an insert then moves the medium to ``TENKS_MEDIA_DIR`` and
+puts it into the domain's virtual media drive (MediaDrive). Its systems
+driver is wrapped so that what sushy-tools lists or looks up by itself
+(the systems and managers collections, the chassis' and thermal links,
+certificate locations, update targets) holds the allow-listed systems
+only. With ``SUSHY_EMULATOR_FAKE_DRIVER`` (the
 fake Redfish driver, hostagent.drivers.fake) the systems are sushy-tools'
 simulated ones, one for each system of the allow-list.
 """
 
 import argparse
+import copy
 import json
 import os
 import shutil
 import tempfile
 import threading
+from xml.etree import ElementTree as ET
 
+import libvirt
 from sushy_tools import error
 from sushy_tools.emulator import auth_basic
 from sushy_tools.emulator import main as sushy
 from sushy_tools.emulator import memoize
 from sushy_tools.emulator.resources.systems import fakedriver
+from sushy_tools.emulator.resources.systems import libvirtdriver
 
 from hostagent.drivers.bmc import htpasswd
+from hostagent.drivers.bmc import media
 
 ALLOWED = 'SUSHY_EMULATOR_ALLOWED_INSTANCES'
 AUTH_FILE = 'SUSHY_EMULATOR_AUTH_FILE'
 DOWNLOAD_DIR = 'TENKS_DOWNLOAD_DIR'
+MEDIA_DIR = 'TENKS_MEDIA_DIR'
 FAKE = 'SUSHY_EMULATOR_FAKE_DRIVER'
+LIBVIRT_URI = 'SUSHY_EMULATOR_LIBVIRT_URI'
 # The one path under Systems/ that names no system (a static registry).
 _REGISTRY = ('Systems', 'Bios', 'BiosRegistry')
 _MEDIA_ACTIONS = ('VirtualMedia.InsertMedia', 'VirtualMedia.EjectMedia')
@@ -202,6 +211,79 @@ class ScopedSystems:
             raise error.NotFound('No system %s' % identity)
 
 
+class MediaDrive(ScopedSystems):
+    """ScopedSystems whose virtual media goes into the CD-ROM drive Tenks
+    made for it (media.DRIVE_ALIAS), from a file of ``media_dir``
+    (``<system id>-*.iso``, 0600; libvirt gives the domain's QEMU that
+    file alone).
+
+    sushy-tools' libvirt driver would instead upload each medium into a
+    storage pool as a volume that nothing marks or removes, and replace
+    every CD-ROM of the domain, the node's own included."""
+
+    def __init__(self, driver, allowed, uri, media_dir):
+        super().__init__(driver, allowed)
+        self._uri = uri
+        self._media_dir = media_dir
+
+    def set_boot_image(self, identity, device, boot_image=None,
+                       write_protected=True):
+        """Put the downloaded ``boot_image`` into the drive (moving it
+        to the media directory), or eject (None); remove the medium it
+        held. Live too when the domain runs, as a BMC would."""
+        system = self.uuid(identity)
+        if device not in media.DEVICES:
+            raise error.BadRequest('No virtual media device %s' % device)
+        old = media.files(self._media_dir, system)
+        new = None
+        if boot_image:
+            fd, new = tempfile.mkstemp(prefix=system + '-', suffix='.iso',
+                                       dir=self._media_dir)
+            os.close(fd)
+            shutil.move(boot_image, new)
+            os.chmod(new, 0o600)
+        try:
+            with libvirtdriver.libvirt_open(self._uri) as conn:
+                set_medium(conn.lookupByUUIDString(system), new)
+        except Exception:
+            if new:
+                os.unlink(new)
+            raise
+        for name in old:
+            os.unlink(name)
+
+
+def _drive(xml):
+    """The virtual media drive's <disk> in a domain's ``xml``, or None."""
+    for disk in ET.fromstring(xml).findall('devices/disk'):
+        alias = disk.find('alias')
+        if (alias is not None and alias.get('name')
+                == media.DRIVE_ALIAS):
+            return disk
+    return None
+
+
+def set_medium(dom, path):
+    """Let the virtual media drive of ``dom`` hold file ``path`` (None:
+    empty), in its definition and, when it runs, live."""
+    changes = [(libvirt.VIR_DOMAIN_XML_INACTIVE,
+                libvirt.VIR_DOMAIN_AFFECT_CONFIG)]
+    if dom.isActive():
+        changes.append((0, libvirt.VIR_DOMAIN_AFFECT_LIVE))
+    for xml_flags, affect in changes:
+        disk = _drive(dom.XMLDesc(xml_flags))
+        if disk is None:
+            raise error.Conflict(
+                'Domain %s has no virtual media drive (Tenks adds it to a '
+                'Redfish node when it next deploys the node)' % dom.name())
+        disk = copy.deepcopy(disk)
+        for source in disk.findall('source'):
+            disk.remove(source)
+        if path:
+            disk.insert(0, ET.Element('source', file=path))
+        dom.updateDeviceFlags(ET.tostring(disk, encoding='unicode'), affect)
+
+
 class AllowedFakeSystems(fakedriver.FakeDriver):
     """sushy-tools' fake systems driver whose systems are those of the
     allow-list (an allowlist.AllowList): a system appears, powered off,
@@ -233,7 +315,8 @@ class _Application(sushy.Application):
     def systems(self):
         if self.config.get(FAKE):
             return ScopedSystems(self._fake_systems(), self.config[ALLOWED])
-        return ScopedSystems(super().systems, self.config[ALLOWED])
+        return MediaDrive(super().systems, self.config[ALLOWED],
+                          self.config[LIBVIRT_URI], self.config[MEDIA_DIR])
 
     @memoize.memoize()
     def _fake_systems(self):

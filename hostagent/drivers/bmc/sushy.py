@@ -24,6 +24,12 @@ file 0600):
 ``downloads/``       its virtual media downloads, emptied when it stops
 ``emulator.pid``, ``emulator.log``
 
+The media inserted into the nodes' virtual media drives are files
+``<system id>-*.iso`` (0600) of ``<[hostagent] pool_dir>/virtual-media.
+<its directory's name>`` (0711: QEMU, whom libvirt gives each file it
+attaches, can reach them, nothing else); an eject removes the file,
+remove_system a system's, and the directory goes with the emulator.
+
 The emulator follows the allow-list (hostagent.drivers.bmc.allowlist)
 and the htpasswd file as they change: nodes come and go and credentials
 change without a restart; a new address, port, libvirt URI or
@@ -52,6 +58,7 @@ from oslo_log import log as logging
 
 from hostagent.drivers import base
 from hostagent.drivers.bmc import htpasswd
+from hostagent.drivers.bmc import media
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
 from tenks import states
@@ -67,6 +74,7 @@ TERM_TIMEOUT = 3  # s an emulator gets to exit on SIGTERM
 KILL_TIMEOUT = 5  # s for killed processes to disappear
 POLL = 0.02  # s between checks while waiting
 DOWNLOADS = 'downloads'  # the emulator's temporary directory
+MEDIA_PREFIX = 'virtual-media.'  # + the emulator's name, in pool_dir
 # bcrypt's cost, at least OWASP's minimum: the hostagent and the emulator
 # pay it once per password and version of the htpasswd file
 # (hostagent.drivers.bmc.htpasswd), and an ensure rehashes a cheaper hash.
@@ -97,7 +105,7 @@ class SushyDriver(base.RedfishDriver):
                 self._upgrade(path)
             served = _served(path, domain)
             created = served is None
-            settings = self._settings(address, port)
+            settings = self._settings(path, address, port)
             pid = self._pid(path)
             restart = pid is None or _read_json(
                 os.path.join(path, 'settings')) != settings
@@ -137,6 +145,10 @@ class SushyDriver(base.RedfishDriver):
             if served is None:
                 return False
             _unserve(path, domain, served)
+            media_dir = self._media_dir(path)
+            if os.path.isdir(media_dir):
+                for name in media.files(media_dir, served):
+                    os.unlink(name)
             if _empty(os.path.join(path, DOMAINS)):
                 self._remove(path)
         LOG.info('Redfish emulator %s no longer serves %s',
@@ -159,7 +171,7 @@ class SushyDriver(base.RedfishDriver):
                     changes[domain] = None
                     continue
                 found = ['system_id'] if served != bmc['system_id'] else []
-                wanted = self._settings(bmc['address'], bmc['port'])
+                wanted = self._settings(path, bmc['address'], bmc['port'])
                 found += [key for key in sorted(wanted)
                           if (started or {}).get(key) != wanted[key]]
                 key = (bmc['username'], bmc['password'])
@@ -266,12 +278,12 @@ class SushyDriver(base.RedfishDriver):
                 kind='Redfish emulator directory', name=path, owner=owner,
                 reason='its owner file says %r' % found)
 
-    def _settings(self, address, port):
+    def _settings(self, path, address, port):
         """What an emulator is started with, besides its systems and
         credentials: a change restarts it."""
         settings = {'address': address, 'port': port,
                     'libvirt_uri': self.conf.hostagent.libvirt_uri,
-                    'tls': None}
+                    'media_dir': self._media_dir(path), 'tls': None}
         tls = self._tls_files()
         if tls:
             digest = hashlib.sha256()
@@ -280,6 +292,11 @@ class SushyDriver(base.RedfishDriver):
                     digest.update(f.read())
             settings['tls'] = digest.hexdigest()
         return settings
+
+    def _media_dir(self, path):
+        """Where the emulator of ``path`` keeps the media it inserted."""
+        return os.path.join(self.conf.hostagent.pool_dir,
+                            MEDIA_PREFIX + os.path.basename(path))
 
     def _tls_files(self):
         """(certificate, key) to serve HTTPS with, or None."""
@@ -333,6 +350,8 @@ class SushyDriver(base.RedfishDriver):
             % os.path.join(path, ALLOWED),
             'SUSHY_EMULATOR_STATE_DIR = %r' % os.path.join(path, 'state'),
             'TENKS_DOWNLOAD_DIR = %r' % os.path.join(path, DOWNLOADS),
+            'TENKS_MEDIA_DIR = %r' % settings['media_dir'],
+            'SUSHY_EMULATOR_VMEDIA_DEVICES = %r' % media.DEVICES,
         ]
         if settings['tls']:
             lines += ['SUSHY_EMULATOR_SSL_CERT = %r'
@@ -355,6 +374,8 @@ class SushyDriver(base.RedfishDriver):
                 _write(os.path.join(path, copy), f.read())
         for name in ('state', DOWNLOADS):
             os.makedirs(os.path.join(path, name), mode=0o700, exist_ok=True)
+        os.makedirs(settings['media_dir'], exist_ok=True)
+        os.chmod(settings['media_dir'], 0o711)
         config = os.path.join(path, 'emulator.conf')
         _write(config, self._config(path, settings))
         log_file = os.path.join(path, 'emulator.log')
@@ -441,6 +462,8 @@ class SushyDriver(base.RedfishDriver):
     def _remove(self, path):
         """Stop the emulator and remove its directory."""
         self._stop(path)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self._media_dir(path))
         shutil.rmtree(path)
         self._verifiers.pop(path, None)
 

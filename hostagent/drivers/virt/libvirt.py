@@ -18,6 +18,7 @@ import libvirt
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import media
 from hostagent.drivers.virt import firmware
 from hostagent.drivers.virt import storage
 from tenks import conf as tenks_conf
@@ -246,7 +247,10 @@ def _summary(xml, exact_machine=False):
         # SATA after virtio disks, ...): by target.
         'disks': sorted(((d.get('type'), _attr(d, 'driver', 'type'),
                           _attr(d, 'source', 'pool'),
-                          _attr(d, 'source', 'volume'),
+                          # The one disk without a volume: named for the
+                          # phrases of _differences.
+                          _attr(d, 'source', 'volume')
+                          or 'virtual media drive',
                           _attr(d, 'target', 'dev'), d.get('device'))
                          for d in devices.findall('disk')),
                         key=lambda disk: disk[4] or ''),
@@ -1176,6 +1180,16 @@ class LibvirtDriver(base.VirtDriver):
             counts[device] += 1
             if device == 'cdrom':
                 ET.SubElement(el, 'readonly')
+        if domain.get('virtual_media'):
+            # The empty drive a Redfish BMC's virtual media goes into
+            # (hostagent.drivers.bmc.emulator), after the node's own
+            # CD-ROMs; no <source> here, so a medium in it is no drift.
+            el = ET.SubElement(devices, 'disk', type='file', device='cdrom')
+            ET.SubElement(el, 'driver', name='qemu', type='raw')
+            ET.SubElement(el, 'target', dev=_disk_dev(counts['cdrom'], 'sd'),
+                          bus='sata')
+            ET.SubElement(el, 'readonly')
+            ET.SubElement(el, 'alias', name=media.DRIVE_ALIAS)
         for nic in domain['nics']:
             el = ET.SubElement(devices, 'interface', type='ethernet')
             ET.SubElement(el, 'mac', address=nic['mac'].lower())
