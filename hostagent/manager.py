@@ -219,8 +219,10 @@ class HostAgentManager:
                                conf.hostagent.bmc_driver, conf)
         self.redfish = load_driver('tenks.redfish_drivers',
                                    conf.hostagent.redfish_driver, conf)
+        self.snmp = load_driver('tenks.snmp_drivers',
+                                conf.hostagent.snmp_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
-                                 self.redfish, self.host)
+                                 self.redfish, self.host, self.snmp)
         # Where this hostagent notes the deployments it makes things for.
         self.registry = deployments.Registry(
             conf.hostagent.deployments_dir, conf.state_dir, self.host)
