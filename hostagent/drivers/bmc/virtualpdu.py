@@ -109,6 +109,9 @@ class VirtualPduDriver(base.SnmpDriver):
         if not os.path.isdir(path):
             return False
         with self._locked():
+            # A failed ensure of another node may have removed it since.
+            if not os.path.isdir(path):
+                return False
             self._check_owner(path, owner)
             outlet = _outlet(path, domain)
             if outlet is None:
@@ -196,8 +199,10 @@ class VirtualPduDriver(base.SnmpDriver):
                       0o600)
         try:
             proc = subprocess.Popen(
-                [python, ENTRY, name], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=log, start_new_session=True, umask=0o077,
+                # -I: no directory of the script's on its path (this
+                # module's name is VirtualPDU's package's) nor PYTHON*.
+                [python, '-I', ENTRY, name], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=log, start_new_session=True, umask=0o077,
                 env=dict(os.environ, **{MARKER_ENV: path}))
         finally:
             os.close(log)
@@ -206,9 +211,14 @@ class VirtualPduDriver(base.SnmpDriver):
 
         def bound():
             if proc.poll() is not None:
+                # Its directory goes with the failed request: its log too.
+                with open(log_file, encoding='utf-8',
+                          errors='replace') as f:
+                    last = f.read().strip().splitlines()[-1:]
                 raise self._error('start the VirtualPDU',
-                                  'it exited with status %d; see %s'
-                                  % (proc.returncode, log_file))
+                                  'it exited with status %d: %s'
+                                  % (proc.returncode,
+                                     ''.join(last) or 'no output'))
             return not _udp_free(config['address'], config['port'])
 
         try:
