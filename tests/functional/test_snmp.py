@@ -107,6 +107,13 @@ def test_outlets_power_the_domains_and_teardown_leaves_nothing(env):
     assert domain_state(second) == libvirt.VIR_DOMAIN_RUNNING
     assert snmp('snmpset', 'c0mmunity', 2, 'i', '2').returncode == 0
     wait_state(second, libvirt.VIR_DOMAIN_SHUTOFF)
+    # Started elsewhere (not through the PDU): the outlet reads on.
+    conn = libvirt.open(cf.URI)
+    try:
+        conn.lookupByName(first).create()
+    finally:
+        conn.close()
+    assert snmp('snmpget', 'c0mmunity', 1).stdout.strip() == '1'
 
     # Root's files only; the community in the PDU's configuration alone.
     for root, _, files in os.walk(path):
