@@ -227,7 +227,7 @@ class HostAgentManager:
         self.registry = deployments.Registry(
             conf.hostagent.deployments_dir, conf.state_dir, self.host)
         self.auditor = audit.Audit(self.virt, self.networks, self.bmc,
-                                  self.redfish, self.registry)
+                                  self.redfish, self.registry, self.snmp)
         # Volumes served to the hypervisors nodes move to.
         self.exports = transfer.Exports(
             conf.hostagent.transfer_address or conf.hostagent.ipmi_address

@@ -440,3 +440,19 @@ class SnmpDriver(abc.ABC):
         phrases ([] when as asked; 'stopped' when the PDU does not
         run)}. Starts nothing.
         """
+
+    @abc.abstractmethod
+    def marked(self):
+        """The PDUs of this hostagent's state directory: [{'kind': 'pdu',
+        'name' (its directory's), 'mark' (its owner's), 'systems'
+        ({domain: outlet}), 'running'}]."""
+
+    @abc.abstractmethod
+    def daemons(self):
+        """The PDU processes of every state directory, as
+        RedfishDriver.daemons."""
+
+    @abc.abstractmethod
+    def stop_orphans(self, directory):
+        """Stop the orphan PDU processes of ``directory`` (see
+        daemons); the pids stopped."""

@@ -363,6 +363,22 @@ class FakeSnmp(base.SnmpDriver):
                 [] if made == wanted else ['outlet'])
         return changes
 
+    def marked(self):
+        """A PDU per owner with outlets."""
+        pdus = {}
+        for (kind, name), value in sorted(self.hv.things.items()):
+            if kind == 'outlet':
+                pdus.setdefault(value[0], {})[name] = value[3]
+        return [{'kind': 'pdu', 'name': 'pdu-%s' % owner, 'mark': owner,
+                 'systems': outlets, 'running': True}
+                for owner, outlets in sorted(pdus.items())]
+
+    def daemons(self):
+        return []
+
+    def stop_orphans(self, directory):
+        return []
+
 
 class FakeRedfish(base.RedfishDriver):
     """Systems as things of kind 'system' ({domain: (owner, address,

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conductor import audit
 from hostagent.drivers.bmc import processes
 from hostagent.drivers.bmc import virtualpdu
 from tenks import constants
@@ -150,6 +151,9 @@ def test_an_snmp_cluster_deploys_and_tears_down(conductor, hypervisor):
     assert (nodes['pd1'].bmc_type, nodes['pd1'].bmc_system_id) == ('snmp',
                                                                     '2')
     assert conductor.deployments.deploy(spec)['changed'] == []
+    # The PDU's outlets are the recorded SNMP nodes': nothing to report.
+    assert audit.audit(conductor) == {'drift': [], 'other': [],
+                                      'removed': []}
     conductor.teardowns.teardown('unit')
     assert hypervisor.names('outlet') == [] == hypervisor.names('bmc')
 
@@ -173,7 +177,7 @@ def pdu_driver(conf, tmp_path, monkeypatch):
     conf.set_override('virtualpdu_python', sys.executable, 'hostagent')
     driver = virtualpdu.VirtualPduDriver(conf)
     yield driver
-    for path in driver._procs:
+    for path in list(driver._procs):
         driver._stop(path)
 
 
@@ -259,3 +263,31 @@ def test_a_taken_port_is_port_in_use(pdu_driver):
             pdu_driver.ensure_outlet(OWNER, 'n0', 1, '127.0.0.1', port,
                                      's3cret')
     assert os.listdir(pdu_driver._dir) == ['lock']
+
+
+def test_the_audit_sees_a_pdu_and_stops_an_orphan(pdu_driver):
+    import shutil
+    pdu_driver.ensure_outlet(OWNER, 'n0', 1, '127.0.0.1', free_udp_port(),
+                             's3cret')
+    [pdu] = pdu_driver.marked()
+    assert (pdu['kind'], pdu['mark'], pdu['systems'], pdu['running']) == (
+        'pdu', OWNER, {'n0': 1}, True)
+    path = os.path.join(pdu_driver._dir, pdu['name'])
+    [daemon] = [d for d in pdu_driver.daemons() if d['directory'] == path]
+    assert daemon['orphan'] is None
+    assert pdu_driver.stop_orphans(path) == []
+    # Its directory gone (a state directory lost): an orphan, stopped.
+    shutil.rmtree(path)
+    [daemon] = [d for d in pdu_driver.daemons() if d['directory'] == path]
+    assert daemon['orphan']
+    assert pdu_driver.stop_orphans(path) == daemon['pids']
+    assert not processes.marked_pids(pdu_driver._marker(path))
+
+
+def test_an_audit_clean_removes_a_dead_deployments_outlets(agent,
+                                                           hypervisor):
+    agent.nodes.ensure(snmp_node(), OWNER, False)
+    [pdu] = [t for t in agent.auditor.things() if t['kind'] == 'pdu']
+    assert (pdu['mark'], pdu['systems']) == (OWNER, {'n0': 3})
+    assert agent.auditor._remove(pdu)
+    assert hypervisor.names('outlet') == []

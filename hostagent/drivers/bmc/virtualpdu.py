@@ -147,6 +147,37 @@ class VirtualPduDriver(base.SnmpDriver):
                 changes[domain] = found
         return changes
 
+    def marked(self):
+        return [{'kind': 'pdu', 'name': os.path.basename(path),
+                 'mark': sushy._read(os.path.join(path, 'owner')),
+                 'systems': {domain: _outlet(path, domain) for domain in
+                             sushy._listdir(os.path.join(path,
+                                                         sushy.DOMAINS))},
+                 'running': self._pid(path) is not None}
+                for path in self._pdus()]
+
+    def daemons(self):
+        found = []
+        for directory, pids in sorted(processes.marked_by(MARKER_ENV).items()):
+            orphans, why = processes.orphans(directory, 'pdu.pid', pids)
+            found.append({'kind': 'virtualpdu', 'directory': directory,
+                          'pids': sorted(orphans or pids), 'orphan': why})
+        return found
+
+    def stop_orphans(self, directory):
+        with self._locked():
+            pids = processes.marked_pids(self._marker(directory))
+            orphans, why = processes.orphans(directory, 'pdu.pid', pids)
+            if orphans and not processes.kill(
+                    orphans, TERM_TIMEOUT, (signal.SIGTERM, signal.SIGKILL)):
+                raise self._error('stop the VirtualPDU of %s' % directory,
+                                  'processes %s did not exit'
+                                  % sorted(orphans))
+        if orphans:
+            LOG.info('Stopped VirtualPDU %s (pids %s): %s', directory,
+                     sorted(orphans), why)
+        return sorted(orphans)
+
     # The PDUs' directories and processes.
 
     @contextlib.contextmanager
@@ -168,6 +199,14 @@ class VirtualPduDriver(base.SnmpDriver):
         cluster = parts[1] if len(parts) == 3 else 'tenks'
         digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
         return os.path.join(self._dir, '%s-%s' % (cluster, digest))
+
+    def _pdus(self):
+        """The directories of our PDUs (those with an owner file)."""
+        if not os.path.isdir(self._dir):
+            return []
+        return sorted(
+            os.path.join(self._dir, name) for name in os.listdir(self._dir)
+            if os.path.isfile(os.path.join(self._dir, name, 'owner')))
 
     def _check_owner(self, path, owner):
         found = sushy._read(os.path.join(path, 'owner'))
