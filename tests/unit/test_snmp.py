@@ -291,3 +291,21 @@ def test_an_audit_clean_removes_a_dead_deployments_outlets(agent,
     assert (pdu['mark'], pdu['systems']) == (OWNER, {'n0': 3})
     assert agent.auditor._remove(pdu)
     assert hypervisor.names('outlet') == []
+
+
+def test_an_snmp_node_request_needs_hostagent_api_1_11():
+    from hostagent import rpcapi as hostagent_rpcapi
+    from tests.unit.test_rpcapi import Bus
+    capped = hostagent_rpcapi.HostAgentAPI(Bus(hostagent='1.10'))
+    with pytest.raises(exceptions.VersionCapped) as raised:
+        capped.cast('hv1', 'ensure_node', 'req', 'c1', node=snmp_node(),
+                    owner='o', force=False)
+    assert str(raised.value).startswith(
+        'ensure_node with an SNMP BMC needs version 1.11 of the hostagent '
+        'RPC API, above its cap 1.10')
+    # An IPMI node goes at the version it needs.
+    bus = Bus(hostagent='1.10')
+    hostagent_rpcapi.HostAgentAPI(bus).cast(
+        'hv1', 'ensure_node', 'req', 'c1', node=test_nodes.node(),
+        owner='o', force=False)
+    assert bus.sent[0][3]['version'] == '1.4'
