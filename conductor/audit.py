@@ -50,7 +50,7 @@ UNRECORDED = 'unrecorded'
 # state directory noted for it is gone or no longer records it, or the
 # only ones left are the hostagent's own, whose conductor is this one.
 DEAD = (states.DEPLOYMENT_DEAD, states.DEPLOYMENT_HERE)
-DAEMONS = ('ipmi host', 'redfish emulator')
+DAEMONS = ('ipmi host', 'redfish emulator', 'virtualpdu')
 # The hostagent requests and cloud questions an audit has out at once.
 MAX_REQUESTS = 16
 
@@ -285,9 +285,11 @@ class Audit:
                  if n['cluster'] == cluster.name and n['hypervisor'] == host}
         if kind == 'bmc':
             return ('bmc', name) in records and types.get(name) == 'ipmi'
-        # An emulator: each of its systems a recorded Redfish node's.
+        # An emulator (a PDU): each of its systems (outlets) a recorded
+        # Redfish (SNMP) node's.
+        wanted = 'snmp' if kind == 'pdu' else 'redfish'
         return bool(thing['systems']) and all(
-            ('bmc', domain) in records and types.get(domain) == 'redfish'
+            ('bmc', domain) in records and types.get(domain) == wanted
             for domain in thing['systems'])
 
     def _thing(self, host, thing, verdicts):

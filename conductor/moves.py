@@ -67,7 +67,7 @@ def movable(spec, node):
 
 def moved_record(spec, node, host, endpoint, host_facts):
     """``node``'s record once on ``host`` with its BMC at ``endpoint``
-    ((address, port))."""
+    ((address, port), and an SNMP BMC's outlet there)."""
     prefix = host_facts['resource_prefix']
     node_type = spec['node_types'][node['node_type']]
     # The tap carries the host's prefix: two hostagents of one machine
@@ -75,8 +75,10 @@ def moved_record(spec, node, host, endpoint, host_facts):
     nics = [dict(nic, bridge=names.bridge(spec, nic['physnet'], prefix),
                  tap=names.tap(prefix + node['name'], index))
             for index, nic in enumerate(node['nics'])]
+    system_id = str(endpoint[2]) if node['bmc_type'] == 'snmp' else (
+        node['bmc_system_id'])
     return dict(node, hypervisor=host, bmc_address=endpoint[0],
-                bmc_port=endpoint[1], nics=nics,
+                bmc_port=endpoint[1], bmc_system_id=system_id, nics=nics,
                 console_log=names.console_log(host_facts, node_type,
                                               node['name']))
 

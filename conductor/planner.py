@@ -53,8 +53,13 @@ def plan_deploy(spec, cluster, facts, nodes, resources, force,
                        if n['bmc_type'] == 'ipmi'
                        and n['bmc_address'] == host_facts['ipmi_address']
                        and n['uuid'] != node['uuid']}
+        taken_outlets = {int(n['bmc_system_id']) for n in nodes + kept
+                         if n['bmc_type'] == 'snmp'
+                         and n['cluster'] == spec['cluster']
+                         and n['hypervisor'] == node['hypervisor']
+                         and n['uuid'] != node['uuid']}
         kept.append(reconcile.reshaped(spec, node, host_facts, taken_macs,
-                                       taken_ports))
+                                       taken_ports, taken_outlets))
     new_nodes = scheduler.schedule(spec, facts, others + kept + gone,
                                    views, options)
     check_redfish_endpoints(facts, kept + new_nodes,

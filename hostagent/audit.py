@@ -27,7 +27,7 @@ LOG = logging.getLogger(__name__)
 # The order a teardown removes things in: BMCs before their domains,
 # domains before their disks and taps, taps before their bridges,
 # volumes before their pool.
-ORDER = ('bmc', 'emulator', 'domain', 'nvram', 'volume', 'port', 'veth',
+ORDER = ('bmc', 'emulator', 'pdu', 'domain', 'nvram', 'volume', 'port', 'veth',
          'bridge', 'ovs port', 'pool')
 MARKED = operator.methodcaller('marked')
 DAEMONS = operator.methodcaller('daemons')
@@ -44,7 +44,7 @@ def lock_keys(thing):
     kind, name = thing['kind'], thing['name']
     if kind == 'volume':
         return [('volume', thing['pool'], name)]
-    if kind == 'emulator':
+    if kind in ('emulator', 'pdu'):
         return [('bmc', domain) for domain in thing['systems']]
     return [({'nvram': 'domain', 'ovs port': 'port'}.get(kind, kind), name)]
 
@@ -52,17 +52,19 @@ def lock_keys(thing):
 class Audit:
     """The audit of one hostagent's hypervisor, on its drivers."""
 
-    def __init__(self, virt, networks, bmc, redfish, registry):
+    def __init__(self, virt, networks, bmc, redfish, registry, snmp):
         """``networks``: {bridge_type: network driver}; ``registry``: the
         hostagent's hostagent.deployments.Registry."""
         self.virt = virt
         self.networks = networks
         self.bmc = bmc
         self.redfish = redfish
+        self.snmp = snmp
         self.registry = registry
 
     def _drivers(self):
-        return [self.virt, *self.networks.values(), self.bmc, self.redfish]
+        return [self.virt, *self.networks.values(), self.bmc, self.redfish,
+                self.snmp]
 
     def things(self):
         """Everything here that carries a Tenks mark, read at once:
@@ -96,7 +98,7 @@ class Audit:
         # Each driver reads libvirt, the kernel, OVSDB or its processes,
         # mostly waiting: all at once.
         drivers = self._drivers()
-        serving = (self.bmc, self.redfish)
+        serving = (self.bmc, self.redfish, self.snmp)
         with futures.ThreadPoolExecutor(
                 max_workers=len(drivers) + len(serving)) as pool:
             marked = pool.map(MARKED, drivers)
@@ -149,7 +151,8 @@ class Audit:
                 failed.append(what + [str(e)])
         stopped = []
         for kind, directory in daemons:
-            driver = self.bmc if kind == 'ipmi host' else self.redfish
+            driver = {'ipmi host': self.bmc, 'virtualpdu': self.snmp}.get(
+                kind, self.redfish)
             try:
                 if driver.stop_orphans(directory):
                     stopped.append([kind, directory])
@@ -183,6 +186,9 @@ class Audit:
         if kind == 'emulator':
             # Its last system takes the emulator and its directory along.
             return any([self.redfish.remove_system(domain, mark)
+                        for domain in sorted(thing['systems'])])
+        if kind == 'pdu':
+            return any([self.snmp.remove_outlet(domain, mark)
                         for domain in sorted(thing['systems'])])
         if kind == 'domain':
             return self.virt.remove_domain(name, mark)

@@ -219,13 +219,15 @@ class HostAgentManager:
                                conf.hostagent.bmc_driver, conf)
         self.redfish = load_driver('tenks.redfish_drivers',
                                    conf.hostagent.redfish_driver, conf)
+        self.snmp = load_driver('tenks.snmp_drivers',
+                                conf.hostagent.snmp_driver, conf)
         self.nodes = nodes.Nodes(self.virt, self.networks, self.bmc,
-                                 self.redfish, self.host)
+                                 self.redfish, self.host, self.snmp)
         # Where this hostagent notes the deployments it makes things for.
         self.registry = deployments.Registry(
             conf.hostagent.deployments_dir, conf.state_dir, self.host)
         self.auditor = audit.Audit(self.virt, self.networks, self.bmc,
-                                  self.redfish, self.registry)
+                                  self.redfish, self.registry, self.snmp)
         # Volumes served to the hypervisors nodes move to.
         self.exports = transfer.Exports(
             conf.hostagent.transfer_address or conf.hostagent.ipmi_address

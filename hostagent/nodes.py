@@ -98,20 +98,27 @@ NODE_SCHEMA = {
                            'tap': {'type': 'string', 'minLength': 1},
                            'bridge': {'type': 'string', 'minLength': 1},
                            'bridge_type': _BRIDGE_TYPE}}},
-        # type: 'ipmi' when absent; a Redfish BMC needs its system_id.
+        # type: 'ipmi' when absent; a Redfish BMC needs its system_id,
+        # an SNMP one its outlet (its password is the community).
         'bmc': {'type': 'object',
                 'required': ['address', 'port', 'username', 'password'],
-                'properties': {'type': {'enum': ['ipmi', 'redfish']},
+                'properties': {'type': {'enum': ['ipmi', 'redfish',
+                                                 'snmp']},
                                'address': {'type': 'string'},
                                'port': {'type': 'integer', 'minimum': 1,
                                         'maximum': 65535},
                                'username': {'type': 'string'},
                                'password': {'type': 'string'},
                                'system_id': {'type': 'string',
-                                             'minLength': 1}},
-                'if': {'properties': {'type': {'const': 'redfish'}},
-                       'required': ['type']},
-                'then': {'required': ['system_id']}},
+                                             'minLength': 1},
+                               'outlet': {'type': 'integer', 'minimum': 1}},
+                'allOf': [
+                    {'if': {'properties': {'type': {'const': 'redfish'}},
+                            'required': ['type']},
+                     'then': {'required': ['system_id']}},
+                    {'if': {'properties': {'type': {'const': 'snmp'}},
+                            'required': ['type']},
+                     'then': {'required': ['outlet']}}]},
         'remove': {'type': 'object', 'additionalProperties': False,
                    'properties': {
                        'volumes': _NAMES, 'ports': _NAMES,
@@ -186,7 +193,7 @@ def check(node, schema=NODE_SCHEMA):
 
 
 def bmc_type(node):
-    """'ipmi' or 'redfish': the type of the node's BMC."""
+    """'ipmi', 'redfish' or 'snmp': the type of the node's BMC."""
     return node['bmc'].get('type', 'ipmi')
 
 
@@ -336,13 +343,14 @@ def bridge_type(nic):
 class Nodes:
     """Whole-node requests on the drivers of one hypervisor."""
 
-    def __init__(self, virt, networks, bmc, redfish, host):
+    def __init__(self, virt, networks, bmc, redfish, host, snmp):
         """``networks``: {bridge_type: network driver} offered here;
         ``host``: this hostagent's name ([hostagent] host)."""
         self.virt = virt
         self.networks = networks
         self.bmc = bmc
         self.redfish = redfish
+        self.snmp = snmp
         self.host = host
 
     def mark(self, owner):
@@ -481,6 +489,9 @@ class Nodes:
             bmcs.update(self.redfish.system_changes(owner, {
                 n['name']: n['bmc'] for n in nodes
                 if bmc_type(n) == 'redfish'}))
+            bmcs.update(self.snmp.outlet_changes(owner, {
+                n['name']: dict(n['bmc'], community=n['bmc']['password'])
+                for n in nodes if bmc_type(n) == 'snmp'}))
         drift = {}
         for node in nodes:
             found = []
@@ -592,24 +603,32 @@ class Nodes:
         return outcome.result(power_state=self.virt.domain_state(name))
 
     def _ensure_bmc(self, node, owner):
-        """Make the node's BMC as asked and remove one of the other type
+        """Make the node's BMC as asked and remove one of the other types
         it had; (result, undo)."""
         name, bmc, mark = node['name'], node['bmc'], self.mark(owner)
-        if bmc_type(node) == 'redfish':
+        kind = bmc_type(node)
+        if kind == 'redfish':
             result = self.redfish.ensure_system(
                 owner, name, bmc['system_id'], bmc['address'], bmc['port'],
                 bmc['username'], bmc['password'])
             undo = functools.partial(self.redfish.remove_system, name,
                                      owner)
-            replaced = self.bmc.remove_bmc(name, mark)
+        elif kind == 'snmp':
+            result = self.snmp.ensure_outlet(
+                owner, name, bmc['outlet'], bmc['address'], bmc['port'],
+                bmc['password'])
+            undo = functools.partial(self.snmp.remove_outlet, name, owner)
         else:
             result = self.bmc.ensure_bmc(
                 name, bmc['address'], bmc['port'], bmc['username'],
                 bmc['password'], mark)
             undo = functools.partial(self.bmc.remove_bmc, name, mark)
-            replaced = self.redfish.remove_system(name, owner)
         # A node has one BMC: the one it changed type from went.
-        return dict(result, changed=result['changed'] or replaced), undo
+        replaced = [
+            kind != 'ipmi' and self.bmc.remove_bmc(name, mark),
+            kind != 'redfish' and self.redfish.remove_system(name, owner),
+            kind != 'snmp' and self.snmp.remove_outlet(name, owner)]
+        return dict(result, changed=result['changed'] or any(replaced)), undo
 
     def export(self, node, owner, exports):
         """Power the node's domain off and serve its volumes to the
@@ -652,8 +671,10 @@ class Nodes:
     def remove_bmc(self, name, owner):
         """Remove ``owner``'s BMC of the node, whichever its type; whether
         there was one. One made for another owner: ResourceConflict."""
-        removed = self.bmc.remove_bmc(name, self._bmc_mark(name, owner))
-        return self.redfish.remove_system(name, owner) or removed
+        removed = [self.bmc.remove_bmc(name, self._bmc_mark(name, owner)),
+                   self.redfish.remove_system(name, owner),
+                   self.snmp.remove_outlet(name, owner)]
+        return any(removed)
 
     def _bmc_mark(self, name, owner):
         """This hostagent's mark for ``owner``; a BMC request from a

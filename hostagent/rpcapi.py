@@ -16,8 +16,9 @@ request does no harm.
                   'source'} or {'name', 'pool', 'existing': True,
                   'device'}],
      'nics': [{'mac', 'tap', 'bridge', 'bridge_type'}],
-     'bmc': {'type' ('ipmi' default, 'redfish'), 'address', 'port',
-             'username', 'password', 'system_id' (redfish)},
+     'bmc': {'type' ('ipmi' default, 'redfish', 'snmp'), 'address',
+             'port', 'username', 'password' (snmp: the community),
+             'system_id' (redfish), 'outlet' (snmp)},
      'remove': {'volumes': [name, ...], 'ports': [tap, ...],
                 'port_types': {tap: bridge_type}}}
 
@@ -162,12 +163,17 @@ API version history:
   unknown) and stops the orphans of ``daemons`` ([kind, directory]); it
   reports ``{'changed', 'removed': [[kind, name]], 'stopped': [[kind,
   directory]], 'failed': [[kind, name, error]]}``.
+* 1.11 - SNMP BMCs. A node request's ``bmc`` may say ``type: snmp`` with
+  its ``outlet`` (its ``password`` is the SNMP community): an outlet of
+  its owner's VirtualPDU on this hypervisor. The audit reports PDUs
+  (kind ``pdu``, their ``systems`` {domain: outlet}) and their processes
+  (daemons of kind ``virtualpdu``).
 """
 
 from tenks import constants
 from tenks import rpc
 
-RPC_API_VERSION = '1.10'
+RPC_API_VERSION = '1.11'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -220,6 +226,8 @@ SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'power_node': '1.5', 'check_pool_devices': '1.8',
          'ensure_bmc': '1.9', 'remove_bmc': '1.9', 'audit': '1.10',
          'clean': '1.10'}
+# What a node request with an SNMP BMC asks for.
+SNMP = '1.11'
 # What a cast with a deadline asks for (every method has it).
 DEADLINES = '1.6'
 # Optional arguments an older agent can do without, left out when the
@@ -305,6 +313,10 @@ class HostAgentAPI:
                     continue
                 beyond.append(arg)
             versions.append(needs)
+        if _has_snmp(kwargs):
+            if not self.client.can_send_version(SNMP):
+                beyond.append('an SNMP BMC')
+            versions.append(SNMP)
         context = {}
         if deadline is not None:
             context = {'operation': operation, 'deadline': deadline}
@@ -331,3 +343,10 @@ class HostAgentAPI:
         if self.client.can_send_version('1.1'):
             self.client.prepare(fanout=True, version='1.1',
                                 retry=rpc.CAST_RETRY).cast({}, 'register_now')
+
+
+def _has_snmp(kwargs):
+    """Whether the node(s) of a request's arguments have an SNMP BMC."""
+    nodes = kwargs.get('nodes') or [kwargs.get('node')]
+    return any(isinstance(node, dict) and isinstance(node.get('bmc'), dict)
+               and node['bmc'].get('type') == 'snmp' for node in nodes)

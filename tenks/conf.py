@@ -14,6 +14,8 @@ STATE_DIR_ENV = 'TENKS_STATE_DIR'
 # What a service name may be on the bus (an AMQP routing key part); a
 # name with spaces is most often an inline comment oslo.config kept.
 HOST_REGEX = r'^[A-Za-z0-9._-]+$'
+# The checkout Tenks runs from, where tools/setup.sh makes its venvs.
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The built-in filters and weighers of tenks.scheduler (setup.cfg
 # registers them), in the order they run by default.
 SCHEDULER_FILTERS = ('enabled', 'network_driver', 'firmware', 'machine',
@@ -172,6 +174,15 @@ hostagent_opts = [
     cfg.StrOpt('redfish_driver', default='sushy-tools',
                help='Redfish BMC driver (tenks.redfish_drivers entry '
                     'point).'),
+    cfg.StrOpt('snmp_driver', default='virtualpdu',
+               help='SNMP power driver (tenks.snmp_drivers entry point).'),
+    cfg.StrOpt('virtualpdu_python',
+               default=os.path.join(REPOSITORY, '.venv-virtualpdu', 'bin',
+                                    'python'),
+               sample_default='<repository>/.venv-virtualpdu/bin/python',
+               help='Python of the venv VirtualPDU runs in (its own: it '
+                    'needs older pysnmp and pyasn1 than Tenks); '
+                    'tools/setup.sh makes it.'),
     cfg.StrOpt('pool_dir',
                default='/var/lib/libvirt/tenks_pool',
                help='Parent directory of the clusters\' storage pools.'),

@@ -23,6 +23,11 @@ KEEP = 'keep'
 # The bridge type of a NIC that names none.
 DEFAULT_BRIDGE_TYPE = 'linuxbridge'
 
+# The types of BMC a node may have; the outlets of one PDU (a cluster's on
+# a hypervisor: VirtualPDU's APC Rack PDU).
+BMC_TYPES = ('ipmi', 'redfish', 'snmp')
+PDU_OUTLETS = 24
+
 # The "hypervisor" of what Tenks records in the cloud rather than on a
 # host: Ironic nodes and Nova flavors.
 CLOUD_HOST = 'openstack'

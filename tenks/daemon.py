@@ -28,7 +28,8 @@ from tenks import rpc  # noqa: E402
 DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',
                   'network_drivers': 'tenks.network_drivers',
                   'bmc_driver': 'tenks.bmc_drivers',
-                  'redfish_driver': 'tenks.redfish_drivers'}
+                  'redfish_driver': 'tenks.redfish_drivers',
+                  'snmp_driver': 'tenks.snmp_drivers'}
 
 
 def run(name, factory, argv=None):

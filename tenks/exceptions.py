@@ -211,6 +211,11 @@ class PortRangeExhausted(NoValidHost):
                '%(needed)d port(s) needed, %(free)d free')
 
 
+class OutletsExhausted(NoValidHost):
+    msg_fmt = ('The cluster\'s VirtualPDU on %(host)s has no free outlet: '
+               'it has %(count)d, one per SNMP node')
+
+
 class PoolSpaceExhausted(NoValidHost):
     msg_fmt = ('Hypervisor %(host)s has too little space for the new '
                'volumes: they need %(needed)s, its pool directory '

@@ -15,12 +15,14 @@ from tenks import states
 
 # The emulator of each Ironic driver's BMCs when the spec's bmc_emulators
 # names none, and the type of BMC each emulator serves.
-DEFAULT_EMULATORS = {'ipmi': 'virtualbmc', 'redfish': 'sushy-tools'}
-EMULATOR_BMC_TYPES = {'virtualbmc': 'ipmi', 'sushy-tools': 'redfish'}
+DEFAULT_EMULATORS = {'ipmi': 'virtualbmc', 'redfish': 'sushy-tools',
+                     'snmp': 'virtualpdu'}
+EMULATOR_BMC_TYPES = {'virtualbmc': 'ipmi', 'sushy-tools': 'redfish',
+                      'virtualpdu': 'snmp'}
 
 
 def bmc_type(spec, type_name):
-    """'ipmi' or 'redfish': the BMC of the nodes of node type
+    """'ipmi', 'redfish' or 'snmp': the BMC of the nodes of node type
     ``type_name``, as its ironic_driver (or the spec's
     default_ironic_driver) and bmc_emulators choose."""
     driver = spec['node_types'][type_name].get(
@@ -178,7 +180,7 @@ class NewNodes:
     def record(self, index, host_facts, endpoint):
         """The record of a new node of ``spec['specs'][index]`` on the
         host of ``host_facts`` (its inspect result), its BMC at
-        ``endpoint`` (address, port)."""
+        ``endpoint`` (address, port, and an SNMP BMC's outlet)."""
         spec = self.spec
         entry = spec['specs'][index]
         node_type = spec['node_types'][entry['type']]
@@ -208,8 +210,10 @@ class NewNodes:
             'bmc_type': kind,
             'bmc_address': endpoint[0],
             'bmc_port': endpoint[1],
-            # Redfish: the domain's UUID, which the emulator serves.
-            'bmc_system_id': node_uuid if kind == 'redfish' else None,
+            # Redfish: the domain's UUID, which the emulator serves;
+            # SNMP: the outlet of the cluster's PDU.
+            'bmc_system_id': {'redfish': node_uuid,
+                              'snmp': str(endpoint[-1])}.get(kind),
             'boot_mode': node_type['boot_mode'],
             'secure_boot': node_type['secure_boot'],
             'console_log': names.console_log(host_facts, node_type, name),

@@ -76,14 +76,17 @@ def surplus(spec, nodes):
     return gone
 
 
-def reshaped(spec, node, host_facts, taken_macs, taken_ports):
+def reshaped(spec, node, host_facts, taken_macs, taken_ports,
+             taken_outlets):
     """The record of kept ``node`` (reassigned) as ``spec`` wants it.
 
     Kept: UUID, name, hypervisor, the MAC and tap of each physical
     network it stays on, and an IPMI BMC's port while it is in the
-    range; a Redfish BMC is the host's Redfish endpoint. ``taken_macs``:
+    range; a Redfish BMC is the host's Redfish endpoint; an SNMP BMC
+    keeps its outlet of the cluster's PDU there. ``taken_macs``:
     MACs in use anywhere; ``taken_ports``: IPMI ports in use at this
-    host's IPMI address (this node's own excluded).
+    host's IPMI address, ``taken_outlets`` the outlets of the cluster's
+    other nodes there (this node's own excluded).
     """
     entry = spec['specs'][node['spec_index']]
     node_type = spec['node_types'][entry['type']]
@@ -115,6 +118,18 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports):
         address = host_facts['redfish_address']
         port = host_facts['redfish_port']
         system_id = node['uuid']
+    elif kind == 'snmp':
+        address = host_facts['ipmi_address']
+        port = spec['snmp_port']
+        system_id = node['bmc_system_id']
+        if node['bmc_type'] != 'snmp':
+            system_id = next((str(n) for n in range(
+                1, constants.PDU_OUTLETS + 1) if n not in taken_outlets),
+                None)
+            if system_id is None:
+                raise exceptions.OutletsExhausted(
+                    host=node['hypervisor'], count=constants.PDU_OUTLETS)
+            taken_outlets.add(int(system_id))
     else:
         address = host_facts['ipmi_address']
         port = node['bmc_port']
@@ -183,19 +198,25 @@ def bmc(spec, node, host_facts):
                 'username': spec['redfish_username'],
                 'system_id': node['bmc_system_id'],
                 'tls': bool(host_facts.get('redfish_tls'))}
+    if node['bmc_type'] == 'snmp':
+        # Its community is its password.
+        return {'type': 'snmp', 'address': node['bmc_address'],
+                'port': node['bmc_port'], 'username': '',
+                'outlet': int(node['bmc_system_id'])}
     return {'type': 'ipmi', 'address': node['bmc_address'],
             'port': node['bmc_port'], 'username': spec['ipmi_username']}
 
 
 def password_key(bmc_type):
     """The spec key of the password of BMCs of ``bmc_type``."""
-    return '%s_password' % bmc_type
+    return 'snmp_community' if bmc_type == 'snmp' else (
+        '%s_password' % bmc_type)
 
 
 def bmc_passwords(spec):
     """{BMC type: password} of ``spec``'s BMCs, for node requests."""
     return {kind: spec.get(password_key(kind))
-            for kind in ('ipmi', 'redfish')}
+            for kind in constants.BMC_TYPES}
 
 
 def ironic_node(spec, node):
@@ -486,11 +507,14 @@ def _ironic_changes(old, new):
 
 
 def endpoint(bmc):
-    """A BMC as an operator reads it: IPMI address:port, or a Redfish
-    system's URL."""
+    """A BMC as an operator reads it: IPMI address:port, a Redfish
+    system's URL, or a PDU's address:port and outlet."""
     if bmc['type'] == 'redfish':
         return '%s/redfish/v1/Systems/%s' % (redfish_url(bmc),
                                              bmc['system_id'])
+    if bmc['type'] == 'snmp':
+        return '%s outlet %d' % (host_port(bmc['address'], bmc['port']),
+                                 bmc['outlet'])
     return host_port(bmc['address'], bmc['port'])
 
 
@@ -718,7 +742,7 @@ def _passwords_changed(old_spec, spec):
     IPMI)."""
     if old_spec is None:
         return set()
-    return {kind for kind in ('ipmi', 'redfish')
+    return {kind for kind in constants.BMC_TYPES
             if old_spec.get(password_key(kind), spec[password_key(kind)])
             != spec[password_key(kind)]}
 

@@ -114,8 +114,7 @@ _VOLUME = {
     },
 }
 
-_IRONIC_DRIVER = {'enum': ['ipmi', 'redfish'],
-                  'x-not-supported-yet': ['snmp']}
+_IRONIC_DRIVER = {'enum': ['ipmi', 'redfish', 'snmp']}
 
 _BOOT_MODE = {'enum': ['bios', 'uefi']}
 
@@ -397,8 +396,8 @@ SCHEMA = {
                     'x-example-key': 'pxe_ipmitool'},
                 r'^[a-z]+_snmp\Z': {
                     'enum': ['virtualpdu'],
-                    'description': 'A classic SNMP driver (chooses '
-                    'nothing yet).', 'x-example-key': 'pxe_snmp'},
+                    'description': 'A classic SNMP driver of the '
+                    'Ansible-based Tenks.', 'x-example-key': 'pxe_snmp'},
             },
             'properties': {
                 'ipmi': {'enum': ['virtualbmc'],
@@ -406,11 +405,8 @@ SCHEMA = {
                 'redfish': {'enum': ['sushy-tools'],
                             'description': 'The emulator of redfish '
                             'nodes.'},
-                # SNMP nodes are refused (ironic_driver: "not supported
-                # yet"), so this chooses nothing yet.
                 'snmp': {'enum': ['virtualpdu'],
-                         'description': 'The emulator of snmp nodes '
-                         '(chooses nothing yet).'},
+                         'description': 'The emulator of snmp nodes.'},
             },
             'default': {},
             'description': "Which emulator serves each Ironic driver's "
@@ -461,6 +457,16 @@ SCHEMA = {
             'type': ['boolean', 'string'], 'minLength': 1, 'default': True,
             'description': "Ironic's redfish_verify_ca: true, false or a CA "
             "bundle's path on the Ironic conductor."},
+        # Each hypervisor's VirtualPDU of the cluster listens on its
+        # ipmi_address.
+        'snmp_port': dict(_PORT, default=1161,
+                          description="The UDP port of each hypervisor's "
+                          'VirtualPDU of the cluster (the SNMP nodes\' '
+                          'outlets); outside the IPMI port range.'),
+        'snmp_community': _pattern(
+            '^[\\x21-\\x7e]{1,64}', '1 to 64 printable ASCII characters, '
+            'no space', default='public', **{'x-secret': True},
+            description="The VirtualPDU's SNMP v1/v2c community."),
         'log_directory': _hypervisor_option('console_log_dir'),
         'libvirt_local_uri': _hypervisor_option('libvirt_uri'),
         'libvirt_pool_path': _hypervisor_option('pool_dir'),
@@ -1020,6 +1026,13 @@ def _check_semantics(spec, physnets_explicit):
 
     start = spec['ipmi_port_range_start']
     end = spec['ipmi_port_range_end']
+    snmp_port = spec['snmp_port']
+    if (all(map(_is_int, (start, end, snmp_port))) and start <= snmp_port
+            <= end and any(_bmc_type(spec, name) == 'snmp'
+                           for name in node_types or {})):
+        problems.append(
+            'snmp_port: %d is in the IPMI port range %d-%d (both are UDP '
+            'ports of the BMC address)' % (snmp_port, start, end))
     # The range is each BMC address's (each hypervisor's ipmi_address):
     # how many nodes it holds depends on where they go, which only the
     # scheduler knows.

@@ -65,7 +65,8 @@ class Bench:
                                            'sushy-tools', conf)
         self.nodes = hostagent_nodes.Nodes(
             self.virt, {'linuxbridge': self.network}, self.bmc, self.redfish,
-            conf.hostagent.host)
+            conf.hostagent.host, manager.load_driver(
+                'tenks.snmp_drivers', 'virtualpdu', conf))
         self.pool = self.prefix + '-pool'
         self.bridge = self.prefix + '-br'
         self.virt.ensure_pool(self.pool, os.path.join(self.pool_dir, 'p'),

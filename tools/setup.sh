@@ -26,6 +26,9 @@
 #             /var/lib/tenks-zookeeper (the same on the second backend)
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
+#   virtualpdu  <repo>/.venv-virtualpdu: VirtualPDU, which needs older
+#             pysnmp and pyasn1 than Tenks ([hostagent] virtualpdu_python's
+#             default), redone only when its requirements change
 #   openstack <repo>/.venv-openstack: Ironic, Placement and Nova, and
 #             <repo>/.venv-glance: Glance, for the functional tests
 #             (tools/openstack_services.py install --full-nova)
@@ -65,6 +68,7 @@ DEB_PACKAGES=(
     pkg-config              # to build libvirt-python
     gcc                     # to build libvirt-python
     ipmitool                # to talk to the virtualbmc endpoints
+    snmp                    # snmpget/snmpset: the VirtualPDUs' outlets
     iproute2                # bridges, veth pairs
     rabbitmq-server         # the message bus of the distributed mode
     openvswitch-switch      # bridge_type openvswitch
@@ -554,6 +558,24 @@ step_venv() {
     say "venv: installed in $((SECONDS - t0)) s"
 }
 
+VIRTUALPDU_VENV=$REPO/.venv-virtualpdu
+VIRTUALPDU_REQUIREMENTS=(virtualpdu==2.2.0 'pysnmp-lextudio<6' 'pyasn1<0.6'
+    pbr setuptools)
+
+step_virtualpdu() {
+    local stamp=$VIRTUALPDU_VENV/.tenks-setup-stamp want
+    want="${VIRTUALPDU_REQUIREMENTS[*]}"
+    if [[ -x $VIRTUALPDU_VENV/bin/python && $(cat "$stamp" 2>/dev/null) == "$want" ]]; then
+        say "virtualpdu: up to date ($VIRTUALPDU_VENV)"
+        return
+    fi
+    say "virtualpdu: installing ${want} into $VIRTUALPDU_VENV"
+    run_logged "$PYTHON" -m venv --clear "$VIRTUALPDU_VENV"
+    run_logged "$VIRTUALPDU_VENV/bin/python" -m pip install -q \
+        "${VIRTUALPDU_REQUIREMENTS[@]}"
+    echo "$want" >"$stamp"
+}
+
 step_openstack() {
     local out
     out=$("$VENV/bin/python" "$REPO/tools/openstack_services.py" install \
@@ -569,7 +591,8 @@ main() {
 
     local steps=("$@") step
     [[ ${#steps[@]} -gt 0 ]] || steps=(packages kvm virtlogd libvirtd rabbitmq
-        openvswitch postgresql mariadb redis zookeeper venv openstack)
+        openvswitch postgresql mariadb redis zookeeper venv virtualpdu
+        openstack)
     for step in "${steps[@]}"; do
         declare -F "step_$step" >/dev/null || die "no step '$step'"
         "step_$step"

@@ -410,3 +410,54 @@ class RedfishDriver(abc.ABC):
     def endpoint_user(self, address, port):
         """Who holds TCP ``address:port``: None (free), the owner of one
         of our emulators, or '' (another process)."""
+
+
+class SnmpDriver(abc.ABC):
+    """SNMP power outlets of domains: a PDU per owner (a cluster's
+    deployment) on this hypervisor, an outlet for each of its domains,
+    behind an SNMP community."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    @abc.abstractmethod
+    def ensure_outlet(self, owner, domain, outlet, address, port,
+                      community):
+        """``owner``'s PDU, answering on UDP ``address:port`` to
+        ``community``, with outlet ``outlet`` powering ``domain``.
+
+        Returns once the PDU has its port. Raises PortInUse when
+        something else holds the port.
+        """
+
+    @abc.abstractmethod
+    def remove_outlet(self, domain, owner):
+        """Unplug ``domain`` from ``owner``'s PDU (never another's); stop
+        the PDU and remove its files once it powers none. True if it
+        had an outlet."""
+
+    @abc.abstractmethod
+    def outlet_changes(self, owner, outlets):
+        """What ensure_outlet would change of each outlet, read at once.
+
+        ``outlets``: {domain: {'outlet', 'address', 'port',
+        'community'}}. Returns {domain: None when it has no outlet, or
+        phrases ([] when as asked; 'stopped' when the PDU does not
+        run)}. Starts nothing.
+        """
+
+    @abc.abstractmethod
+    def marked(self):
+        """The PDUs of this hostagent's state directory: [{'kind': 'pdu',
+        'name' (its directory's), 'mark' (its owner's), 'systems'
+        ({domain: outlet}), 'running'}]."""
+
+    @abc.abstractmethod
+    def daemons(self):
+        """The PDU processes of every state directory, as
+        RedfishDriver.daemons."""
+
+    @abc.abstractmethod
+    def stop_orphans(self, directory):
+        """Stop the orphan PDU processes of ``directory`` (see
+        daemons); the pids stopped."""

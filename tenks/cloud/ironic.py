@@ -578,6 +578,15 @@ def bmc_driver_info(bmc, spec):
             'redfish_password': spec['redfish_password'],
             'redfish_verify_ca': spec.get('redfish_verify_ca', True),
         }
+    if bmc['type'] == 'snmp':
+        # VirtualPDU answers as an APC Rack PDU.
+        return {
+            'snmp_driver': 'apc_rackpdu',
+            'snmp_address': bmc['address'],
+            'snmp_port': bmc['port'],
+            'snmp_outlet': bmc['outlet'],
+            'snmp_community': spec['snmp_community'],
+        }
     return {
         'ipmi_address': bmc['address'],
         'ipmi_port': bmc['port'],

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 metadata = sa.MetaData()
 
 # Spec keys whose values callers never see.
-SECRETS = ('ipmi_password', 'redfish_password')
+SECRETS = ('ipmi_password', 'redfish_password', 'snmp_community')
 
 
 def mask_spec(spec):
@@ -106,7 +106,8 @@ class Node(Record):
         _column('bmc_type', sa.String(16)),
         _column('bmc_address', sa.String(64)),
         _column('bmc_port', sa.Integer()),
-        # Redfish: the system's id at the endpoint (the domain's UUID).
+        # Redfish: the system's id at the endpoint (the domain's UUID);
+        # SNMP: its outlet number on the cluster's PDU.
         _column('bmc_system_id', sa.String(64), nullable=True),
         # Its firmware: bios or uefi, and UEFI secure boot.
         _column('boot_mode', sa.String(8), default='bios',
@@ -120,8 +121,9 @@ class Node(Record):
         # A count that goes down removes the newest nodes first.
         _column('created_at', DateTime(), nullable=True, default=now),
         sa.UniqueConstraint('hypervisor', 'name'),
-        # One endpoint per BMC: an IPMI port, or a Redfish emulator's
-        # system (Redfish nodes of a host share its address and port).
+        # One endpoint per BMC: an IPMI port, a Redfish emulator's
+        # system (Redfish nodes of a host share its address and port),
+        # or an outlet of a PDU.
         # IPMI nodes have no system id (NULL): the scheduler keeps their
         # ports apart.
         sa.UniqueConstraint('hypervisor', 'bmc_address', 'bmc_port',

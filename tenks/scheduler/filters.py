@@ -4,6 +4,7 @@ A filter is a class registered under the ``tenks.scheduler.filters``
 entry points and enabled by name in ``[scheduler] enabled_filters``.
 """
 
+from tenks import constants
 from tenks import exceptions
 from tenks import node_records
 from tenks import resources
@@ -304,8 +305,9 @@ class BridgePortsFilter(BaseHostFilter):
 
 
 class BmcPortFilter(BaseHostFilter):
-    """A free IPMI port in the spec's range at the host's address, or a
-    Redfish endpoint no one else uses."""
+    """A free IPMI port in the spec's range at the host's address, a
+    Redfish endpoint no one else uses, or a free outlet of the cluster's
+    VirtualPDU."""
 
     name = 'bmc_port'
     dynamic = True
@@ -313,6 +315,8 @@ class BmcPortFilter(BaseHostFilter):
     def host_passes(self, host, request):
         if request.bmc_type == 'redfish':
             return not host.redfish_holders(request.spec)
+        if request.bmc_type == 'snmp':
+            return host.next_outlet() is not None
         return host.next_port() is not None
 
     def reason(self, host, request):
@@ -321,6 +325,8 @@ class BmcPortFilter(BaseHostFilter):
                 'its Redfish endpoint %s:%d is used by %s' % (
                     host.redfish + (', '.join(
                         host.redfish_holders(request.spec)),)))
+        if request.bmc_type == 'snmp':
+            return 'BMC port', 'no free outlet on the cluster\'s VirtualPDU'
         return 'BMC port', 'no free IPMI port'
 
     def error(self, host, request):
@@ -330,6 +336,9 @@ class BmcPortFilter(BaseHostFilter):
             return exceptions.EndpointInUse(
                 address=address, port=port, host=host.name,
                 user=', '.join(host.redfish_holders(spec)))
+        if request.bmc_type == 'snmp':
+            return exceptions.OutletsExhausted(host=host.name,
+                                               count=constants.PDU_OUTLETS)
         needed = sum(e['count'] for e in spec['specs']
                      if node_records.bmc_type(spec, e['type']) == 'ipmi')
         return exceptions.PortRangeExhausted(

@@ -116,6 +116,12 @@ class HostState:
             for cluster, host in (endpoint_users or {}).get(self.redfish, ())
             if cluster != spec['cluster'] or host != self.name}
         self.taken_endpoints = taken_endpoints
+        # The cluster's VirtualPDU here (at the BMC address) and the
+        # outlets its nodes have.
+        self.snmp_port = spec['snmp_port']
+        self.outlets = {int(n['bmc_system_id']) for n in mine
+                        if n['bmc_type'] == 'snmp'
+                        and n['cluster'] == spec['cluster']}
 
     def next_port(self):
         """The first free BMC port, or None."""
@@ -125,6 +131,11 @@ class HostState:
                 return port
             self._port_cursor += 1
         return None
+
+    def next_outlet(self):
+        """The first free outlet of the cluster's PDU here, or None."""
+        return next((n for n in range(1, constants.PDU_OUTLETS + 1)
+                     if n not in self.outlets), None)
 
     def redfish_holders(self, spec):
         """Who else has this host's Redfish endpoint: recorded nodes,
@@ -147,7 +158,8 @@ class HostState:
         return resources.capacity(self.inventories[rc]) - self.used[rc]
 
     def take(self, request):
-        """Take room for a node; return its BMC's (address, port)."""
+        """Take room for a node; return its BMC's (address, port), and
+        an SNMP BMC's outlet."""
         for rc, amount in self.amounts(request).items():
             self.used[rc] += amount
         self.free_bytes -= self.volume_bytes(request)
@@ -156,6 +168,10 @@ class HostState:
         if request.bmc_type == 'redfish':
             self.taken_endpoints[self.redfish] = self.name
             return self.redfish
+        if request.bmc_type == 'snmp':
+            outlet = self.next_outlet()
+            self.outlets.add(outlet)
+            return self.bmc_address, self.snmp_port, outlet
         if self.ipmi_free_bytes is not None:
             self.ipmi_free_bytes -= self.ipmi_bmc_bytes
         port = self.next_port()
@@ -178,7 +194,7 @@ def host_states(spec, facts, recorded, views, mapped=None,
         if node['bmc_type'] == 'redfish':
             endpoint_users.setdefault(endpoint, set()).add(
                 (node['cluster'], node['hypervisor']))
-        else:
+        elif node['bmc_type'] == 'ipmi':
             taken_ports.setdefault(endpoint[0], set()).add(endpoint[1])
     taken_endpoints = {}
     mapped = mapped or physnet_hosts(facts)

@@ -23,7 +23,8 @@ def use_fake_drivers(monkeypatch, hv):
     drivers = {'tenks.virt_drivers': fakes.FakeVirt,
                'tenks.network_drivers': fakes.FakeNetwork,
                'tenks.bmc_drivers': fakes.FakeBmc,
-               'tenks.redfish_drivers': fakes.FakeRedfish}
+               'tenks.redfish_drivers': fakes.FakeRedfish,
+               'tenks.snmp_drivers': fakes.FakeSnmp}
     monkeypatch.setattr(
         manager, 'load_driver',
         lambda namespace, name, conf: drivers[namespace](conf, hv))

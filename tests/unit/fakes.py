@@ -335,6 +335,51 @@ class FakeBmc(base.BmcDriver):
                 if kind == 'bmc']
 
 
+class FakeSnmp(base.SnmpDriver):
+    """Outlets as things of kind 'outlet' ({domain: (owner, address,
+    port, outlet, community)})."""
+
+    def __init__(self, conf, hv):
+        super().__init__(conf)
+        self.hv = hv
+
+    def ensure_outlet(self, owner, domain, outlet, address, port,
+                      community):
+        return self.hv.ensure('outlet', domain,
+                              (owner, address, port, outlet, community))
+
+    def remove_outlet(self, domain, owner):
+        made = self.hv.things.get(('outlet', domain))
+        return (made is not None and made[0] == owner
+                and self.hv.remove('outlet', domain))
+
+    def outlet_changes(self, owner, outlets):
+        changes = {}
+        for name, bmc in outlets.items():
+            made = self.hv.things.get(('outlet', name))
+            wanted = (owner, bmc['address'], bmc['port'], bmc['outlet'],
+                      bmc['community'])
+            changes[name] = None if made is None else (
+                [] if made == wanted else ['outlet'])
+        return changes
+
+    def marked(self):
+        """A PDU per owner with outlets."""
+        pdus = {}
+        for (kind, name), value in sorted(self.hv.things.items()):
+            if kind == 'outlet':
+                pdus.setdefault(value[0], {})[name] = value[3]
+        return [{'kind': 'pdu', 'name': 'pdu-%s' % owner, 'mark': owner,
+                 'systems': outlets, 'running': True}
+                for owner, outlets in sorted(pdus.items())]
+
+    def daemons(self):
+        return []
+
+    def stop_orphans(self, directory):
+        return []
+
+
 class FakeRedfish(base.RedfishDriver):
     """Systems as things of kind 'system' ({domain: (owner, address,
     port, system_id)}); an owner's emulator runs while it serves one."""

@@ -328,7 +328,7 @@ def test_a_tap_that_is_an_open_vswitch_port_is_one_thing():
          'bridge': 'ovsbr'}])}
     nothing = Network([])
     found = hostagent_audit.Audit(nothing, networks, nothing, nothing,
-                                  None).things()
+                                  None, nothing).things()
     assert found == [
         {'kind': 'ovs port', 'name': 'patch0', 'mark': 'tenks:c:u',
          'bridge': 'ovsbr'},
@@ -339,7 +339,7 @@ def test_a_tap_that_is_an_open_vswitch_port_is_one_thing():
 def test_the_drivers_of_a_hypervisor_are_read_at_once():
     # Each reads libvirt, the kernel, OVSDB or processes: a slow one
     # does not hold the others up.
-    everyone = threading.Barrier(7, timeout=5)
+    everyone = threading.Barrier(9, timeout=5)
 
     class Driver:
         def marked(self):
@@ -353,7 +353,7 @@ def test_the_drivers_of_a_hypervisor_are_read_at_once():
     registry = types.SimpleNamespace(state_dir='/nowhere')
     survey = hostagent_audit.Audit(
         Driver(), {'linuxbridge': Driver(), 'openvswitch': Driver()},
-        Driver(), Driver(), registry).survey()
+        Driver(), Driver(), registry, Driver()).survey()
     assert (survey['things'], survey['daemons']) == ([], [])
 
 

@@ -10,6 +10,7 @@ from hostagent import nodes as agent_nodes
 from hostagent.drivers import fake
 from hostagent.drivers.bmc import allowlist
 from hostagent.drivers.bmc import emulator
+from hostagent.drivers.bmc import virtualpdu
 from tenks import exceptions
 from tenks import states
 from tests.unit.conftest import make_conf
@@ -27,7 +28,8 @@ def conf(tmp_path):
 def drivers(conf):
     return agent_nodes.Nodes(
         fake.FakeVirtDriver(conf), {'fake': fake.FakeNetworkDriver(conf)},
-        fake.FakeBmcDriver(conf), fake.FakeRedfishDriver(conf), 'hv1')
+        fake.FakeBmcDriver(conf), fake.FakeRedfishDriver(conf), 'hv1',
+        virtualpdu.VirtualPduDriver(conf))
 
 
 def fake_node(**fields):

@@ -66,7 +66,8 @@ class TypedNetwork(fakes.FakeNetwork):
 def typed_conductor(conf, hypervisor, monkeypatch):
     drivers = {'tenks.virt_drivers': fakes.FakeVirt,
                'tenks.bmc_drivers': fakes.FakeBmc,
-               'tenks.redfish_drivers': fakes.FakeRedfish}
+               'tenks.redfish_drivers': fakes.FakeRedfish,
+               'tenks.snmp_drivers': fakes.FakeSnmp}
 
     def load(namespace, name, conf):
         if namespace == 'tenks.network_drivers':
@@ -117,7 +118,8 @@ def test_a_bridge_type_the_agent_does_not_offer_changes_nothing(
                                   {'linuxbridge': fakes.FakeNetwork(
                                       conf, hypervisor)},
                                   fakes.FakeBmc(conf, hypervisor),
-                                  fakes.FakeRedfish(conf, hypervisor), 'hv1')
+                                  fakes.FakeRedfish(conf, hypervisor), 'hv1',
+                                  fakes.FakeSnmp(conf, hypervisor))
     node = hostagent_rpcapi.node_request(
         reconcile.view(ovs_spec(), 'd', dict(
             scheduler.schedule(ovs_spec(), {'hv1': facts()}, [])[0]),

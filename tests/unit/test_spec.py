@@ -91,6 +91,8 @@ def test_defaults_are_filled_in(tmp_path):
         'redfish_username': 'admin',
         'redfish_password': 'password',
         'redfish_verify_ca': True,
+        'snmp_port': 1161,
+        'snmp_community': 'public',
     }
 
 
@@ -693,12 +695,9 @@ def test_bmc_emulators_as_tenks_defaults_them():
      "bmc_emulators.pxe_snmp: 'virtualbmc' is not one of: virtualpdu"),
     ('bmc_emulators', {'pxe_ipmitool_socat_x': 'virtualbmc'},
      "bmc_emulators: unknown key 'pxe_ipmitool_socat_x'"),
-    ('default_ironic_driver', 'snmp',
-     "default_ironic_driver: 'snmp' is not supported yet (supported: "
-     "ipmi, redfish)"),
-    ('node_types__small__ironic_driver', 'snmp',
-     "node_types.small.ironic_driver: 'snmp' is not supported yet "
-     "(supported: ipmi, redfish)"),
+    ('node_types__small__ironic_driver', 'ilo',
+     "node_types.small.ironic_driver: 'ilo' is not one of: ipmi, redfish, "
+     "snmp"),
 ])
 def test_bmc_emulators_and_snmp(tmp_path, field, value, problem):
     assert problems(tmp_path, change(**{field: value})) == [problem]
