@@ -102,7 +102,7 @@ class Deployments:
             cluster = types.SimpleNamespace(spec=spec, uuid='-',
                                             state=states.CLUSTER_SCHEDULED)
         try:
-            self.cloud.check(cloud_services(spec))
+            check_cloud(self.cloud, spec)
             facts = inspection.inspect(self.agents,
                                        self.registry.hypervisors(), spec)
             plan, _ = self._checked_plan(spec, cluster, facts, force)
@@ -135,7 +135,7 @@ class Deployments:
         new = cluster.state == states.CLUSTER_SCHEDULED
         missing = []
         try:
-            self.cloud.check(cloud_services(spec))
+            check_cloud(self.cloud, spec)
             facts = inspection.inspect(self.agents,
                                        self.registry.hypervisors(), spec,
                                        operation_id)
@@ -284,6 +284,29 @@ def _host_resources(spec, deployment, facts):
     """host -> the pool, bridges and uplinks ``spec`` wants there."""
     return lambda host: reconcile.host_resources(spec, deployment, host,
                                                  facts[host])
+
+
+def enrolled_drivers(spec):
+    """{Ironic driver: [where the spec enrols nodes with it]}."""
+    wanted = {}
+    for index, entry in enumerate(spec['specs']):
+        if entry.get('ironic_config') is None:
+            continue
+        node_type = spec['node_types'][entry['type']]
+        driver = node_type.get('ironic_driver',
+                               spec['default_ironic_driver'])
+        wanted.setdefault(driver, []).append(
+            'specs[%d], node type %s' % (index, entry['type']))
+    return wanted
+
+
+def check_cloud(cloud, spec):
+    """The services a deploy of ``spec`` needs answer, and Ironic
+    enables the drivers it enrols nodes with."""
+    services = cloud_services(spec)
+    cloud.check(services)
+    if 'baremetal' in services:
+        cloud.check_ironic_drivers(enrolled_drivers(spec))
 
 
 def cloud_services(spec):

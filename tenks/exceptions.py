@@ -271,6 +271,16 @@ class CloudUnavailable(TenksError):
     msg_fmt = 'Cannot reach %(service)s at %(endpoint)s: %(reason)s'
 
 
+class IronicDriverMissing(TenksError):
+    """Nodes would be enrolled with a hardware type Ironic does not
+    enable: refused before anything is made."""
+
+    msg_fmt = ('Ironic at %(endpoint)s does not enable the hardware '
+               'type(s) this spec enrols nodes with: %(missing)s (it '
+               'enables: %(enabled)s). Add them to Ironic\'s [DEFAULT] '
+               'enabled_hardware_types, or choose another ironic_driver')
+
+
 class CloudError(TenksError):
     msg_fmt = '%(service)s refused to %(action)s: %(reason)s'
 

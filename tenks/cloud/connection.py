@@ -172,6 +172,23 @@ class Cloud:
                 raise exceptions.CloudUnavailable(
                     service=name, endpoint=endpoint, reason=str(e)) from e
 
+    def check_ironic_drivers(self, wanted):
+        """Raise IronicDriverMissing unless Ironic enables every
+        hardware type of ``wanted`` ({driver: [where the spec asks for
+        it]}): one list of Ironic's drivers."""
+        if not wanted:
+            return
+        enabled = sorted(d.name for d in self.connection.baremetal.drivers())
+        missing = {d: where for d, where in wanted.items()
+                   if d not in enabled}
+        if missing:
+            raise exceptions.IronicDriverMissing(
+                endpoint=self.endpoint('baremetal'),
+                missing='; '.join(
+                    '%s (%s)' % (d, exceptions.first_of(where, 3, ', '))
+                    for d, where in sorted(missing.items())),
+                enabled=', '.join(enabled) or 'none')
+
 
 def sdk_exceptions():
     """openstacksdk's exceptions module, imported when first needed."""
