@@ -70,7 +70,7 @@ def problem(fault):
     if set(fault) != keys:
         return 'a %s fault has the keys %s' % (fault['kind'],
                                                ', '.join(sorted(keys)))
-    delay = fault.get('delay', 0)
+    delay = fault.get('delay', MAX_DELAY)
     if not _number(delay) or not 0 < delay <= MAX_DELAY:
         return 'the delay of a slow BMC is above 0 and at most %g s' % (
             MAX_DELAY)
