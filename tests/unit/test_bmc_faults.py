@@ -384,6 +384,19 @@ def test_a_teardown_removes_the_fault_with_the_bmc(conductor, hypervisor):
     assert hypervisor.bmc_faults == {}
 
 
+def test_a_new_bmc_of_another_type_shows_no_fault(conductor, hypervisor):
+    api = conductor.api
+    context = policy.admin_context()
+    conductor.operations.wait(api.deploy_cluster(
+        context, make_spec(count=1)))
+    api.set_bmc_fault(context, 'tk0', 'error')
+    conductor.operations.wait(api.deploy_cluster(context, make_spec(
+        count=1, default_ironic_driver='redfish')))
+    [node] = api.list_nodes(context)
+    assert (node['bmc_type'], node['bmc_fault']) == ('redfish', None)
+    assert hypervisor.bmc_faults == {}
+
+
 def test_a_client_capped_below_1_9_sends_no_fault_call():
     bus = Bus(conductor='1.8')
     api = conductor_rpcapi.ConductorAPI(bus)
