@@ -169,9 +169,9 @@ def test_each_fault_kind_on_real_ipmi_and_redfish_bmcs(env, cloud):
         assert ipmitool(ipmi, 'chassis', 'bootdev', 'cdrom').returncode == 0
         assert boot_order(ipmi['name']) == booting
         target = boot_target(red)
-        assert target != 'Cd'
+        assert target != 'Hdd'
         assert redfish('PATCH', red, json={'Boot': {
-            'BootSourceOverrideTarget': 'Cd',
+            'BootSourceOverrideTarget': 'Hdd',
             'BootSourceOverrideEnabled': 'Once'}}).status_code == 204
         assert boot_target(red) == target
 
@@ -214,13 +214,14 @@ def test_each_fault_kind_on_real_ipmi_and_redfish_bmcs(env, cloud):
     rf.wait_state(ipmi['name'], libvirt.VIR_DOMAIN_RUNNING)
     assert ipmitool(ipmi, 'chassis', 'bootdev', 'cdrom').returncode == 0
     assert boot_order(ipmi['name']) == ['cdrom']
+    answer = redfish('PATCH', red, json={'Boot': {
+        'BootSourceOverrideTarget': 'Hdd',
+        'BootSourceOverrideEnabled': 'Once'}})
+    assert answer.status_code == 204, answer.text
+    assert boot_target(red) == 'Hdd'
     assert redfish('POST', red, '/Actions/ComputerSystem.Reset',
                    json={'ResetType': 'On'}).status_code == 204
     rf.wait_state(red['name'], libvirt.VIR_DOMAIN_RUNNING)
-    assert redfish('PATCH', red, json={'Boot': {
-        'BootSourceOverrideTarget': 'Cd',
-        'BootSourceOverrideEnabled': 'Once'}}).status_code == 204
-    assert boot_target(red) == 'Cd'
 
     # A teardown removes the faults with the BMCs.
     with embedded.embedded(env.conf) as conductor:
