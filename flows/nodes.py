@@ -147,8 +147,8 @@ class ConvergeNode(task.Task):
                 'power_state': result.get('power_state')}
 
     def _record(self, svc, record):
-        svc.db.update_node(self.uuid, **records.node_fields(
-            svc.db, self.uuid, record))
+        svc.db.record_node(self.uuid, **{
+            k: record[k] for k in records.RECORD_FIELDS})
 
     def revert(self, result, operation_id, cluster, **kwargs):
         svc = context.get()

@@ -74,26 +74,11 @@ class MarkCluster(task.Task):
             db.set_cluster_state(cluster, states.CLUSTER_FAILED)
 
 
-def node_fields(db, node_uuid, record, hypervisor=None):
-    """What to record of the node's new ``record`` (a dict; on
-    ``hypervisor`` when it moves there). A new BMC (of another type, or
-    on another hypervisor) shows no fault: the old one's went with it."""
-    fields = {k: record[k] for k in RECORD_FIELDS}
-    if hypervisor is not None:
-        fields['hypervisor'] = hypervisor
-    old = db.get_node(node_uuid)
-    if old is not None and old.bmc_fault is not None and (
-            old.bmc_type != fields['bmc_type']
-            or old.hypervisor != fields.get('hypervisor', old.hypervisor)):
-        fields['bmc_fault'] = None
-    return fields
-
-
 def finish_node(svc, cluster, record, announce):
     """Record a node (a dict) as its operation left it, deployed; announce
     it if this operation created it."""
-    svc.db.update_node(record['uuid'], state=states.NODE_DEPLOYED,
-                       **node_fields(svc.db, record['uuid'], record))
+    svc.db.record_node(record['uuid'], state=states.NODE_DEPLOYED, **{
+        k: record[k] for k in RECORD_FIELDS})
     if announce:
         svc.notifier.emit('tenks.node.create.end', cluster,
                           notifier.node_payload(record))
