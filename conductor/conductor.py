@@ -20,6 +20,7 @@ from oslo_log import log as logging
 
 from conductor import agents
 from conductor import aggregates
+from conductor import bmc_faults
 from conductor import deployments
 from conductor import hypervisors
 from conductor import late
@@ -114,6 +115,7 @@ class Conductor:
         self.deployments = deployments.Deployments(self)
         self.teardowns = teardowns.Teardowns(self)
         self.maintenance = maintenance.Maintenance(self)
+        self.bmc_faults = bmc_faults.BmcFaults(self)
         if board is not None:
             from conductor import jobs
             self.jobs = jobs.JobRunner(self, board, coordination)

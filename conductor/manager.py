@@ -137,6 +137,19 @@ class ConductorManager:
             return cluster
         return {k: v for k, v in cluster.items() if k != 'uuid'}
 
+    # BMC faults
+
+    @rule('tenks:node:fault:set', exceptions.TenksError)
+    def set_bmc_fault(self, context, node, kind, duration=None,
+                      probability=None, cluster=None):
+        return self.conductor.bmc_faults.set(node, kind, duration,
+                                             probability, cluster)
+
+    @rule('tenks:node:fault:clear', exceptions.TenksError)
+    def clear_bmc_fault(self, context, node=None, cluster=None,
+                        all_nodes=False):
+        return self.conductor.bmc_faults.clear(node, cluster, all_nodes)
+
     # The audit
 
     @rule('tenks:audit')

@@ -110,6 +110,11 @@ API version history:
   when not known). OperationNotFound; OperationHasNoFlow for one that
   built no flow. An operation that failed in its flow has the tasks
   whose failure rolled it back in ``failed_tasks`` of its result.
+* 1.10 - BMC faults (admin): set_bmc_fault makes a node's IPMI or
+  Redfish BMC misbehave (tenks.bmc_faults) until clear_bmc_fault; the
+  node (list_nodes, get_cluster) has ``bmc_fault``, the fault its BMC
+  shows or None. Errors: NodeNotFound, NodeAmbiguous, BmcFaultInvalid,
+  and what the node's hostagent raised (AgentTimeout, DriverError...).
 """
 
 import functools
@@ -117,7 +122,7 @@ import functools
 from tenks import policy
 from tenks import rpc
 
-RPC_API_VERSION = '1.9'
+RPC_API_VERSION = '1.10'
 
 
 class ConductorAPI:
@@ -255,6 +260,24 @@ class ConductorAPI:
                           limit=limit)
 
     # Admin calls
+
+    def set_bmc_fault(self, context, node, kind, duration=None,
+                      probability=None, cluster=None):
+        """Make the BMC of ``node`` (name or UUID; ``cluster`` when
+        several have a node of that name) show a fault of ``kind`` (see
+        tenks.bmc_faults: ``duration`` is the delay of ``slow``,
+        ``probability`` the failure rate of ``flaky``); the node."""
+        return self._call(context, 'set_bmc_fault', '1.10', node=node,
+                          kind=kind, duration=duration,
+                          probability=probability, cluster=cluster)
+
+    def clear_bmc_fault(self, context, node=None, cluster=None,
+                        all_nodes=False):
+        """Clear the fault of ``node``'s BMC, or (``all_nodes``) of every
+        node (of ``cluster``) with one: {'cleared': [names], 'failed':
+        {name: why}}."""
+        return self._call(context, 'clear_bmc_fault', '1.10', node=node,
+                          cluster=cluster, all_nodes=all_nodes)
 
     def audit(self, context, cluster=None, clean=False):
         """The audit of every hypervisor and service (what concerns

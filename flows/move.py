@@ -292,7 +292,7 @@ class RetireNode(_MoveTask):
     def execute(self, operation_id, cluster):
         svc = context.get()
         record = self.move['new']['record']
-        svc.db.update_node(self.move['uuid'], hypervisor=self.move['target'],
+        svc.db.record_node(self.move['uuid'], hypervisor=self.move['target'],
                            **{k: record[k] for k in records.RECORD_FIELDS})
         source, name = self.move['source'], self.move['name']
         rows = [r.as_dict() for r in svc.db.list_resources(

@@ -147,7 +147,7 @@ class ConvergeNode(task.Task):
                 'power_state': result.get('power_state')}
 
     def _record(self, svc, record):
-        svc.db.update_node(self.uuid, **{
+        svc.db.record_node(self.uuid, **{
             k: record[k] for k in records.RECORD_FIELDS})
 
     def revert(self, result, operation_id, cluster, **kwargs):

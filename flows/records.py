@@ -77,7 +77,7 @@ class MarkCluster(task.Task):
 def finish_node(svc, cluster, record, announce):
     """Record a node (a dict) as its operation left it, deployed; announce
     it if this operation created it."""
-    svc.db.update_node(record['uuid'], state=states.NODE_DEPLOYED, **{
+    svc.db.record_node(record['uuid'], state=states.NODE_DEPLOYED, **{
         k: record[k] for k in RECORD_FIELDS})
     if announce:
         svc.notifier.emit('tenks.node.create.end', cluster,

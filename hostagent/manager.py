@@ -615,6 +615,11 @@ class HostAgentManager:
         self._run(context, request_id, reply_to, [('bmc', domain)],
                   self.nodes.remove_bmc, domain, owner)
 
+    def set_bmc_fault(self, context, request_id, reply_to, name, bmc, fault,
+                      owner):
+        self._run(context, request_id, reply_to, [('bmc', name)],
+                  self.nodes.set_bmc_fault, name, bmc, fault, owner)
+
     def ensure_node(self, context, request_id, reply_to, node, owner, force):
         self._run(context, request_id, reply_to, nodes.things(node) or [],
                   self._making(owner, self.nodes.ensure), node, owner, force)

@@ -24,6 +24,7 @@ import jsonschema
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from tenks import bmc_faults
 from tenks import constants
 from tenks import exceptions
 from tenks import names as tenks_names
@@ -675,6 +676,24 @@ class Nodes:
                    self.redfish.remove_system(name, owner),
                    self.snmp.remove_outlet(name, owner)]
         return any(removed)
+
+    def set_bmc_fault(self, name, bmc, fault, owner):
+        """Make ``owner``'s BMC of the node (of type ``bmc``) show
+        ``fault`` (tenks.bmc_faults; None: none)."""
+        if bmc not in bmc_faults.BMC_TYPES:
+            raise exceptions.InvalidNodeRequest(
+                node=name, problems='bmc: faults are shown by BMCs of '
+                'type %s' % ', '.join(bmc_faults.BMC_TYPES))
+        problem = fault is not None and bmc_faults.problem(fault)
+        if problem:
+            raise exceptions.InvalidNodeRequest(node=name,
+                                                problems='fault: ' + problem)
+        if bmc == 'redfish':
+            changed = self.redfish.set_fault(name, owner, fault)
+        else:
+            changed = self.bmc.set_fault(name, self._bmc_mark(name, owner),
+                                         fault)
+        return {'changed': changed}
 
     def _bmc_mark(self, name, owner):
         """This hostagent's mark for ``owner``; a BMC request from a

@@ -168,12 +168,19 @@ API version history:
   its owner's VirtualPDU on this hypervisor. The audit reports PDUs
   (kind ``pdu``, their ``systems`` {domain: outlet}) and their processes
   (daemons of kind ``virtualpdu``).
+* 1.12 - BMC faults. ``set_bmc_fault(name, bmc, fault, owner)`` makes
+  ``owner``'s BMC of domain ``name``, of type ``bmc`` (``ipmi`` or
+  ``redfish``), show ``fault`` (tenks.bmc_faults; None clears it) until
+  it is cleared or the BMC removed, across restarts of the agent and of
+  the BMC's daemon; it reports ``{'changed'}``. DriverError when the
+  node has no such BMC here (clearing then changes nothing),
+  InvalidNodeRequest for a bad fault or type.
 """
 
 from tenks import constants
 from tenks import rpc
 
-RPC_API_VERSION = '1.11'
+RPC_API_VERSION = '1.12'
 
 # Methods, with the keyword arguments each takes.
 METHODS = {
@@ -203,6 +210,7 @@ METHODS = {
     'power_node': ('name', 'owner', 'on'),
     'audit': (),
     'clean': ('owners', 'daemons'),
+    'set_bmc_fault': ('name', 'bmc', 'fault', 'owner'),
 }
 # Keyword arguments a method may also take (since 1.4), sent only when
 # they differ from the default: a bridge's type (Open vSwitch), a logical
@@ -225,7 +233,7 @@ SINCE = {'ensure_node': '1.4', 'remove_node': '1.4',
          'inspect_nodes': '1.4', 'export_node': '1.5', 'close_export': '1.5',
          'power_node': '1.5', 'check_pool_devices': '1.8',
          'ensure_bmc': '1.9', 'remove_bmc': '1.9', 'audit': '1.10',
-         'clean': '1.10'}
+         'clean': '1.10', 'set_bmc_fault': '1.12'}
 # What a node request with an SNMP BMC asks for.
 SNMP = '1.11'
 # What a cast with a deadline asks for (every method has it).

@@ -110,6 +110,14 @@ class NodeAmbiguous(TenksError):
                'the cluster with --cluster, or use the node\'s UUID')
 
 
+class BmcFaultInvalid(TenksError):
+    msg_fmt = 'Cannot fault the BMC of node %(node)s: %(reason)s'
+
+
+class BmcFaultsLeft(TenksError):
+    msg_fmt = 'BMC faults not cleared (still recorded): %(failed)s'
+
+
 class HypervisorNotFound(TenksError):
     msg_fmt = 'No hypervisor %(host)s has registered'
 

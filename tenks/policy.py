@@ -75,6 +75,9 @@ RULES = dict([
     ('tenks:hypervisor:maintenance', (
         ADMIN, 'Put a hypervisor into maintenance, moving its nodes away, '
                'or take it out.')),
+    ('tenks:node:fault:set', (
+        ADMIN, "Make a node's BMC misbehave (a BMC fault).")),
+    ('tenks:node:fault:clear', (ADMIN, "Clear a node's BMC fault.")),
     ('tenks:audit', (
         ADMIN, 'Compare the records with what the hypervisors and the '
                'cloud hold, and remove what dead deployments left '

@@ -341,6 +341,14 @@ class BmcDriver(abc.ABC):
         daemons), judged again as it stops them; the pids stopped."""
 
     @abc.abstractmethod
+    def set_fault(self, domain, owner, fault):
+        """Make ``owner``'s BMC of ``domain`` show ``fault``
+        (tenks.bmc_faults; None: none) until told otherwise, across
+        restarts; removing the BMC removes its fault. Whether anything
+        changed. DriverError when there is no such BMC to fault (a fault
+        cleared where there is none changes nothing)."""
+
+    @abc.abstractmethod
     def bmc_changes(self, bmcs, owner):
         """What ensure_bmc would change of each BMC, read at once.
 
@@ -375,6 +383,11 @@ class RedfishDriver(abc.ABC):
         """Stop serving ``domain`` in ``owner``'s emulator (never in
         another's); stop the emulator and remove its files once it
         serves none. True if it served the domain."""
+
+    @abc.abstractmethod
+    def set_fault(self, domain, owner, fault):
+        """As BmcDriver.set_fault, for the system of ``domain`` in
+        ``owner``'s emulator."""
 
     @abc.abstractmethod
     def system_changes(self, owner, systems):

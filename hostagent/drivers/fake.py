@@ -492,8 +492,28 @@ class FakeBmcDriver(_Fake, base.BmcDriver):
             return base.ensured(found is None, changed=True)
 
     def remove_bmc(self, domain, owner):
-        return self._remove('bmc', domain, owner,
-                            'remove the BMC of %s' % domain)
+        with self._store.lock:
+            if self._store.get('bmc-fault', domain) is not None and (
+                    self._ours('bmc', domain, owner) is not None):
+                self._store.delete('bmc-fault', domain)
+            return self._remove('bmc', domain, owner,
+                                'remove the BMC of %s' % domain)
+
+    def set_fault(self, domain, owner, fault):
+        with self._store.lock:
+            found = self._ours('bmc', domain, owner)
+            if found is None and fault is not None:
+                raise exceptions.DriverError(
+                    driver=DRIVER, action='fault the BMC of %s' % domain,
+                    reason='the domain has no IPMI BMC here')
+            had = self._store.get('bmc-fault', domain)
+            if (had and had[1]) == fault:
+                return False
+            if fault is None:
+                self._store.delete('bmc-fault', domain)
+            else:
+                self._store.put('bmc-fault', domain, owner, fault)
+            return True
 
     def list_bmcs(self):
         return [{'domain': name, 'address': data['address'],

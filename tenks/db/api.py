@@ -319,6 +319,17 @@ class StateDB:
         self._write(sa.update(NODES).where(NODES.c.uuid == uuid)
                     .values(**fields))
 
+    def record_node(self, uuid, **fields):
+        """update_node with what a flow made of the node, its
+        ``bmc_type`` among them: a new BMC (of another type, or on
+        another ``hypervisor``) shows no fault, the old one's gone with
+        it. One statement."""
+        moved = NODES.c.bmc_type != fields['bmc_type']
+        if 'hypervisor' in fields:
+            moved = sa.or_(moved, NODES.c.hypervisor != fields['hypervisor'])
+        self.update_node(uuid, bmc_fault=sa.case(
+            (moved, sa.null()), else_=NODES.c.bmc_fault), **fields)
+
     def get_node(self, uuid):
         return self._get(models.Node, uuid)
 

@@ -117,6 +117,8 @@ class Node(Record):
         # The file its serial console is logged to on its hypervisor, or
         # None (none, or recorded before Tenks recorded it).
         _column('console_log', sa.String(4096), nullable=True),
+        # The fault its BMC shows on request (tenks.bmc_faults), or None.
+        _column('bmc_fault', sa.JSON(), nullable=True),
         _column('state', sa.String(16)),
         # A count that goes down removes the newest nodes first.
         _column('created_at', DateTime(), nullable=True, default=now),

@@ -36,6 +36,8 @@ class Hypervisor:
         self.unfit_devices = {}
         # {domain: the owner its BMC was made for}
         self.bmc_owners = {}
+        # {domain: the fault its BMC shows}
+        self.bmc_faults = {}
         # The libvirt daemon its hostagent reaches: its own.
         self.libvirt_daemon = 'fake:///system on %x' % id(self)
         # {(kind, name): the owner mark it was made with}
@@ -272,6 +274,20 @@ class FakeNetwork(base.NetworkDriver):
                 for p in ports}
 
 
+def _set_fault(hv, kind, domain, fault):
+    """As the BMC drivers' set_fault, for ``kind`` ``domain`` of ``hv``."""
+    if (kind, domain) not in hv.things and fault is not None:
+        raise exceptions.DriverError(driver='fake', action='fault the BMC '
+                                     'of %s' % domain, reason='no BMC here')
+    if hv.bmc_faults.get(domain) == fault:
+        return False
+    if fault is None:
+        del hv.bmc_faults[domain]
+    else:
+        hv.bmc_faults[domain] = fault
+    return True
+
+
 class FakeBmc(base.BmcDriver):
 
     def __init__(self, conf, hv):
@@ -293,7 +309,13 @@ class FakeBmc(base.BmcDriver):
     def remove_bmc(self, domain, owner):
         self._check_owner(domain, owner)
         self.hv.bmc_owners.pop(domain, None)
+        if ('bmc', domain) in self.hv.things:
+            self.hv.bmc_faults.pop(domain, None)
         return self.hv.remove('bmc', domain)
+
+    def set_fault(self, domain, owner, fault):
+        self._check_owner(domain, owner)
+        return _set_fault(self.hv, 'bmc', domain, fault)
 
     def marked(self):
         return [{'kind': 'bmc', 'name': name, 'mark': self.hv.bmc_owners[name],
@@ -397,8 +419,16 @@ class FakeRedfish(base.RedfishDriver):
         # Called for every node's removal: counted only when its owner's
         # emulator serves the domain.
         made = self.hv.things.get(('system', domain))
-        return (made is not None and made[0] == owner
-                and self.hv.remove('system', domain))
+        if made is None or made[0] != owner:
+            return False
+        self.hv.bmc_faults.pop(domain, None)
+        return self.hv.remove('system', domain)
+
+    def set_fault(self, domain, owner, fault):
+        made = self.hv.things.get(('system', domain))
+        if made is not None and made[0] != owner:
+            raise conflict('Redfish system of', domain)
+        return _set_fault(self.hv, 'system', domain, fault)
 
     def system_changes(self, owner, systems):
         changes = {}

@@ -311,3 +311,16 @@ def test_a_busy_cluster_is_left_for_later_and_said_so(conductor, hypervisor,
     [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
     assert operation['state'] == 'succeeded', operation['error']
     assert [n.hypervisor for n in conductor.db.list_nodes()] == ['hv2']
+
+
+def test_a_moved_node_leaves_its_bmc_fault_behind(conductor, hypervisor,
+                                                  hv2):
+    """Its BMC is made again on the new host, well; the record says so."""
+    deploy_on_hv1(conductor, hypervisor, count=1, running=False)
+    conductor.bmc_faults.set('tk0', 'error')
+    assert hypervisor.bmc_faults == {'tk0': {'kind': 'error'}}
+    [operation] = wait_all(conductor, conductor.maintenance.start('hv1'))
+    assert operation['state'] == 'succeeded', operation['error']
+    [node] = conductor.db.list_nodes()
+    assert (node.hypervisor, node.bmc_fault) == ('hv2', None)
+    assert (hypervisor.bmc_faults, hv2.bmc_faults) == ({}, {})

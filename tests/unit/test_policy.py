@@ -58,6 +58,8 @@ CALLS = {
     'stop_host_maintenance': (('nope',), ADMIN,
                               exceptions.HypervisorNotFound),
     'audit': ((), ADMIN, None),
+    'set_bmc_fault': (('nope', 'error'), ADMIN, exceptions.NodeNotFound),
+    'clear_bmc_fault': (('nope',), ADMIN, exceptions.NodeNotFound),
     'list_aggregates': ((), ADMIN, None),
     'get_aggregate': (('nope',), ADMIN, exceptions.AggregateNotFound),
     'create_aggregate': (('',), ADMIN, exceptions.AggregateInvalid),

@@ -264,7 +264,7 @@ def test_hostagent_casts_ask_for_the_version_that_brought_them(method):
              'close_export': '1.5', 'power_node': '1.5',
              'check_pool_devices': '1.8',
              'ensure_bmc': '1.9', 'remove_bmc': '1.9', 'audit': '1.10',
-             'clean': '1.10'}
+             'clean': '1.10', 'set_bmc_fault': '1.12'}
     assert options['version'] == since.get(method, '1.0')
     assert hostagent_rpcapi.SINCE == since
 

@@ -16,6 +16,9 @@ SKIPPED = ('tenks/db/migrations/versions/',)
 COINCIDENCES = {
     # The IPMI host's word for a BMC that serves, in its own protocol.
     ('hostagent/drivers/bmc/ipmi_host.py', 'RUNNING'),
+    # A BMC fault's kind, and the IPMI host's word for a BMC it cannot
+    # serve.
+    ('tenks/bmc_faults.py', 'ERROR'),
     # The conductor's and the hostagent's APIs number their versions
     # each on its own.
     ('conductor/rpcapi.py', 'RPC_API_VERSION'),

@@ -14,6 +14,8 @@ Scope           a path naming a system or a manager outside the allow-list
                 <id>/...``: sushy-tools names each manager after its
                 system) is answered 404 before sushy-tools sees it: no
                 power or boot change, no virtual media download.
+Faults          a system's BMC shows the fault Tenks was asked for
+                (hostagent.drivers.bmc.emulator_faults).
 Media           requests that may download or eject virtual media run one
                 at a time; what a failed one left in the download
                 directory is removed, and so is what an eject leaves.
@@ -47,6 +49,8 @@ from sushy_tools.emulator import memoize
 from sushy_tools.emulator.resources.systems import fakedriver
 from sushy_tools.emulator.resources.systems import libvirtdriver
 
+from hostagent.drivers.bmc import emulator_faults
+from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import media
 
@@ -334,8 +338,13 @@ def build(config_file):
     # sushy-tools builds its one application at import: give it our
     # systems property.
     app.__class__ = _Application
+    allowed = app.config[ALLOWED]
+    # The faults of its systems are in its own directory.
+    faults = fault_files.Reader(os.path.dirname(os.path.abspath(config_file)))
     app.wsgi_app = Authentication(
-        Scope(Media(app.wsgi_app, tempfile.tempdir), app.config[ALLOWED]),
+        Scope(emulator_faults.Faults(
+            Media(app.wsgi_app, tempfile.tempdir), allowed, faults,
+            named_system), allowed),
         app.config[AUTH_FILE])
     return app
 

@@ -26,7 +26,9 @@ N}`` or ``{"error": MESSAGE, "kind": "invalid" | "denied" |
 holds. No request stops it.
 
 A BMC's status is "running", or "error" when a stored one's port could
-not be bound as the host started. Run as ``python -m
+not be bound as the host started. A BMC shows the fault (tenks.bmc_faults)
+the driver stored for it in ``faults/`` (see fault_files), read again
+whenever that file changes. Run as ``python -m
 hostagent.drivers.bmc.ipmi_host DIRECTORY``.
 """
 
@@ -51,7 +53,9 @@ from virtualbmc import exception as vbmc_exception
 from virtualbmc import utils as vbmc_utils
 from virtualbmc import vbmc
 
+from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import ipmi_store
+from tenks import bmc_faults
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -66,6 +70,7 @@ WORKERS = 32  # threads answering IPMI packets
 MAX_PACKET = 3000  # bytes, as pyghmi reads
 MAX_PENDING = 64  # packets of a BMC waiting for a worker; more are dropped
 MAX_SESSIONS = 64  # per BMC; the least recently used goes first
+UNSPECIFIED_ERROR = 0xff  # the completion code of an injected error
 # pyghmi means a server session to expire after 60 s idle but never
 # expires it; a client that keeps it longer sends keepalives.
 SESSION_TIMEOUT = 60
@@ -111,22 +116,54 @@ class _HostSocket(serversession.IpmiServer):
 
 
 class _Bmc(vbmc.VirtualBMC, _HostSocket):
-    """virtualbmc's BMC of a domain, on ``sock``."""
+    """virtualbmc's BMC of a domain, on ``sock``, showing ``fault`` (set
+    before each packet is handled)."""
 
     def __init__(self, sock, definition):
         self.serversocket = sock
+        self.fault = None
         super().__init__(
             definition['username'], definition['password'],
             definition['port'], definition['address'],
             definition['domain'], definition['libvirt_uri'])
+
+    def handle_raw_request(self, request, session):
+        if bmc_faults.fails(self.fault):
+            return session.send_ipmi_response(code=UNSPECIFIED_ERROR)
+        return super().handle_raw_request(request, session)
+
+    def _ignores(self, kind):
+        return self.fault is not None and self.fault['kind'] == kind
+
+    def set_boot_device(self, bootdevice):
+        if self._ignores(bmc_faults.BOOT_DEVICE_IGNORED):
+            return None
+        return super().set_boot_device(bootdevice)
+
+    def power_on(self):
+        return None if self._ignores(bmc_faults.POWER_STUCK) else (
+            super().power_on())
+
+    def power_off(self):
+        return None if self._ignores(bmc_faults.POWER_STUCK) else (
+            super().power_off())
+
+    def power_shutdown(self):
+        return None if self._ignores(bmc_faults.POWER_STUCK) else (
+            super().power_shutdown())
+
+    def power_reset(self):
+        return None if self._ignores(bmc_faults.POWER_STUCK) else (
+            super().power_reset())
 
 
 class _Served:
     """A BMC the host holds: its definition and, while it runs, its
     socket, sessions and the packets waiting for a worker."""
 
-    def __init__(self, definition, sock=None, error=None):
+    def __init__(self, definition, faults, sock=None, error=None):
         self.definition = definition
+        self.faults = faults
         self.sock = sock
         self.error = error
         self.bmc = _Bmc(sock, definition) if sock is not None else None
@@ -146,6 +183,11 @@ class _Served:
         data = bytearray(data)
         if len(data) < 5 or data[0] != 6 or data[2:4] != b'\xff\x07':
             return  # not IPMI over RMCP
+        fault = self.bmc.fault = self.faults.get(self.definition['domain'])
+        if fault is not None and fault['kind'] == bmc_faults.UNREACHABLE:
+            return
+        if fault is not None and fault['kind'] == bmc_faults.SLOW:
+            time.sleep(fault['delay'])
         now = time.monotonic()
         self._expire(now)
         entry = self.sessions.get(address)
@@ -182,6 +224,7 @@ class Host:
         self.directory = directory
         # Only the control thread changes them (after load).
         self._bmcs = {}
+        self._faults = fault_files.Reader(directory)
         self._selector = selectors.DefaultSelector()
         self._workers = concurrent.futures.ThreadPoolExecutor(
             WORKERS, thread_name_prefix='ipmi')
@@ -190,11 +233,12 @@ class Host:
         """Serve every stored BMC."""
         for definition in ipmi_store.read_all(self.directory).values():
             try:
-                served = _Served(definition, self._bind(definition))
+                served = _Served(definition, self._faults,
+                                 self._bind(definition))
             except Refused as e:
                 LOG.error('Cannot serve the BMC of %s: %s',
                           definition['domain'], e)
-                served = _Served(definition, error=str(e))
+                served = _Served(definition, self._faults, error=str(e))
             else:
                 self._selector.register(served.sock, selectors.EVENT_READ,
                                         served)
@@ -353,7 +397,7 @@ class Host:
                 sock.close()
             raise Refused('failed', 'cannot store the BMC of %s: %s' % (
                 domain, e.strerror)) from e
-        served = _Served(bmc, sock)
+        served = _Served(bmc, self._faults, sock)
         if keep:
             self._selector.modify(sock, selectors.EVENT_READ, served)
         else:

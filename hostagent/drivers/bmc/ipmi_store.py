@@ -6,6 +6,7 @@
                         and the owner mark it was made for), mode 0600,
                         so that a host that starts again serves every
                         BMC it served
+``faults/<domain>.json`` the fault the BMC shows (fault_files), 0600
 ``control.sock``        the host's control socket, mode 0600
 ``host.pid``, ``host.log``, ``lock`` (the driver's)
 

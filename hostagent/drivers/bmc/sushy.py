@@ -22,6 +22,7 @@ file 0600):
                      ``redfish_tls_key``, when set
 ``state/``           sushy-tools' own records (virtual media, indicators)
 ``downloads/``       its virtual media downloads, emptied when it stops
+``faults/``          the faults its systems show (fault_files), by domain
 ``emulator.pid``, ``emulator.log``
 
 The media inserted into the nodes' virtual media drives are files
@@ -57,6 +58,7 @@ import threading
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import media
 from hostagent.drivers.bmc import processes
@@ -149,11 +151,33 @@ class SushyDriver(base.RedfishDriver):
             if os.path.isdir(media_dir):
                 for name in media.files(media_dir, served):
                     os.unlink(name)
+            fault_files.write(path, domain, None)
             if _empty(os.path.join(path, DOMAINS)):
                 self._remove(path)
         LOG.info('Redfish emulator %s no longer serves %s',
                  os.path.basename(path), domain)
         return True
+
+    def set_fault(self, domain, owner, fault):
+        """Store ``fault`` where ``owner``'s emulator reads it
+        (fault_files)."""
+        path = self._path(owner)
+        if not os.path.isdir(path) and fault is None:
+            return False
+        with self._locked():
+            if os.path.isdir(path):
+                self._check_owner(path, owner)
+                self._upgrade(path)
+            if _served(path, domain) is None:
+                if fault is not None:
+                    raise self._error(
+                        'fault the Redfish system of %s' % domain,
+                        'the emulator of %s does not serve it' % owner)
+            changed = fault_files.write(path, domain, fault)
+        if changed:
+            LOG.info('Redfish system of %s: fault %s', domain,
+                     fault['kind'] if fault else 'cleared')
+        return changed
 
     def system_changes(self, owner, systems):
         path = self._path(owner)

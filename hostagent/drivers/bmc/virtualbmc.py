@@ -23,6 +23,7 @@ import time
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import ipmi_store
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
@@ -110,9 +111,27 @@ class VirtualBmcDriver(base.BmcDriver):
                 removed = self._request(
                     'remove', 'remove the BMC of %s' % domain,
                     domain=domain)['removed']
+            fault_files.write(self._dir, domain, None)
         if removed:
             LOG.info('Removed BMC for %s', domain)
         return removed
+
+    def set_fault(self, domain, owner, fault):
+        """Store ``fault`` where the IPMI host reads it (fault_files)."""
+        if ipmi_store.name_problem(domain):
+            raise self._error('fault the BMC of %r' % domain,
+                              ipmi_store.name_problem(domain))
+        with self._locked():
+            if ipmi_store.owner(self._dir, domain) is None and (
+                    fault is not None):
+                raise self._error('fault the BMC of %s' % domain,
+                                  'the domain has no IPMI BMC here')
+            self._check_owner(domain, owner)
+            changed = fault_files.write(self._dir, domain, fault)
+        if changed:
+            LOG.info('BMC of %s: fault %s', domain,
+                     fault['kind'] if fault else 'cleared')
+        return changed
 
     def list_bmcs(self):
         """Return [{'domain', 'address', 'port', 'status'}]."""
