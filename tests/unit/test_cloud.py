@@ -158,3 +158,43 @@ def test_server_name_is_none_when_nova_cannot_say():
     assert nova.server_name(conn, 's2') is None
     conn.compute_endpoint = None
     assert nova.server_name(conn, 's1') is None
+
+
+def test_a_driver_ironic_does_not_enable_is_refused_up_front(
+        environ, monkeypatch):
+    """One list of Ironic's drivers; each missing one named with the
+    node types that ask for it, and what Ironic has."""
+    from conductor import deployments
+    from tests.unit.conftest import make_spec
+    cloud = make_cloud(ironic_url=IRONIC)
+    listed = []
+
+    def drivers():
+        listed.append(True)
+        return [types.SimpleNamespace(name=n) for n in ('ipmi', 'redfish')]
+    monkeypatch.setattr(cloud, '_connection', types.SimpleNamespace(
+        baremetal=types.SimpleNamespace(drivers=drivers),
+        endpoint_for=lambda service: IRONIC), raising=False)
+    rc = {'resource_class': 'baremetal'}
+    spec = make_spec(
+        node_types={
+            'plain': {'memory_mb': 128, 'vcpus': 1,
+                      'physical_networks': ['physnet1']},
+            'pdu': {'memory_mb': 128, 'vcpus': 1, 'ironic_driver': 'snmp',
+                    'physical_networks': ['physnet1']}},
+        specs=[{'type': 'plain', 'count': 1, 'ironic_config': rc},
+               {'type': 'pdu', 'count': 1, 'ironic_config': rc},
+               {'type': 'pdu', 'count': 1}])
+    assert deployments.enrolled_drivers(spec) == {
+        'ipmi': ['specs[0], node type plain'],
+        'snmp': ['specs[1], node type pdu']}
+    with pytest.raises(exceptions.IronicDriverMissing) as raised:
+        cloud.check_ironic_drivers(deployments.enrolled_drivers(spec))
+    assert str(raised.value).startswith(
+        'Ironic at %s does not enable the hardware type(s) this spec enrols '
+        'nodes with: snmp (specs[1], node type pdu) (it enables: ipmi, '
+        'redfish)' % IRONIC)
+    assert len(listed) == 1
+    cloud.check_ironic_drivers({'redfish': ['specs[0], node type plain']})
+    cloud.check_ironic_drivers({})
+    assert len(listed) == 2
