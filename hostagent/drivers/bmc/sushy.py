@@ -262,7 +262,27 @@ class SushyDriver(base.RedfishDriver):
         if orphans:
             LOG.info('Stopped Redfish emulator %s (pids %s): %s', directory,
                      sorted(orphans), why)
+            if not os.path.isdir(directory):
+                # Its directory went (a state directory deleted), and
+                # with it what said which media are its own: they are
+                # all of its media directory, named after it.
+                self._remove_media(directory)
         return sorted(orphans)
+
+    def _remove_media(self, path):
+        """Remove the media directory of the emulator of ``path`` and
+        the media in it (their names are those an emulator gives)."""
+        media_dir = self._media_dir(path)
+        if not os.path.isdir(media_dir):
+            return
+        for name in os.listdir(media_dir):
+            if not name.endswith('.iso'):
+                LOG.warning('Keeping %s: %s is no medium Tenks made',
+                            media_dir, name)
+                return
+        shutil.rmtree(media_dir)
+        LOG.info('Removed the media directory %s of the Redfish emulator '
+                 '%s', media_dir, path)
 
     # Emulators and their files.
 
@@ -486,8 +506,7 @@ class SushyDriver(base.RedfishDriver):
     def _remove(self, path):
         """Stop the emulator and remove its directory."""
         self._stop(path)
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self._media_dir(path))
+        self._remove_media(path)
         shutil.rmtree(path)
         self._verifiers.pop(path, None)
 
