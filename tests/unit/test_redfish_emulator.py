@@ -2,12 +2,14 @@
 layers on a fake application, then the whole process as the hostagent
 starts it, on sushy-tools' fake systems instead of libvirt."""
 
+import concurrent.futures
 import http.server
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import bcrypt
 import pytest
@@ -452,3 +454,27 @@ def test_the_allow_list_answers_without_reading_files(tmp_path,
     (path / A).unlink()
     (path / B).write_text('n1')
     assert B in allowed and A not in allowed
+
+
+def test_the_same_pair_at_once_is_checked_with_bcrypt_once(tmp_path,
+                                                           monkeypatch):
+    name = tmp_path / 'htpasswd'
+    write_htpasswd(name, 'hush-hush')
+    verifier = htpasswd.Verifier(str(name))
+    checked = []
+    real = htpasswd.matches
+
+    def matches(digest, password):
+        checked.append(password)
+        time.sleep(0.2)  # the requests below all arrive meanwhile
+        return real(digest, password)
+    monkeypatch.setattr(htpasswd, 'matches', matches)
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        right = list(pool.map(lambda _: verifier.check('admin', b'hush-hush'),
+                              range(12)))
+        wrong = list(pool.map(lambda _: verifier.check('admin', b'guess'),
+                              range(4)))
+    assert right == [True] * 12 and wrong == [False] * 4
+    # One check for the right pair; a wrong one is never taken on trust.
+    assert checked.count(b'hush-hush') == 1
+    assert checked.count(b'guess') == 4

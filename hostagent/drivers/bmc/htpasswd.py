@@ -54,7 +54,12 @@ def matches(digest, password):
 
 
 class Verifier:
-    """Checks (user, password) pairs against the htpasswd file ``path``."""
+    """Checks (user, password) pairs against the htpasswd file ``path``.
+
+    Requests that bring the same unknown pair at once wait for one
+    bcrypt check rather than each paying for its own: Ironic verifies
+    every node of a new cluster at once, all with the same credentials.
+    """
 
     def __init__(self, path):
         self.path = path
@@ -62,6 +67,7 @@ class Verifier:
         self._lock = threading.Lock()
         # (file version, HMACs of the pairs bcrypt accepted in it)
         self._known = (None, set())
+        self._checking = {}  # HMAC: lock of the check under way
 
     def check(self, username, password):
         """Whether the file lets ``username`` in with ``password``
@@ -74,12 +80,20 @@ class Verifier:
             if self._known[0] != version:
                 self._known = (version, set())
             known = self._known[1]
-        if token in known:
-            return True
-        digest = digests(self.path).get(username)
-        if digest is None or not matches(digest, password):
-            return False
-        # Into the set of the version read before: if the file changed
-        # meanwhile, the next check starts a new one.
-        known.add(token)
-        return True
+            if token in known:
+                return True
+            checking = self._checking.setdefault(token, threading.Lock())
+        with checking:
+            # Accepted while this request waited?
+            accepted = token in known
+            if not accepted:
+                digest = digests(self.path).get(username)
+                accepted = digest is not None and matches(digest, password)
+                if accepted:
+                    # Into the set of the version read before: if the
+                    # file changed meanwhile, the next check starts anew.
+                    known.add(token)
+        with self._lock:
+            if self._checking.get(token) is checking:
+                del self._checking[token]
+        return accepted
