@@ -11,7 +11,7 @@ install  create <repo>/.venv-openstack with ironic, openstack-placement,
          and with --full-nova <repo>/.venv-glance with glance and gunicorn
          (glance pins differently again); each skipped while its stamp
          matches its requirements
-start    install, write the configs, create the SQLite databases, start
+start    install, write the configs, create the databases, start
          the services that are not running or whose config changed (each
          a daemon in its own process group, output in logs/NAME.log) and
          wait until each answers; with --full-nova also Glance, the
@@ -23,8 +23,11 @@ stop     SIGTERM each service's process group (SIGKILL after a while) and
 status   print each service: up or down, URL, pid; exit 3 unless all
          (with --full-nova: the full Nova too) are up
 
-Ironic is the all-in-one ``ironic`` (API and conductor in one process, as
-SQLite requires), Placement, Nova API and Glance are served by gunicorn.
+Ironic is the all-in-one ``ironic`` (API and conductor in one process),
+its database on the MariaDB that tools/setup.sh starts (one database per
+state directory: SQLite serializes its conductor's writes, which made
+enrolling a hundred nodes take minutes); Placement, Nova and Glance keep
+SQLite. Placement, Nova API and Glance are served by gunicorn.
 None checks credentials: Ironic noauth, Placement noauth2 (send
 ``X-Auth-Token: admin``), Nova's paste pipeline without authtoken (send
 ``X-User-Id``, ``X-Project-Id`` and ``X-Roles: admin``), Glance without
@@ -49,6 +52,12 @@ Environment:
   TENKS_GLANCE_PORT        default 9292
   TENKS_NEUTRON_PORT       default 9696 (the stand-in)
   TENKS_OPENSTACK_TIMEOUT  seconds a service gets to answer (default 60)
+  TENKS_OPENSTACK_MYSQL    the MariaDB server for Ironic's database, as a
+                           SQLAlchemy URL without the database (default
+                           mysql+pymysql://tenks:tenks@127.0.0.1:3306, the
+                           user tools/setup.sh makes; its databases are
+                           named tenks_*); root makes and drops the
+                           databases through the mariadb client
 """
 
 import argparse
@@ -71,7 +80,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST = '127.0.0.1'
 REQUIREMENTS = ['ironic==39.0.0', 'openstack-placement==16.0.0',
-                'nova==34.0.0', 'gunicorn==27.0.1']
+                'nova==34.0.0', 'gunicorn==27.0.1', 'PyMySQL==1.2.4']
 GLANCE_REQUIREMENTS = ['glance==33.0.0', 'gunicorn==27.0.1']
 TERM_TIMEOUT = 15  # s a service gets to exit on SIGTERM before SIGKILL
 PORTS = {'ironic': ('TENKS_IRONIC_PORT', 6385),
@@ -230,7 +239,7 @@ def ironic_conf(d):
         },
         'api': {'host_ip': HOST, 'port': port('ironic')},
         'conductor': {'automated_clean': 'false'},
-        'database': {'connection': sqlite(d, 'ironic')},
+        'database': {'connection': ironic_database(d)[1]},
         'deploy': {'http_root': os.path.join(d, 'httpboot')},
         'dhcp': {'dhcp_provider': 'none'},
         # Where a ramdisk deploy fetches a Nova server's kernel and
@@ -311,13 +320,13 @@ def nova_db_conf(d):
                 'database': {'connection': sqlite(d, 'nova')}})
 
 
-# Imported by the Nova processes that use the databases (on PYTHONPATH):
-# oslo.db opens each SQLite transaction with a deferred BEGIN, and a
-# deferred transaction that reads, then writes while another process
+# Imported by the Ironic and Nova processes (on PYTHONPATH): oslo.db
+# opens each SQLite transaction with a deferred BEGIN, and a deferred
+# transaction that reads, then writes while another process
 # writes fails at once with "database is locked" (the busy timeout does
 # not apply). BEGIN IMMEDIATE takes the write lock first, waiting for it.
-NOVA_SITECUSTOMIZE = '''"""Tenks test services: BEGIN IMMEDIATE for SQLite (see
-tools/openstack_services.py)."""
+SQLITE_SITECUSTOMIZE = '''"""Tenks test services: BEGIN IMMEDIATE for SQLite
+(see tools/openstack_services.py)."""
 import sqlite3
 import sqlite3.dbapi2
 
@@ -342,6 +351,20 @@ def _connect(*args, _connect=sqlite3.connect, **kwargs):
 
 
 sqlite3.connect = sqlite3.dbapi2.connect = _connect
+'''
+
+
+# Also Ironic's: its Redfish driver keys its session cache with a PBKDF2
+# of the BMC password (600,000 rounds of SHA-512, ~0.35 s of CPU here)
+# derived anew on every Redfish call, so a 2-CPU machine verifies a few
+# nodes a second and a power sync of a thousand nodes takes minutes of
+# CPU. The same inputs give the same key: remembering it changes nothing
+# Ironic does but the CPU it burns.
+IRONIC_SITECUSTOMIZE = SQLITE_SITECUSTOMIZE + '''
+import functools
+import hashlib
+
+hashlib.pbkdf2_hmac = functools.lru_cache(maxsize=4096)(hashlib.pbkdf2_hmac)
 '''
 
 
@@ -385,6 +408,16 @@ def gunicorn_conf(name, app):
             % ('%s:%d' % (HOST, port(name)), app, 'tenks-' + name))
 
 
+def ironic_database(d):
+    """(name, URL) of Ironic's MariaDB database for the state directory
+    ``d``: one per directory, so that private services do not share it."""
+    name = 'tenks_ironic_' + hashlib.sha256(
+        os.path.abspath(d).encode()).hexdigest()[:12]
+    server = (os.environ.get('TENKS_OPENSTACK_MYSQL')
+              or 'mysql+pymysql://tenks:tenks@127.0.0.1:3306')
+    return name, '%s/%s?charset=utf8mb4' % (server.rstrip('/'), name)
+
+
 def sqlite(d, name):
     # An all-in-one service writes from several threads: wait up to a
     # minute for SQLite's lock instead of the default 5 s.
@@ -412,9 +445,11 @@ def configure(state):
 
     d = os.path.join(state, 'ironic')
     os.makedirs(os.path.join(d, 'tmp'), exist_ok=True)
+    conf('ironic', 'sitecustomize.py', IRONIC_SITECUSTOMIZE)
     commands = {'ironic': ([os.path.join(bin_dir, 'ironic'), '--config-file',
                             conf('ironic', 'ironic.conf', ironic_conf(d))],
-                           d, {}, ['ironic.conf'])}
+                           d, {'PYTHONPATH': d},
+                           ['ironic.conf', 'sitecustomize.py'])}
     d = os.path.join(state, 'placement')
     conf('placement', 'placement.conf', placement_conf(d))
     conf('placement', 'gunicorn.conf.py',
@@ -427,7 +462,7 @@ def configure(state):
                        nova_conf(d, rabbit_url(state))),
                   conf('nova', 'nova-db.conf', nova_db_conf(d))]
     conf('nova', 'api-paste.ini', nova_paste(venv))
-    conf('nova', 'sitecustomize.py', NOVA_SITECUSTOMIZE)
+    conf('nova', 'sitecustomize.py', SQLITE_SITECUSTOMIZE)
     sqlite_fix = {'PYTHONPATH': d}
     conf('nova', 'gunicorn.conf.py',
          gunicorn_conf('nova', 'nova.wsgi.osapi_compute:application'))
@@ -474,17 +509,24 @@ def sync_databases(state, full):
     state_nova = os.path.join(state, 'nova')
     nova = nova_manage_config(state)
     syncs = [
-        ('ironic', ['ironic'], [['ironic-dbsync', 'create_schema']]),
-        ('placement', ['placement'], [['placement-manage', 'db', 'sync']]),
+        # A new state directory gets a new Ironic database: one left by
+        # an earlier directory of the same path is dropped.
+        ('ironic', ['ironic.mariadb'], [
+            ['mariadb', '-e', 'DROP DATABASE IF EXISTS `{0}`; CREATE '
+             'DATABASE `{0}`'.format(ironic_database(
+                 os.path.join(state, 'ironic'))[0])],
+            ['ironic-dbsync', 'create_schema']]),
+        ('placement', ['placement.sqlite'],
+         [['placement-manage', 'db', 'sync']]),
         # cell0 only so that Nova does not log "No cells are configured".
-        ('nova', ['nova_api', 'nova', 'nova_cell0'], [
+        ('nova', ['nova_api.sqlite', 'nova.sqlite', 'nova_cell0.sqlite'], [
             ['nova-manage', *nova, 'api_db', 'sync'],
             ['nova-manage', *nova, 'cell_v2', 'map_cell0',
              '--database_connection', sqlite(state_nova, 'nova_cell0')],
             ['nova-manage', *nova, 'db', 'sync']]),
     ]
     if full:
-        syncs.append(('glance', ['glance'], [[os.path.join(
+        syncs.append(('glance', ['glance.sqlite'], [[os.path.join(
             glance_venv_dir(), 'bin', 'glance-manage'), '--config-file',
             os.path.join(state, 'glance', 'glance-api.conf'), 'db',
             'sync']]))
@@ -537,9 +579,12 @@ def wal(state):
             conn.execute('PRAGMA journal_mode=WAL')
 
 
-def sync_database(state, name, dbs, commands):
+def sync_database(state, name, files, commands):
+    """Run the commands unless every file (a SQLite database, or a mark
+    for a MariaDB one) exists in the service's directory; the services'
+    own commands read its config."""
     d = os.path.join(state, name)
-    files = [os.path.join(d, db + '.sqlite') for db in dbs]
+    files = [os.path.join(d, filename) for filename in files]
     if all(map(os.path.exists, files)):
         return
     started = time.monotonic()
@@ -547,12 +592,16 @@ def sync_database(state, name, dbs, commands):
     log = os.path.join(state, 'logs', name + '-dbsync.log')
     try:
         for command, *args in commands:
-            if not os.path.isabs(command):
+            # mariadb: the client on PATH, as root over MariaDB's socket.
+            if command != 'mariadb' and not os.path.isabs(command):
                 command = os.path.join(bin_dir, command)
-            if '--config-file' not in args:
+            if command != 'mariadb' and '--config-file' not in args:
                 args = ['--config-file', os.path.join(d, name + '.conf'),
                         *args]
             run_logged([command, *args], log)
+        for path in files:
+            if not path.endswith('.sqlite'):
+                write(path, '')
     except BaseException:
         for path in files:  # so that the next start tries again
             with contextlib.suppress(FileNotFoundError):

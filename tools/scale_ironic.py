@@ -186,7 +186,9 @@ def main():
     conf.set_override('poll_interval', args.poll_interval,
                       group='openstack')
     conf.set_override('provision_timeout', 900, group='openstack')
-    # Domains never started: let them share the CPUs and memory.
+    # Domains never started: let them share the CPUs and memory, and
+    # count their volumes at what they hold (nothing yet).
+    conf.set_override('thin_volumes', True, group='hostagent')
     conf.set_override('vcpu_inventory', {'allocation_ratio': '1000'},
                       group='hostagent')
     conf.set_override('memory_mb_inventory', {'allocation_ratio': '100'},
