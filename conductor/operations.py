@@ -230,8 +230,11 @@ class Operations:
             # Unknown, or another process runs it.
             raise exceptions.OperationNotFound(id=operation_id)
         if operation.state != states.OPERATION_SUCCEEDED:
+            # The same error as the running operation's wait raised.
             raise exceptions.OperationFailed(operation.error or (
-                'operation %s ended %s' % (operation_id, operation.state)))
+                'operation %s ended %s' % (operation_id, operation.state)),
+                failed_tasks=(operation.result or {}).get(
+                    'failed_tasks', []))
         return dict(operation.result or {}, operation=operation_id)
 
     def resume_interrupted(self, resume, which=None):

@@ -3,6 +3,7 @@ an operation ends is recorded with its event, its cluster's lock goes
 when it ends, and a stopping conductor starts nothing new."""
 
 import threading
+import time
 import types
 
 import pytest
@@ -97,6 +98,25 @@ def test_a_failed_operation_names_what_and_where(registry):
     assert 'disk full' in record.error
     assert registry.notifier.sent[-1] == 'tenks.cluster.teardown.error'
     registry.locks.acquire('c1')
+
+
+def test_an_ended_operation_fails_its_wait_with_its_failed_tasks(registry):
+    def run(operation_id, on_progress):
+        raise exceptions.OperationFailed('domain:tk0: disk full',
+                                         failed_tasks=['domain:tk0'])
+
+    operation_id = start(registry, 'c1', run)
+    deadline = time.monotonic() + 10
+    while registry.db.get_operation(operation_id).state != 'failed':
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    while operation_id in registry._running:  # its future forgotten
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(exceptions.OperationFailed) as failed:
+        registry.wait(operation_id)
+    assert 'disk full' in str(failed.value)
+    assert failed.value.kwargs['failed_tasks'] == ['domain:tk0']
 
 
 def test_an_error_before_the_flow_ends_the_operation_failed(registry):
