@@ -684,12 +684,16 @@ class Nodes:
             raise exceptions.InvalidNodeRequest(
                 node=name, problems='bmc: faults are shown by BMCs of '
                 'type %s' % ', '.join(bmc_faults.BMC_TYPES))
-        problem = fault is not None and bmc_faults.problem(fault)
+        problem = fault is not None and (
+            bmc_faults.problem(fault)
+            or bmc_faults.refusal(bmc, fault['kind']))
         if problem:
             raise exceptions.InvalidNodeRequest(node=name,
                                                 problems='fault: ' + problem)
         if bmc == 'redfish':
             changed = self.redfish.set_fault(name, owner, fault)
+        elif bmc == 'snmp':
+            changed = self.snmp.set_fault(name, owner, fault)
         else:
             changed = self.bmc.set_fault(name, self._bmc_mark(name, owner),
                                          fault)

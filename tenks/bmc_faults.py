@@ -4,12 +4,15 @@ A fault is ``{'kind': KIND, 'delay': seconds, 'probability': p}`` (delay
 for ``slow`` only, probability for ``flaky`` only):
 
 unreachable          no answer: IPMI packets are dropped, a Redfish
-                     request's connection is closed without a response
+                     request's connection is closed without a response,
+                     an SNMP request on the outlet is dropped
 slow                 every answer comes ``delay`` seconds late
 error                IPMI: completion code 0xFF (unspecified error) to
-                     every command of a session; Redfish: HTTP 500
+                     every command of a session; Redfish: HTTP 500;
+                     SNMP: error-status genErr
 power-stuck          power changes are acknowledged and not made
 boot-device-ignored  boot device changes are acknowledged and not made
+                     (not SNMP: a PDU outlet has no boot device)
 flaky                each request fails as under ``error`` with
                      probability ``probability``
 
@@ -31,7 +34,9 @@ DEFAULT_DELAY = 5.0  # s
 MAX_DELAY = 600.0  # s
 DEFAULT_PROBABILITY = 0.5
 # The BMC types whose daemons apply faults.
-BMC_TYPES = ('ipmi', 'redfish')
+BMC_TYPES = ('ipmi', 'redfish', 'snmp')
+# The kinds a BMC type cannot show, and why.
+UNSHOWN = {'snmp': {BOOT_DEVICE_IGNORED: 'a PDU outlet has no boot device'}}
 
 
 def make(kind, duration=None, probability=None):
@@ -82,6 +87,18 @@ def problem(fault):
 
 def _number(value):
     return type(value) in (int, float)
+
+
+def refusal(bmc_type, kind):
+    """Why a BMC of ``bmc_type`` cannot show a fault of ``kind``, or
+    None."""
+    if bmc_type not in BMC_TYPES:
+        return 'its BMC is of type %s; faults are shown by BMCs of type %s' % (
+            bmc_type, ', '.join(BMC_TYPES))
+    why = UNSHOWN.get(bmc_type, {}).get(kind)
+    return None if why is None else (
+        'its BMC is of type %s, which shows no %s fault: %s' % (
+            bmc_type, kind, why))
 
 
 def fails(fault, rand=random.random):
