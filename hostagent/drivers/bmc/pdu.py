@@ -4,9 +4,10 @@ entry, started by hostagent.drivers.bmc.virtualpdu as
     <VirtualPDU's python> pdu.py <dir>/pdu.json
 
 It runs in VirtualPDU's own venv ([hostagent] virtualpdu_python: it
-needs older pysnmp and pyasn1 than Tenks), so it imports nothing of
-Tenks. ``pdu.json`` (0600) holds the address, port, community and
-libvirt URI. An outlet serves the domain named in ``<dir>/outlets/<n>``,
+needs older pysnmp and pyasn1 than Tenks), so of Tenks it imports only
+the light modules that read faults, from the tree it is in.
+``pdu.json`` (0600) holds the address, port, community and libvirt URI.
+An outlet serves the domain named in ``<dir>/outlets/<n>``,
 read at each request, so outlets come and go without a restart. An
 outlet's state is its domain's state as libvirt reports it (VirtualPDU
 alone remembers what it was last told, which a power change made
@@ -16,7 +17,6 @@ An outlet shows the fault of its domain (tenks.bmc_faults) stored in
 ``<dir>/faults/`` (fault_files, read again when it changes): see
 pdu_faults for what each does. A slow outlet's answers are held back
 while the agent serves the others: this runs the agent's loop itself.
-Of Tenks it imports those modules alone, from its own tree.
 """
 
 import functools
@@ -136,6 +136,8 @@ def show_faults(engine, power_unit, outlets, faults, later):
 
 def _faulty(responder, handle, is_next, power_unit, outlets, faults, later,
             engine, state_reference, context_name, req_pdu, ac_info):
+    """A responder's handleMgmtOperation: ``handle`` (VirtualPDU's) as
+    the faults of the outlets the request names allow, now or later."""
     var_binds = v2c.apiPDU.getVarBinds(req_pdu)
     oids = [oid for oid, _ in var_binds]
     mapping = power_unit.oid_mapping
