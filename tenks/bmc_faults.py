@@ -18,10 +18,13 @@ flaky                each request fails as under ``error`` with
 
 The hostagent keeps it where the node's BMC daemon reads it (see
 hostagent.drivers.bmc.fault_files), the conductor in the node's record.
-Kept free of heavy imports: the BMC daemons load it.
+Kept free of heavy imports (tenks.constants has none): the BMC
+daemons load it.
 """
 
 import random
+
+from tenks import constants
 
 UNREACHABLE = 'unreachable'
 SLOW = 'slow'
@@ -33,8 +36,6 @@ KINDS = (UNREACHABLE, SLOW, ERROR, POWER_STUCK, BOOT_DEVICE_IGNORED, FLAKY)
 DEFAULT_DELAY = 5.0  # s
 MAX_DELAY = 600.0  # s
 DEFAULT_PROBABILITY = 0.5
-# The BMC types whose daemons apply faults.
-BMC_TYPES = ('ipmi', 'redfish', 'snmp')
 # The kinds a BMC type cannot show, and why.
 UNSHOWN = {'snmp': {BOOT_DEVICE_IGNORED: 'a PDU outlet has no boot device'}}
 
@@ -92,9 +93,9 @@ def _number(value):
 def refusal(bmc_type, kind):
     """Why a BMC of ``bmc_type`` cannot show a fault of ``kind``, or
     None."""
-    if bmc_type not in BMC_TYPES:
+    if bmc_type not in constants.BMC_TYPES:
         return 'its BMC is of type %s; faults are shown by BMCs of type %s' % (
-            bmc_type, ', '.join(BMC_TYPES))
+            bmc_type, ', '.join(constants.BMC_TYPES))
     why = UNSHOWN.get(bmc_type, {}).get(kind)
     return None if why is None else (
         'its BMC is of type %s, which shows no %s fault: %s' % (
