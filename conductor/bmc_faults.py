@@ -28,11 +28,9 @@ class BmcFaults:
         several clusters have a node of that name) show a fault of
         ``kind``; return the node."""
         row = self._find(node, cluster)
-        if row.bmc_type not in bmc_faults.BMC_TYPES:
-            raise exceptions.BmcFaultInvalid(
-                node=row.name, reason='its BMC is of type %s; faults are '
-                'shown by BMCs of type %s' % (
-                    row.bmc_type, ', '.join(bmc_faults.BMC_TYPES)))
+        refusal = bmc_faults.refusal(row.bmc_type, kind)
+        if refusal:
+            raise exceptions.BmcFaultInvalid(node=row.name, reason=refusal)
         try:
             fault = bmc_faults.make(kind, duration, probability)
         except ValueError as e:

@@ -110,8 +110,8 @@ API version history:
   when not known). OperationNotFound; OperationHasNoFlow for one that
   built no flow. An operation that failed in its flow has the tasks
   whose failure rolled it back in ``failed_tasks`` of its result.
-* 1.10 - BMC faults (admin): set_bmc_fault makes a node's IPMI or
-  Redfish BMC misbehave (tenks.bmc_faults) until clear_bmc_fault; the
+* 1.10 - BMC faults (admin): set_bmc_fault makes a node's IPMI,
+  Redfish or SNMP BMC misbehave (tenks.bmc_faults) until clear_bmc_fault; the
   node (list_nodes, get_cluster) has ``bmc_fault``, the fault its BMC
   shows or None. Errors: NodeNotFound, NodeAmbiguous, BmcFaultInvalid,
   and what the node's hostagent raised (AgentTimeout, DriverError...).

@@ -680,16 +680,20 @@ class Nodes:
     def set_bmc_fault(self, name, bmc, fault, owner):
         """Make ``owner``'s BMC of the node (of type ``bmc``) show
         ``fault`` (tenks.bmc_faults; None: none)."""
-        if bmc not in bmc_faults.BMC_TYPES:
+        if bmc not in constants.BMC_TYPES:
             raise exceptions.InvalidNodeRequest(
                 node=name, problems='bmc: faults are shown by BMCs of '
-                'type %s' % ', '.join(bmc_faults.BMC_TYPES))
-        problem = fault is not None and bmc_faults.problem(fault)
+                'type %s' % ', '.join(constants.BMC_TYPES))
+        problem = fault is not None and (
+            bmc_faults.problem(fault)
+            or bmc_faults.refusal(bmc, fault['kind']))
         if problem:
             raise exceptions.InvalidNodeRequest(node=name,
                                                 problems='fault: ' + problem)
         if bmc == 'redfish':
             changed = self.redfish.set_fault(name, owner, fault)
+        elif bmc == 'snmp':
+            changed = self.snmp.set_fault(name, owner, fault)
         else:
             changed = self.bmc.set_fault(name, self._bmc_mark(name, owner),
                                          fault)

@@ -169,12 +169,13 @@ API version history:
   (kind ``pdu``, their ``systems`` {domain: outlet}) and their processes
   (daemons of kind ``virtualpdu``).
 * 1.12 - BMC faults. ``set_bmc_fault(name, bmc, fault, owner)`` makes
-  ``owner``'s BMC of domain ``name``, of type ``bmc`` (``ipmi`` or
-  ``redfish``), show ``fault`` (tenks.bmc_faults; None clears it) until
-  it is cleared or the BMC removed, across restarts of the agent and of
-  the BMC's daemon; it reports ``{'changed'}``. DriverError when the
-  node has no such BMC here (clearing then changes nothing),
-  InvalidNodeRequest for a bad fault or type.
+  ``owner``'s BMC of domain ``name``, of type ``bmc`` (``ipmi``,
+  ``redfish`` or, from agents that have it, ``snmp``), show ``fault``
+  (tenks.bmc_faults; None clears it) until it is cleared or the BMC
+  removed, across restarts of the agent and of the BMC's daemon; it
+  reports ``{'changed'}``. DriverError when the node has no such BMC
+  here (clearing then changes nothing), InvalidNodeRequest for a bad
+  fault or type, or a kind the type cannot show.
 """
 
 from tenks import constants

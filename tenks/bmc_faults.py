@@ -4,21 +4,27 @@ A fault is ``{'kind': KIND, 'delay': seconds, 'probability': p}`` (delay
 for ``slow`` only, probability for ``flaky`` only):
 
 unreachable          no answer: IPMI packets are dropped, a Redfish
-                     request's connection is closed without a response
+                     request's connection is closed without a response,
+                     an SNMP request on the outlet is dropped
 slow                 every answer comes ``delay`` seconds late
 error                IPMI: completion code 0xFF (unspecified error) to
-                     every command of a session; Redfish: HTTP 500
+                     every command of a session; Redfish: HTTP 500;
+                     SNMP: error-status genErr
 power-stuck          power changes are acknowledged and not made
 boot-device-ignored  boot device changes are acknowledged and not made
+                     (not SNMP: a PDU outlet has no boot device)
 flaky                each request fails as under ``error`` with
                      probability ``probability``
 
 The hostagent keeps it where the node's BMC daemon reads it (see
 hostagent.drivers.bmc.fault_files), the conductor in the node's record.
-Kept free of heavy imports: the BMC daemons load it.
+Kept free of heavy imports (tenks.constants has none): the BMC
+daemons load it.
 """
 
 import random
+
+from tenks import constants
 
 UNREACHABLE = 'unreachable'
 SLOW = 'slow'
@@ -30,8 +36,8 @@ KINDS = (UNREACHABLE, SLOW, ERROR, POWER_STUCK, BOOT_DEVICE_IGNORED, FLAKY)
 DEFAULT_DELAY = 5.0  # s
 MAX_DELAY = 600.0  # s
 DEFAULT_PROBABILITY = 0.5
-# The BMC types whose daemons apply faults.
-BMC_TYPES = ('ipmi', 'redfish')
+# The kinds a BMC type cannot show, and why.
+UNSHOWN = {'snmp': {BOOT_DEVICE_IGNORED: 'a PDU outlet has no boot device'}}
 
 
 def make(kind, duration=None, probability=None):
@@ -82,6 +88,18 @@ def problem(fault):
 
 def _number(value):
     return type(value) in (int, float)
+
+
+def refusal(bmc_type, kind):
+    """Why a BMC of ``bmc_type`` cannot show a fault of ``kind``, or
+    None."""
+    if bmc_type not in constants.BMC_TYPES:
+        return 'its BMC is of type %s; faults are shown by BMCs of type %s' % (
+            bmc_type, ', '.join(constants.BMC_TYPES))
+    why = UNSHOWN.get(bmc_type, {}).get(kind)
+    return None if why is None else (
+        'its BMC is of type %s, which shows no %s fault: %s' % (
+            bmc_type, kind, why))
 
 
 def fails(fault, rand=random.random):

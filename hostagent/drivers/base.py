@@ -450,6 +450,11 @@ class SnmpDriver(abc.ABC):
         had an outlet."""
 
     @abc.abstractmethod
+    def set_fault(self, domain, owner, fault):
+        """As BmcDriver.set_fault, for the outlet of ``domain`` on
+        ``owner``'s PDU."""
+
+    @abc.abstractmethod
     def outlet_changes(self, owner, outlets):
         """What ensure_outlet would change of each outlet, read at once.
 

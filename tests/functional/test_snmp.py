@@ -2,11 +2,14 @@
 libvirt domains, driven with net-snmp's snmpset and snmpget as a PDU
 client (Ironic's snmp driver) would.
 
-IPMI ports 9880-9889 and the VirtualPDU's UDP port 9890 only. The test
-checks that teardown leaves no VirtualPDU process and no file of it.
+IPMI ports 9880-9889 and the VirtualPDU's UDP port 9890 only (the fault
+test: 9950-9959 and UDP 1171). The tests check that teardown leaves no
+VirtualPDU process and no file of it.
 """
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 
@@ -15,6 +18,8 @@ import pytest
 
 from hostagent.drivers.bmc import processes
 from hostagent.drivers.bmc import virtualpdu
+from tenks import exceptions
+from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 
 pytestmark = pytest.mark.functional
@@ -25,10 +30,16 @@ PORT = 9890
 OUTLET_CONTROL = '1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.%d'
 
 
-def snmp(command, community, outlet, *value):
+def snmp_command(command, community, outlet, *value, port=PORT, wait=2,
+                 retries=1):
+    return [command, '-v2c', '-c', community, '-t', str(wait), '-r',
+            str(retries), '-Oqv', '127.0.0.1:%d' % port,
+            OUTLET_CONTROL % outlet, *value]
+
+
+def snmp(command, community, outlet, *value, **kwargs):
     return subprocess.run(
-        [command, '-v2c', '-c', community, '-t', '2', '-r', '1', '-Oqv',
-         '127.0.0.1:%d' % PORT, OUTLET_CONTROL % outlet, *value],
+        snmp_command(command, community, outlet, *value, **kwargs),
         capture_output=True, text=True, timeout=30)
 
 
@@ -134,3 +145,119 @@ def test_outlets_power_the_domains_and_teardown_leaves_nothing(env):
     assert env.pdu_dirs() == []
     assert not processes.alive(pid)
     assert snmp('snmpget', 'c0mmunity', 1).returncode != 0
+
+
+FAULT_PORT = 1171
+
+
+@pytest.fixture
+def fault_env(tmp_path):
+    with cf.checked(SnmpEnv(tmp_path, port_base=9950)) as cluster:
+        yield cluster
+
+
+def stays(name, state, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert domain_state(name) == state
+        time.sleep(0.2)
+
+
+def test_each_fault_kind_on_an_outlet_of_a_real_virtualpdu(fault_env):
+    env = fault_env
+    spec = env.spec(count=2, snmp_port=FAULT_PORT, snmp_community='c0mm',
+                    default_ironic_driver='snmp')
+    env.deploy(spec)
+    first, second = env.node_name(0), env.node_name(1)
+
+    def ask(command, outlet, *value, **kwargs):
+        return snmp(command, 'c0mm', outlet, *value, port=FAULT_PORT,
+                    **kwargs)
+
+    def timed_get(outlet, **kwargs):
+        started = time.monotonic()
+        found = ask('snmpget', outlet, **kwargs)
+        return found, time.monotonic() - started
+
+    with embedded.embedded(env.conf) as conductor:
+        faults = conductor.bmc_faults
+
+        def fault(kind, duration=None, probability=None):
+            shown = faults.set(first, kind, duration, probability)
+            assert shown['bmc_fault']['kind'] == kind
+
+        assert ask('snmpget', 1).stdout.strip() == '2'
+
+        # unreachable: outlet 1 answers nothing, outlet 2 at once.
+        fault('unreachable')
+        gone, took = timed_get(1, wait=1, retries=0)
+        assert gone.returncode != 0 and 'Timeout' in gone.stderr
+        assert ask('snmpget', 2, wait=1, retries=0).stdout.strip() == '2'
+
+        # slow: outlet 1 answers 2 s late; meanwhile outlet 2 at once.
+        fault('slow', 2)
+        started = time.monotonic()
+        late = subprocess.Popen(
+            snmp_command('snmpget', 'c0mm', 1, port=FAULT_PORT, wait=5,
+                         retries=0),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        other, took = timed_get(2, wait=1, retries=0)
+        assert other.stdout.strip() == '2' and took < 0.5, took
+        out, err = late.communicate(timeout=10)
+        assert (late.returncode, out.strip()) == (0, '2'), err
+        assert 2 <= time.monotonic() - started < 3.5
+
+        # error: genErr to a read and to a power change, not made.
+        fault('error')
+        failed = ask('snmpget', 1)
+        assert failed.returncode != 0 and 'genError' in failed.stderr, (
+            failed.stderr)
+        failed = ask('snmpset', 1, 'i', '1')
+        assert failed.returncode != 0 and 'genError' in failed.stderr
+        assert ask('snmpget', 2).returncode == 0
+
+        # flaky: some of the requests fail so.
+        fault('flaky', probability=0.5)
+        results = [ask('snmpget', 1, retries=0) for _ in range(20)]
+        assert {r.returncode == 0 for r in results} == {True, False}
+        assert all('genError' in r.stderr for r in results if r.returncode)
+
+        # power-stuck: acknowledged, never made; the outlet reads off.
+        fault('power-stuck')
+        done = ask('snmpset', 1, 'i', '1')
+        assert (done.returncode, done.stdout.strip()) == (0, '1')
+        stays(first, libvirt.VIR_DOMAIN_SHUTOFF, 1.5)
+        assert ask('snmpget', 1).stdout.strip() == '2'
+        # Another outlet of the PDU switches.
+        assert ask('snmpset', 2, 'i', '1').returncode == 0
+        wait_state(second, libvirt.VIR_DOMAIN_RUNNING)
+
+        # A PDU outlet has no boot device.
+        with pytest.raises(exceptions.BmcFaultInvalid) as refused:
+            faults.set(first, 'boot-device-ignored')
+        assert 'a PDU outlet has no boot device' in str(refused.value)
+        fault('error')
+
+    # The PDU started again (its process killed, a deploy repairs it)
+    # still shows the fault.
+    for pid in env.pdu_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    env.deploy(spec)
+    assert 'genError' in ask('snmpget', 1).stderr
+    assert {n['name']: n['bmc_fault'] for n in env.nodes()} == {
+        first: {'kind': 'error'}, second: None}
+
+    # Cleared: the outlet answers and switches again.
+    with embedded.embedded(env.conf) as conductor:
+        assert conductor.bmc_faults.clear(all_nodes=True) == {
+            'cleared': [first], 'failed': {}}
+    assert ask('snmpset', 1, 'i', '1').returncode == 0
+    wait_state(first, libvirt.VIR_DOMAIN_RUNNING)
+    assert ask('snmpget', 1).stdout.strip() == '1'
+    assert ask('snmpset', 1, 'i', '2').returncode == 0
+    wait_state(first, libvirt.VIR_DOMAIN_SHUTOFF)
+
+    env.teardown()
+    assert env.pdu_dirs() == []

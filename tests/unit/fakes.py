@@ -372,8 +372,16 @@ class FakeSnmp(base.SnmpDriver):
 
     def remove_outlet(self, domain, owner):
         made = self.hv.things.get(('outlet', domain))
-        return (made is not None and made[0] == owner
-                and self.hv.remove('outlet', domain))
+        if made is None or made[0] != owner:
+            return False
+        self.hv.bmc_faults.pop(domain, None)
+        return self.hv.remove('outlet', domain)
+
+    def set_fault(self, domain, owner, fault):
+        made = self.hv.things.get(('outlet', domain))
+        if made is not None and made[0] != owner:
+            raise conflict('outlet of domain', domain)
+        return _set_fault(self.hv, 'outlet', domain, fault)
 
     def outlet_changes(self, owner, outlets):
         changes = {}

@@ -1,7 +1,8 @@
 """BMC faults (tenks.bmc_faults): what a fault may be, how the IPMI
 host's BMCs (libvirt's test driver, in this process, no IPMI client) and
-the Redfish emulator's layer (on a fake application) show each kind,
-and the conductor's calls and CLI on fake drivers."""
+the Redfish emulator's layer (on a fake application) and a VirtualPDU
+outlet's decisions (pdu_faults, without pysnmp) show each kind, and the
+conductor's calls and CLI on fake drivers."""
 
 import io
 import json
@@ -17,15 +18,19 @@ from hostagent.drivers.bmc import emulator_faults
 from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import ipmi_host
 from hostagent.drivers.bmc import ipmi_store
+from hostagent.drivers.bmc import pdu_faults
 from hostagent.drivers.bmc import sushy
 from tenks import bmc_faults
 from tenks import exceptions
 from tenks import policy
 from tenks.cli import client
 from tests.unit import test_ipmi_host
+from tests.unit import test_nodes
 from tests.unit.conftest import make_spec
 from tests.unit.test_rpcapi import Bus
 
+agent = test_nodes.agent
+OWNER = test_nodes.OWNER
 SYSTEM = 'aaaaaaaa-1111-4111-8111-111111111111'
 
 
@@ -330,6 +335,54 @@ def test_the_redfish_driver_stores_a_fault_for_a_system_it_serves_only(
     assert fault_files.read(path, 'n0') is None
 
 
+# A VirtualPDU outlet (the real PDU process: tests/functional)
+
+@pytest.mark.parametrize('faults,verdict', [
+    ([], (None, 0)),
+    ([(0, {'kind': 'unreachable'})], (pdu_faults.DROP, 0)),
+    ([(0, {'kind': 'slow', 'delay': 2}), (1, {'kind': 'unreachable'})],
+     (pdu_faults.DROP, 0)),
+    ([(0, {'kind': 'slow', 'delay': 2}), (1, {'kind': 'slow', 'delay': 3})],
+     (None, 3)),
+    ([(1, {'kind': 'error'})], (('error', 2), 0)),
+    ([(0, {'kind': 'slow', 'delay': 2}), (1, {'kind': 'error'})],
+     (('error', 2), 2)),
+    ([(0, {'kind': 'flaky', 'probability': 1})], (('error', 1), 0)),
+    ([(0, {'kind': 'power-stuck'})], (None, 0)),
+])
+def test_a_pdu_request_meets_the_faults_of_its_outlets(faults, verdict):
+    assert pdu_faults.verdict(faults) == verdict
+
+
+def test_a_flaky_outlet_fails_at_its_rate():
+    fault = {'kind': 'flaky', 'probability': 0.3}
+    failed = sum(pdu_faults.verdict([(0, fault)])[0] is not None
+                 for _ in range(2000))
+    assert 450 < failed < 750
+
+
+def test_only_power_stuck_keeps_an_outlet_from_switching():
+    assert pdu_faults.stuck({'kind': 'power-stuck'})
+    assert not pdu_faults.stuck({'kind': 'error'})
+    assert not pdu_faults.stuck(None)
+
+
+def test_held_back_answers_run_in_their_order_when_due():
+    now = [100.0]
+    later = pdu_faults.Later(clock=lambda: now[0])
+    ran = []
+    assert later.run_due() is None
+    later.add(3, lambda: ran.append('b'))
+    later.add(1, lambda: ran.append('a'))
+    later.add(1, lambda: 1 / 0)  # logged; the others still run
+    later.add(1, lambda: ran.append('a2'))
+    assert later.run_due() == 1 and ran == []
+    now[0] = 101.5
+    assert later.run_due() == 1.5 and ran == ['a', 'a2']
+    now[0] = 103
+    assert later.run_due() is None and ran == ['a', 'a2', 'b']
+
+
 # The conductor and the CLI
 
 def test_a_fault_is_set_recorded_shown_and_cleared(conductor, hypervisor):
@@ -372,6 +425,44 @@ def test_a_bad_fault_changes_nothing_and_says_why(conductor, hypervisor):
         api.set_bmc_fault('tk9', 'error')
     assert hypervisor.bmc_faults == {}
     assert api.list_nodes()[0]['bmc_fault'] is None
+
+
+def snmp_spec(**top):
+    return make_spec(count=2, default_ironic_driver='snmp', **top)
+
+
+def test_an_snmp_bmc_shows_each_fault_but_boot_device_ignored(
+        conductor, hypervisor):
+    api = client.EmbeddedClient.__new__(client.EmbeddedClient)
+    api.conductor, api.context = conductor, policy.admin_context()
+    conductor.operations.wait(api.deploy_cluster(snmp_spec()))
+    for kind in ('unreachable', 'slow', 'error', 'power-stuck', 'flaky'):
+        node = api.set_bmc_fault('tk0', kind)
+        assert (node['bmc_type'], node['bmc_fault']['kind']) == ('snmp',
+                                                                 kind)
+        assert hypervisor.bmc_faults['tk0']['kind'] == kind
+    with pytest.raises(exceptions.BmcFaultInvalid) as refused:
+        api.set_bmc_fault('tk1', 'boot-device-ignored')
+    assert str(refused.value) == (
+        'Cannot fault the BMC of node tk1: its BMC is of type snmp, which '
+        'shows no boot-device-ignored fault: a PDU outlet has no boot '
+        'device')
+    assert 'tk1' not in hypervisor.bmc_faults
+    [shown] = [n for n in api.list_nodes() if n['name'] == 'tk0']
+    assert shown['bmc_fault'] == {'kind': 'flaky', 'probability': 0.5}
+    assert api.clear_bmc_fault('tk0') == {'cleared': ['tk0'], 'failed': {}}
+    assert hypervisor.bmc_faults == {}
+    api.set_bmc_fault('tk1', 'error')
+    conductor.operations.wait(api.teardown_cluster('unit'))
+    assert hypervisor.bmc_faults == {}
+
+
+def test_the_hostagent_refuses_what_an_snmp_bmc_cannot_show(agent):
+    with pytest.raises(exceptions.InvalidNodeRequest) as refused:
+        agent.nodes.set_bmc_fault('n0', 'snmp',
+                                  {'kind': 'boot-device-ignored'}, OWNER)
+    assert 'fault: its BMC is of type snmp, which shows no ' \
+        'boot-device-ignored fault' in str(refused.value)
 
 
 def test_a_teardown_removes_the_fault_with_the_bmc(conductor, hypervisor):

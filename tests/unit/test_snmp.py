@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conductor import audit
+from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import processes
 from hostagent.drivers.bmc import virtualpdu
 from tenks import constants
@@ -242,6 +243,50 @@ def test_a_pdu_per_owner_with_an_outlet_per_domain(pdu_driver, caplog):
     assert not os.path.exists(path)
     assert not processes.marked_pids(pdu_driver._marker(path))
     assert virtualpdu._udp_free('127.0.0.1', port)
+
+
+def test_an_outlet_fault_is_stored_for_the_pdu_and_goes_with_the_outlet(
+        pdu_driver):
+    port = free_udp_port()
+    # No PDU: nothing to clear, nothing to fault.
+    assert not pdu_driver.set_fault('n0', OWNER, None)
+    with pytest.raises(exceptions.DriverError):
+        pdu_driver.set_fault('n0', OWNER, {'kind': 'error'})
+    pdu_driver.ensure_outlet(OWNER, 'n0', 1, '127.0.0.1', port, 'c')
+    pdu_driver.ensure_outlet(OWNER, 'n1', 2, '127.0.0.1', port, 'c')
+    path = pdu_driver._path(OWNER)
+    pid = pdu_driver._pid(path)
+    assert pdu_driver.set_fault('n0', OWNER, {'kind': 'slow', 'delay': 2})
+    assert not pdu_driver.set_fault('n0', OWNER,
+                                    {'kind': 'slow', 'delay': 2})
+    # Where the PDU process reads it, without a restart.
+    assert fault_files.read(path, 'n0') == {'kind': 'slow', 'delay': 2}
+    assert mode(fault_files.path(path, 'n0')) == 0o600
+    assert pdu_driver._pid(path) == pid
+    with pytest.raises(exceptions.DriverError) as refused:
+        pdu_driver.set_fault('n2', OWNER, {'kind': 'error'})
+    assert 'has no outlet for it' in str(refused.value)
+    # Another owner's PDU is another: this one's fault stays.
+    assert not pdu_driver.set_fault('n0', 'tenks:other:d', None)
+    with pytest.raises(exceptions.DriverError):
+        pdu_driver.set_fault('n0', 'tenks:other:d', {'kind': 'error'})
+    assert fault_files.read(path, 'n0') == {'kind': 'slow', 'delay': 2}
+    assert pdu_driver.set_fault('n0', OWNER, None)
+    assert fault_files.read(path, 'n0') is None
+    pdu_driver.set_fault('n1', OWNER, {'kind': 'error'})
+    assert pdu_driver.remove_outlet('n1', OWNER)
+    assert fault_files.read(path, 'n1') is None
+    assert pdu_driver.remove_outlet('n0', OWNER)
+    assert not os.path.exists(path)
+
+
+def test_the_agent_sends_an_snmp_fault_to_the_outlet(agent, hypervisor):
+    agent.nodes.ensure(snmp_node(), OWNER, False)
+    assert agent.nodes.set_bmc_fault('n0', 'snmp', {'kind': 'error'},
+                                     OWNER) == {'changed': True}
+    assert hypervisor.bmc_faults == {'n0': {'kind': 'error'}}
+    agent.nodes.remove_bmc('n0', OWNER)
+    assert hypervisor.bmc_faults == {}
 
 
 def test_without_its_interpreter_nothing_is_left(pdu_driver, conf):

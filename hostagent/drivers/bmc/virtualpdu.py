@@ -11,6 +11,7 @@ owner>`` (mode 0700, every file 0600):
 ``domains/<d>``   the outlet of domain ``d``
 ``pdu.json``      what the process runs with (address, port, community,
                   libvirt URI): a change restarts it
+``faults/``       the faults its outlets show (fault_files), by domain
 ``pdu.pid``, ``pdu.log``
 
 The process (hostagent.drivers.bmc.pdu, Tenks' entry to VirtualPDU)
@@ -36,6 +37,7 @@ import threading
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import processes
 from hostagent.drivers.bmc import sushy
 from tenks import constants
@@ -117,12 +119,31 @@ class VirtualPduDriver(base.SnmpDriver):
             if outlet is None:
                 return False
             _unplug(path, domain, outlet)
+            fault_files.write(path, domain, None)
             if not sushy._listdir(os.path.join(path, sushy.DOMAINS)):
                 self._stop(path)
                 shutil.rmtree(path)
         LOG.info('VirtualPDU %s no longer powers %s',
                  os.path.basename(path), domain)
         return True
+
+    def set_fault(self, domain, owner, fault):
+        """Store ``fault`` where ``owner``'s PDU reads it (fault_files)."""
+        path = self._path(owner)
+        if not os.path.isdir(path) and fault is None:
+            return False
+        with self._locked():
+            if os.path.isdir(path):
+                self._check_owner(path, owner)
+            if fault is not None and _outlet(path, domain) is None:
+                raise self._error('fault the outlet of %s' % domain,
+                                  'the VirtualPDU of %s has no outlet for it'
+                                  % owner)
+            changed = fault_files.write(path, domain, fault)
+        if changed:
+            LOG.info('VirtualPDU outlet of %s: fault %s', domain,
+                     fault['kind'] if fault else 'cleared')
+        return changed
 
     def outlet_changes(self, owner, outlets):
         path = self._path(owner)
