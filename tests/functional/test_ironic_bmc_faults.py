@@ -100,7 +100,7 @@ def test_ironic_meets_each_bmc_fault_and_recovers(env, cloud):
         # slow, inside Ironic's timeouts (ipmitool waits 1 s for each
         # answer, sushy 60 s): done, later.
         fault('slow', [ipmi], duration=0.2)
-        fault('slow', [red], duration=1)
+        fault('slow', [red], duration=1.5)
         took = succeeds(ON)
         assert took > quick + 3
         clear()
