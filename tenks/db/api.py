@@ -339,6 +339,24 @@ class StateDB:
     def delete_node(self, uuid):
         self._write(sa.delete(NODES).where(NODES.c.uuid == uuid))
 
+    def forget_node(self, uuid, event):
+        """Delete the node's record and record the event ``event(node)``
+        (the keyword arguments of :meth:`add_event`, made from the node's
+        record) in one transaction. Returns the event, or None if there
+        was no record."""
+        def forget():
+            with self.engine.begin() as conn:
+                # Not DELETE ... RETURNING: MySQL has none.
+                node = models.Node.from_row(conn.execute(
+                    sa.select(NODES).where(NODES.c.uuid == uuid)).first())
+                if node is None or not conn.execute(sa.delete(NODES).where(
+                        NODES.c.uuid == uuid)).rowcount:
+                    return None
+                recorded = event(node)
+                conn.execute(sa.insert(EVENTS).values(**recorded))
+                return recorded
+        return reconnecting(self.engine, forget)
+
     # Resources
 
     @staticmethod
