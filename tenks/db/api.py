@@ -412,13 +412,11 @@ class StateDB:
                 return {}
             except sa.exc.IntegrityError:
                 pass
-        match = sa.or_(*[sa.and_(RESOURCES.c.kind == kind,
-                                 RESOURCES.c.name == name)
-                         for kind, name, _ in wanted])
+        match = _things(RESOURCES, hypervisor,
+                        [(kind, name) for kind, name, _ in wanted])
         with self.engine.begin() as conn:
             rows = [models.Resource.from_row(row) for row in conn.execute(
-                sa.select(RESOURCES).where(
-                    RESOURCES.c.hypervisor == hypervisor, match))]
+                sa.select(RESOURCES).where(match))]
             for row in rows:
                 if row.cluster != cluster:
                     raise exceptions.ResourceConflict(
@@ -470,18 +468,15 @@ class StateDB:
 
     @staticmethod
     def _deleting(hypervisor, keys):
-        # Never with no keys: an empty or_() matches every row of the
-        # hypervisor.
         return sa.delete(RESOURCES).where(
-            RESOURCES.c.hypervisor == hypervisor, _things(RESOURCES, keys))
+            _things(RESOURCES, hypervisor, keys))
 
     @staticmethod
     def _superseding(hypervisor, keys):
         """Forget what unanswered requests would do to ``keys`` ([(kind,
         name)], not empty) on ``hypervisor``."""
         return sa.delete(UNANSWERED).where(
-            UNANSWERED.c.hypervisor == hypervisor,
-            _things(UNANSWERED, keys))
+            _things(UNANSWERED, hypervisor, keys))
 
     def delete_resource(self, hypervisor, kind, name):
         self._write(sa.delete(RESOURCES).where(
@@ -574,7 +569,8 @@ class StateDB:
                         state=states.RESOURCE_PRESENT, operation=credit))
             if not gone:
                 return []
-            match = sa.and_(ours, _things(RESOURCES, gone))
+            match = sa.and_(ours, _things(RESOURCES, first.hypervisor,
+                                          gone))
             uuids = sorted({row.node for row in conn.execute(
                 sa.select(RESOURCES.c.node).where(match)) if row.node})
             conn.execute(sa.delete(RESOURCES).where(match))
@@ -831,7 +827,14 @@ class StateDB:
         return list(reversed(self._read(models.Event, query.limit(limit))))
 
 
-def _things(table, keys):
-    """Rows of ``table`` whose (kind, name) is one of ``keys``."""
-    return sa.or_(*[sa.and_(table.c.kind == kind, table.c.name == name)
+def _things(table, hypervisor, keys):
+    """Rows of ``table`` on ``hypervisor`` whose (kind, name) is one of
+    ``keys``. The hypervisor is in each term, so that SQLite looks each
+    up in the (hypervisor, kind, name) index: with it outside the OR, it
+    read every row of the hypervisor for each statement. No keys match
+    no row."""
+    if not keys:
+        return sa.false()
+    return sa.or_(*[sa.and_(table.c.hypervisor == hypervisor,
+                            table.c.kind == kind, table.c.name == name)
                     for kind, name in keys])
