@@ -85,13 +85,12 @@ def finish_node(svc, cluster, record, announce):
 
 
 def forget_node(svc, cluster, node_uuid):
-    """Delete the record of a node whose resources are all removed."""
-    node = svc.db.get_node(node_uuid)
-    if node is None:
-        return
-    svc.db.delete_node(node_uuid)
-    svc.notifier.emit('tenks.node.delete.end', cluster,
-                      notifier.node_payload(node))
+    """Delete the record of a node whose resources are all removed, and
+    record its event in the same transaction; then send it."""
+    event = svc.db.forget_node(node_uuid, lambda node: svc.notifier.event(
+        'tenks.node.delete.end', cluster, notifier.node_payload(node)))
+    if event is not None:
+        svc.notifier.send(event)
 
 
 class CommitSpec(task.Task):

@@ -13,6 +13,7 @@ can be changed in a policy file ([oslo_policy] policy_file).
 
 import re
 import threading
+import time
 
 from oslo_context import context as oslo_context
 from oslo_log import log as logging
@@ -165,8 +166,7 @@ class Enforcer:
     def enforcer(self):
         with self._lock:
             if self._enforcer is None:
-                from oslo_policy import policy
-                enforcer = policy.Enforcer(self.conf)
+                enforcer = _throttled_enforcer(self.conf)
                 enforcer.register_defaults(list_rules())
                 self._enforcer = enforcer
             return self._enforcer
@@ -189,6 +189,37 @@ class Enforcer:
         """Whether ``context`` may do ``action``."""
         return self.enforcer.authorize(action, {},
                                        request_context(context))
+
+
+# Seconds between two looks for changes of the policy file (and its
+# directories).
+RELOAD_INTERVAL = 1.0
+
+
+def _throttled_enforcer(conf):
+    """oslo.policy's Enforcer, looking for changes of the policy file at
+    most every RELOAD_INTERVAL seconds. oslo.policy looks at every
+    check, searching the configuration directories for the file while
+    there is none: two checks per result a hostagent reports, a tenth of
+    the conductor's time in a big deploy or teardown."""
+    from oslo_policy import policy
+
+    class ThrottledEnforcer(policy.Enforcer):
+
+        _looked = None
+
+        def load_rules(self, force_reload=False):
+            now = time.monotonic()
+            if (force_reload or self._looked is None or self.rules is None
+                    or now - self._looked >= RELOAD_INTERVAL):
+                super().load_rules(force_reload)
+                self._looked = now
+
+        def clear(self):
+            super().clear()
+            self._looked = None
+
+    return ThrottledEnforcer(conf)
 
 
 class InProcess:

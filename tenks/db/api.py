@@ -88,6 +88,13 @@ SERVER_OPTIONS = {
     'mysql': {'pool_pre_ping': True, 'isolation_level': 'READ COMMITTED'},
 }
 
+# A SQLite file's connections are kept for as many threads as use them at
+# once (a conductor's flow workers and RPC threads): SQLAlchemy's default
+# keeps five and closes the others after each use, and each new one
+# costs its PRAGMAs (4 % of a big teardown's conductor time), or makes
+# the sixteenth thread wait for one.
+SQLITE_FILE_OPTIONS = {'pool_size': 32, 'max_overflow': -1}
+
 
 def create_engine(url):
     """An engine on the state database at ``url``.
@@ -98,8 +105,11 @@ def create_engine(url):
     """
     try:
         url = sa.engine.make_url(url)
-        engine = sa.create_engine(
-            url, **SERVER_OPTIONS.get(url.get_backend_name(), {}))
+        options = SERVER_OPTIONS.get(url.get_backend_name(), {})
+        if url.get_backend_name() == 'sqlite' and url.database not in (
+                None, '', ':memory:'):
+            options = SQLITE_FILE_OPTIONS
+        engine = sa.create_engine(url, **options)
     except (sa.exc.ArgumentError, ImportError) as e:
         # An unparsable URL is not shown: it may hold a password.
         raise exceptions.StateDatabaseError(
@@ -339,6 +349,24 @@ class StateDB:
     def delete_node(self, uuid):
         self._write(sa.delete(NODES).where(NODES.c.uuid == uuid))
 
+    def forget_node(self, uuid, event):
+        """Delete the node's record and record the event ``event(node)``
+        (the keyword arguments of :meth:`add_event`, made from the node's
+        record) in one transaction. Returns the event, or None if there
+        was no record."""
+        def forget():
+            with self.engine.begin() as conn:
+                # Not DELETE ... RETURNING: MySQL has none.
+                node = models.Node.from_row(conn.execute(
+                    sa.select(NODES).where(NODES.c.uuid == uuid)).first())
+                if node is None or not conn.execute(sa.delete(NODES).where(
+                        NODES.c.uuid == uuid)).rowcount:
+                    return None
+                recorded = event(node)
+                conn.execute(sa.insert(EVENTS).values(**recorded))
+                return recorded
+        return reconnecting(self.engine, forget)
+
     # Resources
 
     @staticmethod
@@ -384,13 +412,11 @@ class StateDB:
                 return {}
             except sa.exc.IntegrityError:
                 pass
-        match = sa.or_(*[sa.and_(RESOURCES.c.kind == kind,
-                                 RESOURCES.c.name == name)
-                         for kind, name, _ in wanted])
+        match = _things(RESOURCES, hypervisor,
+                        [(kind, name) for kind, name, _ in wanted])
         with self.engine.begin() as conn:
             rows = [models.Resource.from_row(row) for row in conn.execute(
-                sa.select(RESOURCES).where(
-                    RESOURCES.c.hypervisor == hypervisor, match))]
+                sa.select(RESOURCES).where(match))]
             for row in rows:
                 if row.cluster != cluster:
                     raise exceptions.ResourceConflict(
@@ -442,18 +468,15 @@ class StateDB:
 
     @staticmethod
     def _deleting(hypervisor, keys):
-        # Never with no keys: an empty or_() matches every row of the
-        # hypervisor.
         return sa.delete(RESOURCES).where(
-            RESOURCES.c.hypervisor == hypervisor, _things(RESOURCES, keys))
+            _things(RESOURCES, hypervisor, keys))
 
     @staticmethod
     def _superseding(hypervisor, keys):
         """Forget what unanswered requests would do to ``keys`` ([(kind,
         name)], not empty) on ``hypervisor``."""
         return sa.delete(UNANSWERED).where(
-            UNANSWERED.c.hypervisor == hypervisor,
-            _things(UNANSWERED, keys))
+            _things(UNANSWERED, hypervisor, keys))
 
     def delete_resource(self, hypervisor, kind, name):
         self._write(sa.delete(RESOURCES).where(
@@ -546,7 +569,8 @@ class StateDB:
                         state=states.RESOURCE_PRESENT, operation=credit))
             if not gone:
                 return []
-            match = sa.and_(ours, _things(RESOURCES, gone))
+            match = sa.and_(ours, _things(RESOURCES, first.hypervisor,
+                                          gone))
             uuids = sorted({row.node for row in conn.execute(
                 sa.select(RESOURCES.c.node).where(match)) if row.node})
             conn.execute(sa.delete(RESOURCES).where(match))
@@ -803,7 +827,14 @@ class StateDB:
         return list(reversed(self._read(models.Event, query.limit(limit))))
 
 
-def _things(table, keys):
-    """Rows of ``table`` whose (kind, name) is one of ``keys``."""
-    return sa.or_(*[sa.and_(table.c.kind == kind, table.c.name == name)
+def _things(table, hypervisor, keys):
+    """Rows of ``table`` on ``hypervisor`` whose (kind, name) is one of
+    ``keys``. The hypervisor is in each term, so that SQLite looks each
+    up in the (hypervisor, kind, name) index: with it outside the OR, it
+    read every row of the hypervisor for each statement. No keys match
+    no row."""
+    if not keys:
+        return sa.false()
+    return sa.or_(*[sa.and_(table.c.hypervisor == hypervisor,
+                            table.c.kind == kind, table.c.name == name)
                     for kind, name in keys])

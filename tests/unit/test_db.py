@@ -156,3 +156,49 @@ def test_head_constant_is_alembics_head():
     # importing alembic.
     assert script.ScriptDirectory(migration.MIGRATIONS).get_heads() == [
         migrations.HEAD]
+
+
+def test_a_node_is_forgotten_with_its_event_in_one_transaction(tmp_path):
+    """A teardown's node: its record goes and its event is recorded in
+    one commit, made from the record as it was; a node already gone
+    records nothing."""
+    from tests.unit.test_node_listing import node
+    engine = upgraded_engine(tmp_path)
+    db = db_api.StateDB(engine)
+    record = node('c', 1)
+    db.add_nodes([record])
+    commits = []
+    sa.event.listen(engine, 'commit', lambda conn: commits.append(1))
+    event = db.forget_node(record['uuid'], lambda n: {
+        'event_type': 'tenks.node.delete.end', 'priority': 'info',
+        'cluster': n.cluster, 'payload': {'name': n.name}})
+    assert event['payload'] == {'name': 'c1'}
+    assert len(commits) == 1
+    assert db.get_node(record['uuid']) is None
+    assert [(e.event_type, e.payload) for e in db.list_events('c')] == [
+        ('tenks.node.delete.end', {'name': 'c1'})]
+    assert db.forget_node(record['uuid'], lambda n: 1 / 0) is None
+    assert len(db.list_events('c')) == 1
+    engine.dispose()
+
+
+def test_resources_are_found_by_their_index(tmp_path):
+    """Removing a node's records looks each up in the (hypervisor, kind,
+    name) index, not through every record of its hypervisor; no keys
+    match nothing."""
+    engine = upgraded_engine(tmp_path)
+    db = db_api.StateDB(engine)
+    db.begin_resources('c', 'hv1', 'op', [
+        ('domain', 'n%d' % i, {}) for i in range(3)], new=True)
+    statement = db._deleting('hv1', [('domain', 'n0'), ('bmc', 'n0')])
+    sql = str(statement.compile(engine, compile_kwargs={
+        'literal_binds': True}))
+    with engine.connect() as conn:
+        plan = ' '.join(row[-1] for row in conn.exec_driver_sql(
+            'EXPLAIN QUERY PLAN ' + sql))
+    assert 'hypervisor=? AND kind=? AND name=?' in plan, plan
+    db.delete_resources('hv1', [('domain', 'n0'), ('bmc', 'n0')])
+    with engine.begin() as conn:
+        conn.execute(db._deleting('hv1', []))
+    assert [r.name for r in db.list_resources('c')] == ['n1', 'n2']
+    engine.dispose()

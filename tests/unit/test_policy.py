@@ -267,3 +267,25 @@ def test_only_admins_see_deployment_uuids(conductor, hypervisor,
         assert 'not owned by tenks:unit:***/hv1' in answers
         assert deployment not in answers
         assert other.split(':')[2] not in answers
+
+
+def test_a_policy_file_is_looked_for_once_a_second(tmp_path, monkeypatch):
+    """Many checks do not each search for the policy file; one written
+    later is read at the first check a second after the last look."""
+    from tenks import conf as tenks_conf
+    conf = tenks_conf.new_conf()
+    conf([], default_config_files=[])
+    enforcer = policy.Enforcer(conf)
+    policy_file = tmp_path / 'policy.yaml'
+    conf.set_override('policy_file', str(policy_file), group='oslo_policy')
+    looks = []
+    real_exists = os.path.exists
+    monkeypatch.setattr(os.path, 'exists', lambda path: looks.append(
+        path) or real_exists(path))
+    for _ in range(100):
+        assert not enforcer.allows('tenks:aggregate:list', MEMBER)
+    assert 0 < len(looks) < 10, looks
+    policy_file.write_text('"tenks:aggregate:list": "role:member"\n')
+    assert not enforcer.allows('tenks:aggregate:list', MEMBER)
+    monkeypatch.setattr(policy, 'RELOAD_INTERVAL', 0)
+    assert enforcer.allows('tenks:aggregate:list', MEMBER)
