@@ -10,6 +10,7 @@ and the hostagents' kept results answer), else started from its checks.
 
 import datetime
 import functools
+import math
 import threading
 import time
 
@@ -119,7 +120,14 @@ class JobRunner:
         free = self.operations.free_workers()
         if free <= 0:
             return
-        for job in self.board.jobs(only_unclaimed=True):
+        jobs = list(self.board.jobs(only_unclaimed=True))
+        if not jobs:
+            return
+        # No more than a fair share at a look: jobs posted at once would
+        # otherwise all go to the conductor that looks first, while the
+        # others idle. What is left waits for the next look, of any.
+        free = min(free, math.ceil(len(jobs) / max(1, len(self.members()))))
+        for job in jobs:
             if free <= 0 or self._stopping.is_set():
                 return
             if self.board.claim(job):

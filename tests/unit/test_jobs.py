@@ -180,3 +180,28 @@ def test_an_expired_claim_is_claimed_again_unless_another_has(conductor,
     runner._renew()
     assert server.owners[job.uuid] == 'c2'
     runner._held.clear()
+
+
+def test_jobs_posted_at_once_are_shared_with_the_other_conductors(
+        conductor, server, monkeypatch):
+    """A look at the board claims no more than this conductor's share of
+    the unclaimed jobs; the other live conductors take the rest at their
+    next look (here this one does, at its next)."""
+    from conductor import jobs
+    monkeypatch.setattr(jobs, 'POLL_INTERVAL', 60)
+    time.sleep(0.6)  # the loop's last short wait is over: it looks no more
+    for host in ('c2', 'c3'):
+        server.members[host] = dict(server.members['c1'], host=host)
+    taken = []
+    monkeypatch.setattr(conductor.jobs, '_take_or_abandon',
+                        lambda job: taken.append(job) or True)
+    board = fake_jobboard.Board(server, 'c9', 30)
+    for n in range(6):
+        board.post('op%d' % n, 'deploy', 'cluster%d' % n, None, [False])
+    conductor.jobs._claim()
+    assert len(taken) == 2  # 6 jobs, 3 conductors
+    conductor.jobs._claim()
+    assert len(taken) == 4  # 4 left: 2 at most
+    del server.members['c2'], server.members['c3']
+    conductor.jobs._claim()
+    assert len(taken) == 6  # alone: all that are left
