@@ -249,8 +249,10 @@ def ironic_conf(d):
         # Where a ramdisk deploy fetches a Nova server's kernel and
         # ramdisk from (Glance runs only with the full Nova).
         'glance': {'auth_type': 'none', 'endpoint_override': url('glance')},
-        # Fail or succeed fast against a BMC (defaults: 5 s and 60 s).
-        'ipmi': {'min_command_interval': 1, 'command_retry_timeout': 10},
+        # Fail or succeed sooner against a BMC (defaults: 5 s and 60 s);
+        # 30 s since it also bounds each ipmitool run, which on a loaded
+        # machine can take over 10 s against a healthy BMC.
+        'ipmi': {'min_command_interval': 1, 'command_retry_timeout': 30},
         'nova': {'send_power_notifications': 'false'},
         # A Redfish BMC that drops connections fails after sushy's own
         # ten tries (~27 s), not five times that with 4 s between.

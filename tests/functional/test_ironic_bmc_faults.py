@@ -5,7 +5,7 @@ what the fault affects, then the fault is cleared and Ironic recovers.
 
 The test Ironic's timeouts are lowered for this (tools/
 openstack_services.py): a power change times out after 5 s, ipmitool is
-retried for 10 s, a Redfish connection is tried once. Sushy's own
+retried for 30 s, a Redfish connection is tried once. Sushy's own
 retries stay (Ironic sets none): a request that gets no answer, or a GET
 that gets a 5xx, is tried ten times 3 s apart, so each Redfish failure
 takes ~30 s and the test ~2 minutes.
@@ -88,7 +88,7 @@ def test_ironic_meets_each_bmc_fault_and_recovers(env, cloud):
         fails(ON, OFF, {'ipmi': 'IPMI call failed: power status',
                         'redfish': 'Redfish connection failed'})
         clear()
-        quick = succeeds(ON)
+        succeeds(ON)
 
         # error: the power change fails and the power stays on.
         fault('error')
@@ -98,11 +98,14 @@ def test_ironic_meets_each_bmc_fault_and_recovers(env, cloud):
         succeeds(OFF)
 
         # slow, inside Ironic's timeouts (ipmitool waits 1 s for each
-        # answer, sushy 60 s): done, later.
+        # answer, sushy 60 s): done, later: at least the Redfish node's
+        # read and reset come 1.5 s late each. (test_bmc_faults measures
+        # the delay itself; a comparison with an unfaulted change here
+        # failed when load slowed that one too.)
         fault('slow', [ipmi], duration=0.2)
         fault('slow', [red], duration=1.5)
         took = succeeds(ON)
-        assert took > quick + 3
+        assert took >= 3
         clear()
 
         # power-stuck: acknowledged, never made: Ironic's wait for the
@@ -130,7 +133,7 @@ def test_ironic_meets_each_bmc_fault_and_recovers(env, cloud):
             assert boot_device(node) == OTHER[was[node['name']]]
 
         # flaky: a BMC that fails some of its requests; Ironic's retries
-        # get through (ipmitool's for 10 s, about ten tries; sushy's of a
+        # get through (ipmitool's for 30 s, about thirty tries; sushy's of a
         # GET, ten). At 0.4 all of them fail once in ~10^4 requests.
         # Sushy retries no POST, so a Redfish power change would fail
         # 4 times in 10: only the IPMI node's power is asked for.
