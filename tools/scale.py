@@ -66,7 +66,8 @@ def config(largest):
     cpus = os.cpu_count()
     memory_mb = os.sysconf('SC_PHYS_PAGES') * os.sysconf(
         'SC_PAGE_SIZE') // 1024 ** 2
-    return ('[hostagent]\nthin_volumes = true\n'
+    return ('[conductor]\nworkers = 64\n'
+            '[hostagent]\nthin_volumes = true\n'
             'vcpu_inventory = allocation_ratio:%d\n'
             'memory_mb_inventory = allocation_ratio:%d\n' % (
                 -(-largest // cpus),

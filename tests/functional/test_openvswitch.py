@@ -254,8 +254,9 @@ def test_driver_uplinks_to_an_interface_and_keeps_foreign_ports(env):
 
 def test_ports_made_at_once_share_transactions_and_keep_their_marks(env):
     """Twelve nodes' ports made and removed on twelve threads, as a
-    hostagent does: each is a marked port of the bridge, with its tap;
-    Open vSwitch commits fewer transactions than ports (group_commit);
+    hostagent does: each is a marked port of the bridge, with its tap,
+    in use by ovs-vswitchd when its request returns; Open vSwitch
+    commits fewer transactions than ports (group_commit);
     a port another owner holds fails its own request only."""
     driver = openvswitch.OpenvSwitchDriver(env.conf)
     owner = 'tenks:%s:x' % env.cluster
@@ -299,6 +300,9 @@ def test_ports_made_at_once_share_transactions_and_keep_their_marks(env):
         for tap in made:
             assert ovs_get('port', tap, 'external_ids:%s'
                            % openvswitch.MARK) == owner
+            # Returned once ovs-vswitchd had applied it (OpenFlow port
+            # number given), as ovs-vsctl returns.
+            assert int(ovs_get('interface', tap, 'ofport')) > 0
         commits.clear()
         removed = on_threads(lambda tap: driver.remove_port(tap, owner))
         assert isinstance(removed.pop(taps[3]), exceptions.ResourceConflict)

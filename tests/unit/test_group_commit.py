@@ -93,3 +93,42 @@ def test_the_error_reaches_its_caller():
     with pytest.raises(ValueError):
         commit.run(['bad'])
     commit.run(['fine'])
+
+
+def test_what_follows_a_commit_is_waited_for_outside_the_next_one():
+    """``applied`` gets what its request's commit returned, on the
+    request's thread, and a request waiting there holds up no commit:
+    the second request commits while the first still waits."""
+    first_waits = threading.Event()
+    second_committed = threading.Event()
+    seen = []
+
+    def commit(commands):
+        if commands == ['second']:
+            second_committed.set()
+        return 'txn-%s' % commands[0]
+
+    def applied(committed):
+        seen.append((threading.current_thread().name, committed))
+        if committed == 'txn-first':
+            first_waits.set()
+            assert second_committed.wait(5)
+
+    group = group_commit.GroupCommit(commit, applied)
+    first = threading.Thread(target=group.run, args=(['first'],),
+                             name='first')
+    first.start()
+    assert first_waits.wait(5)
+    group.run(['second'])
+    first.join(5)
+    assert not first.is_alive()
+    assert sorted(seen) == [('MainThread', 'txn-second'),
+                            ('first', 'txn-first')]
+
+
+def test_a_failed_commit_waits_for_nothing():
+    seen = []
+    group = group_commit.GroupCommit(Ledger(delay=0), seen.append)
+    with pytest.raises(ValueError):
+        group.run(['bad'])
+    assert seen == []

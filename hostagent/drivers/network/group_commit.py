@@ -22,15 +22,20 @@ class _Request:
         self.commands = commands
         self.done = False
         self.error = None
+        self.committed = None
 
 
 class GroupCommit:
-    """``commit(commands)`` runs one transaction of ``commands`` and
-    raises if it fails; :meth:`run` is that, shared with whoever waits
-    at the same time."""
+    """``commit(commands)`` runs one transaction of ``commands``, raises
+    if it fails and returns what ``applied`` (if given) waits on: what
+    follows a commit (ovs-vswitchd applying it), waited for by each
+    request's own thread once the next transaction may go, so that
+    requests need not wait for it before joining one. :meth:`run` is
+    that, shared with whoever waits at the same time."""
 
-    def __init__(self, commit):
+    def __init__(self, commit, applied=None):
         self._commit = commit
+        self._applied = applied
         self._pending = []
         self._pending_lock = threading.Lock()
         # Held by the thread committing; the others queue behind it.
@@ -49,21 +54,24 @@ class GroupCommit:
                 self._commit_batch(batch)
         if request.error is not None:
             raise request.error
+        if self._applied is not None:
+            self._applied(request.committed)
 
     def _commit_batch(self, batch):
         if len(batch) > 1:
             try:
-                self._commit([c for request in batch
-                              for c in request.commands])
+                committed = self._commit([c for request in batch
+                                          for c in request.commands])
             except Exception:
                 pass  # made again one by one below: whose was it?
             else:
                 for request in batch:
+                    request.committed = committed
                     request.done = True
                 return
         for request in batch:
             try:
-                self._commit(request.commands)
+                request.committed = self._commit(request.commands)
             except Exception as e:
                 request.error = e
             request.done = True

@@ -15,6 +15,8 @@ import socket
 import struct
 import threading
 
+from oslo_concurrency import lockutils
+
 from hostagent.drivers import base
 from tenks import exceptions
 from tenks import names as tenks_names
@@ -308,9 +310,12 @@ class LinuxBridgeDriver(base.NetworkDriver):
 
     def __init__(self, conf):
         super().__init__(conf)
-        # Serialises create-then-mark so that no thread sees one of our
-        # interfaces before it carries the owner alias.
+        # Serialise create-then-mark so that no thread sees one of our
+        # interfaces before it carries the owner alias: bridges and
+        # uplinks under one lock, a node's tap under its name's (a
+        # thousand nodes' taps are made at once).
         self._lock = threading.Lock()
+        self._port_locks = lockutils.Semaphores()
 
     @contextlib.contextmanager
     def _netlink(self, action, *names):
@@ -450,7 +455,8 @@ class LinuxBridgeDriver(base.NetworkDriver):
     def ensure_port(self, bridge, name, owner):
         """See base; a single-queue tap that outlives the domain's runs."""
         action = 'create tap %s in bridge %s' % (name, bridge)
-        with self._lock, self._netlink(action, bridge, name) as ipr:
+        with self._port_locks.get(name), self._netlink(
+                action, bridge, name) as ipr:
             bridge_index = _bridge_index(ipr, bridge, owner)
             link = _owned(ipr, name, owner, 'tun')
             created = link is None

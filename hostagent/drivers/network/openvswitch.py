@@ -25,7 +25,9 @@ import contextlib
 import hashlib
 import os
 import threading
+import time
 
+from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
 from hostagent.drivers import base
@@ -61,9 +63,37 @@ def _connect(target, timeout):
                 target, 'Open_vSwitch', helper_tables=TABLES)
             # ovsdbapp keeps one connection per API class: a class of
             # its own for each server.
-            cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {})
+            cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {
+                'create_transaction': _create_transaction})
             api = _APIS[target] = cls(connection.Connection(idl, timeout))
         return api
+
+
+def _create_transaction(api, check_error=False, log_errors=True, **kwargs):
+    """The API's transactions: ovsdbapp's ovs-vsctl transaction, which
+    waits until ovs-vswitchd has applied it, less the wait.
+
+    ovsdbapp waits in its connection thread, the one thread that runs
+    every command of the API, so while ovs-vswitchd reconfigures (the
+    userspace datapath takes longer the more ports a bridge has) every
+    other lookup and transaction waited too: a thousand nodes' ports
+    queued behind each other's reconfigurations. The caller waits
+    instead (OpenvSwitchDriver._applied)."""
+    from ovsdbapp.backend.ovs_idl import transaction
+    from ovsdbapp.schema.open_vswitch import impl_idl
+
+    class Transaction(impl_idl.OvsVsctlTransaction):
+        next_cfg = None
+        interfaces = ()
+
+        def post_commit(self, txn):
+            transaction.Transaction.post_commit(self, txn)
+            self.next_cfg = txn.get_increment_new_value()
+            self.interfaces = [txn.get_insert_uuid(i)
+                               for i in txn.expected_ifaces]
+
+    return Transaction(api, api.ovsdb_connection, check_error=check_error,
+                       log_errors=log_errors)
 
 
 def bridge_mac(name, owner):
@@ -112,9 +142,11 @@ class OpenvSwitchDriver(base.NetworkDriver):
 
     def __init__(self, conf):
         super().__init__(conf)
-        # Serialises check-then-create, as the Linux bridge driver does.
+        # Serialise check-then-create, as the Linux bridge driver does.
         self._lock = threading.Lock()
-        self._commits = group_commit.GroupCommit(self._commit)
+        self._port_locks = lockutils.Semaphores()
+        self._commits = group_commit.GroupCommit(self._commit,
+                                                 self._applied)
 
     # -- OVSDB plumbing ----------------------------------------------------
 
@@ -206,6 +238,34 @@ class OpenvSwitchDriver(base.NetworkDriver):
         with self._api().transaction(check_error=True) as txn:
             for command in commands:
                 txn.add(command)
+        return txn
+
+    def _applied(self, txn):
+        """Wait until ovs-vswitchd has applied the committed ``txn``;
+        log the interfaces it could not add. As ovs-vsctl does, neither
+        fails the request: the database holds the change, which
+        ovs-vswitchd applies when it can (and to what was committed
+        meanwhile with it: one reconfiguration for many ports)."""
+        api = self._api()
+        timeout = self.conf.hostagent.ovsdb_timeout
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while api.db_get('Open_vSwitch', '.', 'cur_cfg').execute(
+                check_error=True) < txn.next_cfg:
+            if time.monotonic() > deadline:
+                LOG.warning('ovs-vswitchd has not applied an OVSDB '
+                            'transaction after %d s', timeout)
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        added = [uuid for uuid in txn.interfaces if uuid is not None]
+        failed = [row['name'] for row in (api.db_list(
+            'Interface', added, columns=['name', 'ofport'],
+            if_exists=True).execute(check_error=True) if added else [])
+            if row['ofport'] in ([], -1, [-1])]
+        if failed:
+            LOG.error('ovs-vswitchd failed to add the interfaces %s',
+                      ', '.join(failed))
 
     def _add_port(self, bridge, name, owner, **interface):
         """Commands adding the marked port ``name`` to ``bridge``."""
@@ -389,7 +449,7 @@ class OpenvSwitchDriver(base.NetworkDriver):
         """See base; the persistent tap ``name`` as a port of ``bridge``."""
         action = 'create tap %s in Open vSwitch bridge %s' % (name, bridge)
         with self._errors(action, bridge, name), lb.iproute() as ipr:
-            with self._lock:
+            with self._port_locks.get(name):
                 self._our_bridge(bridge, owner, action)
                 port = self._owned('Port', name, owner)
                 link = lb._owned(ipr, name, owner, 'tun')
