@@ -95,40 +95,33 @@ def test_the_error_reaches_its_caller():
     commit.run(['fine'])
 
 
-def test_what_follows_a_commit_is_waited_for_outside_the_next_one():
-    """``applied`` gets what its request's commit returned, on the
-    request's thread, and a request waiting there holds up no commit:
-    the second request commits while the first still waits."""
-    first_waits = threading.Event()
-    second_committed = threading.Event()
-    seen = []
+
+
+def test_each_request_gets_what_its_commit_returned():
+    """What follows a commit (ovs-vswitchd applying it) is the caller's
+    to wait for, after run: run returns what the commit returned, the
+    same to every request that shared it."""
+    ledger = Ledger()
 
     def commit(commands):
-        if commands == ['second']:
-            second_committed.set()
-        return 'txn-%s' % commands[0]
+        ledger(commands)
+        return len(ledger.commits)
+    group = group_commit.GroupCommit(commit)
+    assert group.run(['alone']) == 1
+    outcome = {}
+    start = threading.Barrier(8)
 
-    def applied(committed):
-        seen.append((threading.current_thread().name, committed))
-        if committed == 'txn-first':
-            first_waits.set()
-            assert second_committed.wait(5)
-
-    group = group_commit.GroupCommit(commit, applied)
-    first = threading.Thread(target=group.run, args=(['first'],),
-                             name='first')
-    first.start()
-    assert first_waits.wait(5)
-    group.run(['second'])
-    first.join(5)
-    assert not first.is_alive()
-    assert sorted(seen) == [('MainThread', 'txn-second'),
-                            ('first', 'txn-first')]
-
-
-def test_a_failed_commit_waits_for_nothing():
-    seen = []
-    group = group_commit.GroupCommit(Ledger(delay=0), seen.append)
-    with pytest.raises(ValueError):
-        group.run(['bad'])
-    assert seen == []
+    def run(i):
+        start.wait()
+        outcome[i] = group.run(['c-%d' % i])
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    by_commit = {}
+    for i, got in sorted(outcome.items()):
+        by_commit.setdefault(got, []).append('c-%d' % i)
+    assert len(by_commit) < 8
+    assert {n: sorted(c) for n, c in by_commit.items()} == {
+        n + 1: sorted(c) for n, c in enumerate(ledger.commits) if n}

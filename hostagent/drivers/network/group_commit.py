@@ -27,22 +27,21 @@ class _Request:
 
 class GroupCommit:
     """``commit(commands)`` runs one transaction of ``commands``, raises
-    if it fails and returns what ``applied`` (if given) waits on: what
-    follows a commit (ovs-vswitchd applying it), waited for by each
-    request's own thread once the next transaction may go, so that
-    requests need not wait for it before joining one. :meth:`run` is
-    that, shared with whoever waits at the same time."""
+    if it fails and returns what the caller may wait on (ovs-vswitchd
+    applying it: waited for after :meth:`run` returns, while the next
+    transaction goes); :meth:`run` is that, shared with whoever waits at
+    the same time."""
 
-    def __init__(self, commit, applied=None):
+    def __init__(self, commit):
         self._commit = commit
-        self._applied = applied
         self._pending = []
         self._pending_lock = threading.Lock()
         # Held by the thread committing; the others queue behind it.
         self._committing = threading.Lock()
 
     def run(self, commands):
-        """Commit ``commands`` in one transaction, maybe with others'."""
+        """Commit ``commands`` in one transaction, maybe with others';
+        what that transaction's ``commit`` returned."""
         request = _Request(list(commands))
         with self._pending_lock:
             self._pending.append(request)
@@ -54,8 +53,7 @@ class GroupCommit:
                 self._commit_batch(batch)
         if request.error is not None:
             raise request.error
-        if self._applied is not None:
-            self._applied(request.committed)
+        return request.committed
 
     def _commit_batch(self, batch):
         if len(batch) > 1:

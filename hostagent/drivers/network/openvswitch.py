@@ -145,8 +145,7 @@ class OpenvSwitchDriver(base.NetworkDriver):
         # Serialise check-then-create, as the Linux bridge driver does.
         self._lock = threading.Lock()
         self._port_locks = lockutils.Semaphores()
-        self._commits = group_commit.GroupCommit(self._commit,
-                                                 self._applied)
+        self._commits = group_commit.GroupCommit(self._commit)
 
     # -- OVSDB plumbing ----------------------------------------------------
 
@@ -229,10 +228,13 @@ class OpenvSwitchDriver(base.NetworkDriver):
                                                 % name)
         return row
 
-    def _transaction(self, *commands):
+    def _transaction(self, *commands, applied=True):
         """Commit ``commands`` atomically, maybe in one transaction with
-        other threads' (group_commit)."""
-        self._commits.run(commands)
+        other threads' (group_commit); return once ovs-vswitchd has
+        applied them if ``applied``."""
+        txn = self._commits.run(commands)
+        if applied:
+            self._applied(txn)
 
     def _commit(self, commands):
         with self._api().transaction(check_error=True) as txn:
@@ -474,7 +476,9 @@ class OpenvSwitchDriver(base.NetworkDriver):
                     else None)
             link = lb._owned(ipr, name, owner, 'tun')
             if port is not None:
-                self._transaction(self._api().del_port(name))
+                # No wait for ovs-vswitchd: the tap goes next, and
+                # nothing needs the port gone from the datapath first.
+                self._transaction(self._api().del_port(name), applied=False)
             if link is not None:
                 from pyroute2.netlink.exceptions import NetlinkError
                 with contextlib.suppress(NetlinkError):
