@@ -12,7 +12,6 @@ old or the new one.
 """
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -40,13 +39,8 @@ class DaemonDirs:
         another hostagent on the same state directory)."""
         with self._lock:
             fileutils.private_dir(self.root)
-            fd = os.open(os.path.join(self.root, 'lock'),
-                         os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            with fileutils.flocked(os.path.join(self.root, 'lock')):
                 yield
-            finally:
-                os.close(fd)
 
     def path(self, owner):
         """The directory of ``owner``'s daemon."""

@@ -113,6 +113,19 @@ def orphans(directory, pid_file, pids):
         'another process' if own else 'none')
 
 
+def daemons(kind, name, pid_file):
+    """The daemons marked with ``name`` (its value: the directory each
+    serves), of every state directory, as a BMC driver's daemons()
+    lists them (hostagent.drivers.base): [{'kind', 'directory', 'pids',
+    'orphan'}], ``pid_file`` naming each directory's own."""
+    found = []
+    for directory, pids in sorted(marked_by(name).items()):
+        strays, why = orphans(directory, pid_file, pids)
+        found.append({'kind': kind, 'directory': directory,
+                      'pids': sorted(strays or pids), 'orphan': why})
+    return found
+
+
 def kill(pids, timeout, signals=(signal.SIGKILL,)):
     """Send each of ``signals`` in turn to ``pids`` until they are gone,
     waiting ``timeout`` s after each; whether they are."""

@@ -43,7 +43,6 @@ with its last system.
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -63,6 +62,7 @@ from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import media
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
+from tenks import fileutils
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -229,12 +229,8 @@ class SushyDriver(base.RedfishDriver):
 
     def daemons(self):
         """See base: the emulators of every state directory."""
-        found = []
-        for directory, pids in sorted(processes.marked_by(MARKER_ENV).items()):
-            orphans, why = processes.orphans(directory, 'emulator.pid', pids)
-            found.append({'kind': 'redfish emulator', 'directory': directory,
-                          'pids': sorted(orphans or pids), 'orphan': why})
-        return found
+        return processes.daemons('redfish emulator', MARKER_ENV,
+                                 'emulator.pid')
 
     def stop_orphans(self, directory):
         """See base; under the lock of the emulators of ``directory``'s
@@ -244,10 +240,8 @@ class SushyDriver(base.RedfishDriver):
             if parent == self._dirs.root:
                 stack.enter_context(self._dirs.locked())
             elif os.path.isdir(parent):
-                fd = os.open(os.path.join(parent, 'lock'),
-                             os.O_RDWR | os.O_CREAT, 0o600)
-                stack.callback(os.close, fd)
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                stack.enter_context(
+                    fileutils.flocked(os.path.join(parent, 'lock')))
             pids = processes.marked_pids(self._marker(directory))
             orphans, why = processes.orphans(directory, 'emulator.pid', pids)
             if orphans and not processes.kill(

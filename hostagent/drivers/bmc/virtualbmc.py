@@ -185,14 +185,8 @@ class VirtualBmcDriver(base.BmcDriver):
 
     def daemons(self):
         """See base: the IPMI hosts of every state directory."""
-        found = []
-        for directory, pids in sorted(processes.marked_by(
-                ipmi_store.MARKER_ENV).items()):
-            orphans, why = processes.orphans(directory, ipmi_store.PID_FILE,
-                                             pids)
-            found.append({'kind': 'ipmi host', 'directory': directory,
-                          'pids': sorted(orphans or pids), 'orphan': why})
-        return found
+        return processes.daemons('ipmi host', ipmi_store.MARKER_ENV,
+                                 ipmi_store.PID_FILE)
 
     def stop_orphans(self, directory):
         """See base; under the lock of ``directory`` while it exists, so
@@ -235,13 +229,8 @@ class VirtualBmcDriver(base.BmcDriver):
         with self._lock:
             fileutils.private_dir(self._dir)
             fileutils.private_dir(os.path.join(self._dir, ipmi_store.BMCS))
-            fd = os.open(os.path.join(self._dir, 'lock'),
-                         os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            with fileutils.flocked(os.path.join(self._dir, 'lock')):
                 yield
-            finally:
-                os.close(fd)
 
     def _error(self, action, reason):
         return exceptions.DriverError(driver=DRIVER, action=action,

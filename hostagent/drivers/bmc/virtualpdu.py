@@ -171,12 +171,7 @@ class VirtualPduDriver(base.SnmpDriver):
                 for path in self._dirs.marked()]
 
     def daemons(self):
-        found = []
-        for directory, pids in sorted(processes.marked_by(MARKER_ENV).items()):
-            orphans, why = processes.orphans(directory, 'pdu.pid', pids)
-            found.append({'kind': 'virtualpdu', 'directory': directory,
-                          'pids': sorted(orphans or pids), 'orphan': why})
-        return found
+        return processes.daemons('virtualpdu', MARKER_ENV, 'pdu.pid')
 
     def stop_orphans(self, directory):
         with self._dirs.locked():
