@@ -50,7 +50,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 
 from oslo_log import log as logging
@@ -377,18 +376,9 @@ class SushyDriver(base.RedfishDriver):
         config = os.path.join(path, 'emulator.conf')
         daemon_dirs.write(config, self._config(path, settings))
         log_file = os.path.join(path, 'emulator.log')
-        log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                      0o600)
-        try:
-            # A session of its own: it outlives the hostagent process and
-            # misses the signals sent to its process group.
-            proc = subprocess.Popen(
-                [sys.executable, '-m', 'hostagent.drivers.bmc.emulator',
-                 '--config', config], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log, start_new_session=True, umask=0o077,
-                env=dict(os.environ, **{MARKER_ENV: path}))
-        finally:
-            os.close(log)
+        proc = processes.spawn(
+            [sys.executable, '-m', 'hostagent.drivers.bmc.emulator',
+             '--config', config], log_file, MARKER_ENV, path)
         self._procs[path] = proc
         daemon_dirs.write(os.path.join(path, 'emulator.pid'), str(proc.pid))
 
@@ -414,15 +404,12 @@ class SushyDriver(base.RedfishDriver):
 
     def _pid(self, path):
         """The pid of the running emulator of ``path``, or None."""
-        try:
-            pid = int(daemon_dirs.read(os.path.join(path, 'emulator.pid')))
-        except (OSError, ValueError, TypeError):
-            return None
-        return pid if processes.marked(pid, self._marker(path)) else None
+        return processes.running(os.path.join(path, 'emulator.pid'),
+                                 self._marker(path))
 
     @staticmethod
     def _marker(path):
-        return ('%s=%s' % (MARKER_ENV, path)).encode()
+        return processes.mark(MARKER_ENV, path)
 
     def _stop(self, path):
         """Stop every process of the emulator of ``path`` (ours only)."""

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 
 from oslo_log import log as logging
 
@@ -208,17 +207,10 @@ class VirtualPduDriver(base.SnmpDriver):
         name = os.path.join(path, CONFIG)
         daemon_dirs.write(name, json.dumps(config))
         log_file = os.path.join(path, 'pdu.log')
-        log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                      0o600)
-        try:
-            proc = subprocess.Popen(
-                # -I: no directory of the script's on its path (this
-                # module's name is VirtualPDU's package's) nor PYTHON*.
-                [python, '-I', ENTRY, name], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log, start_new_session=True, umask=0o077,
-                env=dict(os.environ, **{MARKER_ENV: path}))
-        finally:
-            os.close(log)
+        # -I: no directory of the script's on its path (this module's
+        # name is VirtualPDU's package's) nor PYTHON*.
+        proc = processes.spawn([python, '-I', ENTRY, name], log_file,
+                               MARKER_ENV, path)
         self._procs[path] = proc
         daemon_dirs.write(os.path.join(path, 'pdu.pid'), str(proc.pid))
 
@@ -246,15 +238,12 @@ class VirtualPduDriver(base.SnmpDriver):
             raise
 
     def _pid(self, path):
-        try:
-            pid = int(daemon_dirs.read(os.path.join(path, 'pdu.pid')))
-        except (ValueError, TypeError):
-            return None
-        return pid if processes.marked(pid, self._marker(path)) else None
+        return processes.running(os.path.join(path, 'pdu.pid'),
+                                 self._marker(path))
 
     @staticmethod
     def _marker(path):
-        return ('%s=%s' % (MARKER_ENV, path)).encode()
+        return processes.mark(MARKER_ENV, path)
 
     def _stop(self, path):
         pids = processes.marked_pids(self._marker(path))
