@@ -497,8 +497,7 @@ def _named(path, kind, name):
 
 def _empty(directory):
     """Whether ``directory`` has no file (but those daemon_dirs.write is
-    writing),
-    read only as far as the first."""
+    writing), read only as far as the first."""
     with os.scandir(directory) as entries:
         return not any(not e.name.endswith('.tmp') for e in entries)
 
