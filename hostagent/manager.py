@@ -48,7 +48,6 @@ request it ever ran.
 
 import collections
 import contextlib
-import errno
 import os
 import shutil
 import socket
@@ -69,6 +68,7 @@ from tenks import conf as tenks_conf
 from tenks import constants
 from tenks import exceptions
 from tenks import names
+from tenks import netutils
 from tenks import policy
 from tenks import resources
 from tenks import rpc
@@ -86,19 +86,6 @@ KEEP_UNDATED = 240
 def load_driver(namespace, name, conf):
     return stevedore_driver.DriverManager(
         namespace, name, invoke_on_load=True, invoke_args=(conf,)).driver
-
-
-def udp_port_free(address, port):
-    """Whether nothing is bound to UDP ``address:port``."""
-    family = socket.AF_INET6 if ':' in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.bind((address, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return False
-            raise
-    return True
 
 
 # The kernel's route types (rtnetlink's RTN_*) of an address that is
@@ -456,7 +443,7 @@ class HostAgentManager:
                 if not os.path.exists(os.path.join('/sys/class/net',
                                                    source))],
             busy_ports=[port for port in ipmi_ports
-                        if not udp_port_free(address, port)],
+                        if not netutils.udp_port_free(address, port)],
             host_uplinks=host_uplinks(),
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
             ipmi_free_bytes=self._ipmi_free_bytes(),

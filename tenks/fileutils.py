@@ -1,5 +1,7 @@
 """Files and directories that may hold secrets (BMC passwords)."""
 
+import contextlib
+import fcntl
 import os
 import stat
 
@@ -25,6 +27,18 @@ def private_dir(path, fix_existing=True):
     if fix_existing:
         _chmod(path, 0o700)
     return path
+
+
+@contextlib.contextmanager
+def flocked(path):
+    """Hold the lock of lock file ``path`` (made 0600 when missing)
+    against other processes."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def private_file(path):

@@ -35,6 +35,7 @@ import bcrypt
 import libvirt
 import requests
 
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import processes
 from hostagent.drivers.bmc import sushy
 from tenks import conf as tenks_conf
@@ -113,7 +114,7 @@ def main():
         owner = 'tenks:bench:%s' % name
         driver.ensure_system(owner, name, uuid, '127.0.0.1',
                              args.port, 'admin', PASSWORD)
-        path = driver._path(owner)
+        path = driver._dirs.path(owner)
         # Only to lend its files: each run below starts its own.
         driver._stop(path)
         os.makedirs(os.path.join(path, sushy.DOWNLOADS), mode=0o700)
@@ -130,8 +131,8 @@ def main():
                                       12),
                                      ('Tenks, cost 12', tenks, 12)]:
             digest = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(cost))
-            sushy._write(os.path.join(path, 'htpasswd'),
-                         'admin:%s\n' % digest.decode())
+            daemon_dirs.write(os.path.join(path, 'htpasswd'),
+                              'admin:%s\n' % digest.decode())
             rate, median = serve(command, url, args.seconds, args.threads)
             print('%-22s %12.1f %10.1f' % (label, rate, median * 1000))
         driver.remove_system(name, owner)

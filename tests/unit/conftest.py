@@ -34,7 +34,7 @@ def fake_hypervisor(monkeypatch):
     """A fake hypervisor behind hostagent managers made from now on."""
     hv = fakes.Hypervisor()
     use_fake_drivers(monkeypatch, hv)
-    monkeypatch.setattr(manager, 'udp_port_free',
+    monkeypatch.setattr(manager.netutils, 'udp_port_free',
                         lambda address, port: port not in hv.busy_ports)
     monkeypatch.setattr(manager, 'host_uplinks', lambda: hv.uplinks)
     monkeypatch.setattr(manager, 'interface_mark', hv.interfaces.get)

@@ -13,6 +13,7 @@ import pytest
 
 from conductor import rpcapi as conductor_rpcapi
 from hostagent.drivers.bmc import allowlist
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import emulator
 from hostagent.drivers.bmc import emulator_faults
 from hostagent.drivers.bmc import fault_files
@@ -316,15 +317,15 @@ def test_the_redfish_driver_stores_a_fault_for_a_system_it_serves_only(
         conf):
     driver = sushy.SushyDriver(conf)
     owner = 'tenks:unit:d'
-    path = driver._path(owner)
+    path = driver._dirs.path(owner)
     with pytest.raises(exceptions.DriverError) as raised:
         driver.set_fault('n0', owner, {'kind': 'error'})
     assert 'the emulator of tenks:unit:d does not serve it' in str(
         raised.value)
     assert not driver.set_fault('n0', owner, None)
-    with driver._locked():
+    with driver._dirs.locked():
         os.makedirs(path, mode=0o700)
-        sushy._write(os.path.join(path, 'owner'), owner)
+        daemon_dirs.write(os.path.join(path, 'owner'), owner)
         sushy._serve(path, 'n0', SYSTEM, None)
         sushy._serve(path, 'n1', SYSTEM.replace('a', 'b'), None)
     assert driver.set_fault('n0', owner, {'kind': 'error'})

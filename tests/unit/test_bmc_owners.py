@@ -5,6 +5,7 @@ changed nor removed, by the BMC requests nor by the node requests."""
 import json
 import os
 
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import sushy
 from tests.unit import fakes
 from tests.unit import test_nodes
@@ -81,10 +82,10 @@ def test_a_redfish_system_is_removed_from_its_owner_emulator_only(
     """The real sushy-tools driver's files (no emulator runs): a
     remove_bmc of another deployment leaves the system served."""
     redfish = agent.nodes.redfish = sushy.SushyDriver(conf)
-    path = redfish._path(OWNER)
+    path = redfish._dirs.path(OWNER)
     os.makedirs(path, mode=0o700)
-    sushy._write(os.path.join(path, 'owner'), OWNER)
-    sushy._write(os.path.join(path, 'systems'), json.dumps({'n0': UUID}))
+    daemon_dirs.write(os.path.join(path, 'owner'), OWNER)
+    daemon_dirs.write(os.path.join(path, 'systems'), json.dumps({'n0': UUID}))
 
     assert request(agent, 'remove_bmc', 'n0', OTHER) == {
         'result': {'changed': False}}

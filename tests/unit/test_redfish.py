@@ -8,6 +8,7 @@ import pytest
 
 from conductor import planner
 from hostagent.drivers.bmc import allowlist
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import sushy
 from tenks import constants
 from tenks import exceptions
@@ -252,18 +253,18 @@ def test_a_system_added_or_removed_touches_its_own_files_only(
     of any size: no file of all the systems is read or rewritten."""
     driver = sushy.SushyDriver(conf)
     owner = 'tenks:c1:uuid'
-    path = driver._path(owner)
+    path = driver._dirs.path(owner)
     os.makedirs(path)
-    sushy._write(os.path.join(path, 'owner'), owner)
+    daemon_dirs.write(os.path.join(path, 'owner'), owner)
     for i in range(200):
         sushy._serve(path, 'n%d' % i, 'u%d' % i, None)
     monkeypatch.setattr(driver, '_pid', lambda path: 1)
     monkeypatch.setattr(driver, '_settings', lambda path, address, port: None)
     monkeypatch.setattr(driver, '_ensure_htpasswd', lambda *args: False)
     touched = []
-    for name in ('_read', '_write'):
-        real = getattr(sushy, name)
-        monkeypatch.setattr(sushy, name, lambda f, *a, real=real: (
+    for name in ('read', 'write'):
+        real = getattr(daemon_dirs, name)
+        monkeypatch.setattr(daemon_dirs, name, lambda f, *a, real=real: (
             touched.append(os.path.relpath(f, path)) or real(f, *a)))
     listed = []
     real_listdir = os.listdir
@@ -288,11 +289,11 @@ def test_an_emulator_of_one_systems_file_is_upgraded(conf):
     """Before issue 23 an emulator's allow-list was one JSON file."""
     driver = sushy.SushyDriver(conf)
     owner = 'tenks:c1:uuid'
-    path = driver._path(owner)
+    path = driver._dirs.path(owner)
     os.makedirs(path)
-    sushy._write(os.path.join(path, 'owner'), owner)
-    sushy._write(os.path.join(path, 'systems'),
-                 json.dumps({'n0': 'u0', 'n1': 'u1'}))
+    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    daemon_dirs.write(os.path.join(path, 'systems'),
+                      json.dumps({'n0': 'u0', 'n1': 'u1'}))
     assert driver.marked()[0]['systems'] == {'n0': 'u0', 'n1': 'u1'}
     assert driver.remove_system('n0', owner) is True
     assert not os.path.exists(os.path.join(path, 'systems'))
@@ -302,9 +303,9 @@ def test_an_emulator_of_one_systems_file_is_upgraded(conf):
 
 def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
     driver = sushy.SushyDriver(conf)
-    path = driver._path('tenks:c1:uuid')
+    path = driver._dirs.path('tenks:c1:uuid')
     assert os.path.basename(path).startswith('c1-')
-    assert driver._path('tenks:c1:other') != path
+    assert driver._dirs.path('tenks:c1:other') != path
     settings = driver._settings(path, '127.0.0.1', 9100)
     media_dir = os.path.join(conf.hostagent.pool_dir,
                              'virtual-media.' + os.path.basename(path))
@@ -337,13 +338,13 @@ def test_a_cheaper_htpasswd_hash_is_drift_and_an_ensure_rehashes_it(conf):
     import bcrypt
     driver = sushy.SushyDriver(conf)
     owner = 'tenks:c1:uuid'
-    path = driver._path(owner)
+    path = driver._dirs.path(owner)
     os.makedirs(path)
-    sushy._write(os.path.join(path, 'owner'), owner)
-    sushy._write(os.path.join(path, 'systems'), json.dumps({'n0': UUID}))
+    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    daemon_dirs.write(os.path.join(path, 'systems'), json.dumps({'n0': UUID}))
     # As Tenks hashed it before issue 19 (bcrypt cost 5).
     cheap = bcrypt.hashpw(b'pw', bcrypt.gensalt(5)).decode()
-    sushy._write(os.path.join(path, 'htpasswd'), 'admin:%s\n' % cheap)
+    daemon_dirs.write(os.path.join(path, 'htpasswd'), 'admin:%s\n' % cheap)
     bmc = {'system_id': UUID, 'address': '127.0.0.1', 'port': 9100,
            'username': 'admin', 'password': 'pw'}
     assert 'credentials' in driver.system_changes(owner, {'n0': bmc})['n0']
@@ -361,7 +362,7 @@ def test_tls_needs_both_files(tmp_path, conf):
     conf.set_override('redfish_tls_certificate', str(cert),
                       group='hostagent')
     driver = sushy.SushyDriver(conf)
-    path = driver._path('tenks:c1:uuid')
+    path = driver._dirs.path('tenks:c1:uuid')
     with pytest.raises(exceptions.DriverError) as refused:
         driver._settings(path, '127.0.0.1', 9100)
     assert 'go together' in str(refused.value)

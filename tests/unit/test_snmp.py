@@ -199,8 +199,8 @@ def test_a_pdu_per_owner_with_an_outlet_per_domain(pdu_driver, caplog):
     first = pdu_driver.ensure_outlet(OWNER, 'n0', 1, '127.0.0.1', port,
                                      's3cret')
     assert first == {'created': True, 'changed': True}
-    [path] = [os.path.join(pdu_driver._dir, d)
-              for d in os.listdir(pdu_driver._dir) if d != 'lock']
+    [path] = [os.path.join(pdu_driver._dirs.root, d)
+              for d in os.listdir(pdu_driver._dirs.root) if d != 'lock']
     pid = pdu_driver._pid(path)
     assert pid and not virtualpdu._udp_free('127.0.0.1', port)
     # A second domain: an outlet file, no restart.
@@ -254,7 +254,7 @@ def test_an_outlet_fault_is_stored_for_the_pdu_and_goes_with_the_outlet(
         pdu_driver.set_fault('n0', OWNER, {'kind': 'error'})
     pdu_driver.ensure_outlet(OWNER, 'n0', 1, '127.0.0.1', port, 'c')
     pdu_driver.ensure_outlet(OWNER, 'n1', 2, '127.0.0.1', port, 'c')
-    path = pdu_driver._path(OWNER)
+    path = pdu_driver._dirs.path(OWNER)
     pid = pdu_driver._pid(path)
     assert pdu_driver.set_fault('n0', OWNER, {'kind': 'slow', 'delay': 2})
     assert not pdu_driver.set_fault('n0', OWNER,
@@ -296,7 +296,7 @@ def test_without_its_interpreter_nothing_is_left(pdu_driver, conf):
                                  free_udp_port(), 's3cret')
     assert '[hostagent] virtualpdu_python (/nowhere/python)' in str(
         refused.value)
-    assert os.listdir(pdu_driver._dir) == ['lock']
+    assert os.listdir(pdu_driver._dirs.root) == ['lock']
 
 
 def test_a_taken_port_is_port_in_use(pdu_driver):
@@ -307,7 +307,7 @@ def test_a_taken_port_is_port_in_use(pdu_driver):
         with pytest.raises(exceptions.PortInUse):
             pdu_driver.ensure_outlet(OWNER, 'n0', 1, '127.0.0.1', port,
                                      's3cret')
-    assert os.listdir(pdu_driver._dir) == ['lock']
+    assert os.listdir(pdu_driver._dirs.root) == ['lock']
 
 
 def test_the_audit_sees_a_pdu_and_stops_an_orphan(pdu_driver):
@@ -317,7 +317,7 @@ def test_the_audit_sees_a_pdu_and_stops_an_orphan(pdu_driver):
     [pdu] = pdu_driver.marked()
     assert (pdu['kind'], pdu['mark'], pdu['systems'], pdu['running']) == (
         'pdu', OWNER, {'n0': 1}, True)
-    path = os.path.join(pdu_driver._dir, pdu['name'])
+    path = os.path.join(pdu_driver._dirs.root, pdu['name'])
     [daemon] = [d for d in pdu_driver.daemons() if d['directory'] == path]
     assert daemon['orphan'] is None
     assert pdu_driver.stop_orphans(path) == []

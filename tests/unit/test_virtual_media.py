@@ -11,6 +11,7 @@ import pytest
 from sushy_tools import error
 
 from hostagent import nodes
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import emulator
 from hostagent.drivers.bmc import media
 from hostagent.drivers.bmc import sushy
@@ -208,9 +209,9 @@ def test_removing_a_system_removes_its_media_and_the_last_the_directory(
         conf, monkeypatch):
     driver = sushy.SushyDriver(conf)
     monkeypatch.setattr(driver, '_stop', lambda path: None)
-    path = driver._path(OWNER)
+    path = driver._dirs.path(OWNER)
     os.makedirs(path)
-    sushy._write(os.path.join(path, 'owner'), OWNER)
+    daemon_dirs.write(os.path.join(path, 'owner'), OWNER)
     sushy._serve(path, 'n0', A, None)
     sushy._serve(path, 'n1', B, None)
     media_dir = driver._media_dir(path)
@@ -228,16 +229,16 @@ def test_an_emulator_started_before_virtual_media_is_drift(conf):
     # Its settings have no media directory: the next deploy restarts it
     # on the configuration that has one.
     driver = sushy.SushyDriver(conf)
-    path = driver._path(OWNER)
+    path = driver._dirs.path(OWNER)
     os.makedirs(path)
-    sushy._write(os.path.join(path, 'owner'), OWNER)
+    daemon_dirs.write(os.path.join(path, 'owner'), OWNER)
     sushy._serve(path, 'n0', A, None)
     settings = driver._settings(path, '127.0.0.1', 9100)
     bmc = {'system_id': A, 'address': '127.0.0.1', 'port': 9100,
            'username': 'admin', 'password': 'pw'}
     for started, drift in [(settings, False),
                            (dict(settings, media_dir=None), True)]:
-        sushy._write(os.path.join(path, 'settings'),
-                     json.dumps(started))
+        daemon_dirs.write(os.path.join(path, 'settings'),
+                          json.dumps(started))
         changes = driver.system_changes(OWNER, {'n0': bmc})['n0']
         assert ('media_dir' in changes) is drift

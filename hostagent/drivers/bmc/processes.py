@@ -3,6 +3,7 @@
 import contextlib
 import os
 import signal
+import subprocess
 import time
 
 POLL = 0.005  # s between checks while waiting
@@ -32,6 +33,30 @@ def alive(pid):
                     if f.read().rpartition(')')[2].split()[0] not in 'ZX':
                         return True
     return False
+
+
+def spawn(command, log_file, name, directory, env=None):
+    """Start ``command`` as the daemon of ``directory``, marked with
+    ``name``=directory in its environment (``env`` added to ours), its
+    output appended to ``log_file`` (0600); its Popen.
+
+    A session of its own: it outlives the hostagent process and misses
+    the signals sent to its process group.
+    """
+    log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True, umask=0o077,
+            env=dict(os.environ, **(env or {}), **{name: directory}))
+    finally:
+        os.close(log)
+
+
+def mark(name, directory):
+    """The environment entry (bytes) that marks the daemon of
+    ``directory`` with ``name``."""
+    return ('%s=%s' % (name, directory)).encode()
 
 
 def marked(pid, marker):
@@ -82,6 +107,13 @@ def read_pid(path):
         return None
 
 
+def running(pid_file, marker):
+    """The pid that ``pid_file`` names while that process lives with
+    ``marker``, or None."""
+    pid = read_pid(pid_file)
+    return pid if pid is not None and marked(pid, marker) else None
+
+
 def _parent(pid):
     try:
         with open('/proc/%d/stat' % pid) as f:
@@ -111,6 +143,19 @@ def orphans(directory, pid_file, pids):
     return others, '%s names %s' % (
         os.path.join(directory, pid_file),
         'another process' if own else 'none')
+
+
+def daemons(kind, name, pid_file):
+    """The daemons marked with ``name`` (its value: the directory each
+    serves), of every state directory, as a BMC driver's daemons()
+    lists them (hostagent.drivers.base): [{'kind', 'directory', 'pids',
+    'orphan'}], ``pid_file`` naming each directory's own."""
+    found = []
+    for directory, pids in sorted(marked_by(name).items()):
+        strays, why = orphans(directory, pid_file, pids)
+        found.append({'kind': kind, 'directory': directory,
+                      'pids': sorted(strays or pids), 'orphan': why})
+    return found
 
 
 def kill(pids, timeout, signals=(signal.SIGKILL,)):

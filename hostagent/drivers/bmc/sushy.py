@@ -4,9 +4,9 @@ One emulator per owner (a cluster's deployment) on each hypervisor: its
 own address and port, credentials and allow-list, so a node of another
 cluster is never listed or reachable through it, not even with that
 cluster's credentials (hostagent.drivers.bmc.emulator, the emulator's
-process, scopes every resource). Each lives in
-``<state_dir>/sushy/<cluster>-<hash of the owner>`` (mode 0700, every
-file 0600):
+process, scopes every resource). Each lives in its daemon directory
+(hostagent.drivers.bmc.daemon_dirs) ``<state_dir>/sushy/<cluster>-<hash
+of the owner>`` (mode 0700, every file 0600):
 
 ``owner``            the owner mark; a directory without it is not ours
 ``allowed/``         its allow-list: a file named after each system id it
@@ -43,7 +43,6 @@ with its last system.
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -51,18 +50,18 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
-import threading
 
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import htpasswd
 from hostagent.drivers.bmc import media
 from hostagent.drivers.bmc import processes
 from tenks import exceptions
+from tenks import fileutils
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -88,8 +87,9 @@ class SushyDriver(base.RedfishDriver):
 
     def __init__(self, conf):
         super().__init__(conf)
-        self._dir = os.path.join(conf.state_dir, 'sushy')
-        self._lock = threading.Lock()
+        self._dirs = daemon_dirs.DaemonDirs(
+            os.path.join(conf.state_dir, 'sushy'),
+            'Redfish emulator directory')
         # Emulators this process started, reaped when they stop.
         self._procs = {}
         # htpasswd.Verifier of each emulator's file.
@@ -99,25 +99,24 @@ class SushyDriver(base.RedfishDriver):
 
     def ensure_system(self, owner, domain, system_id, address, port,
                       username, password):
-        with self._locked():
-            path = self._path(owner)
+        with self._dirs.locked():
+            path = self._dirs.path(owner)
             made_dir = not os.path.isdir(path)
             if not made_dir:
-                self._check_owner(path, owner)
+                self._dirs.check_owner(path, owner)
                 self._upgrade(path)
             served = _served(path, domain)
             created = served is None
             settings = self._settings(path, address, port)
             pid = self._pid(path)
-            restart = pid is None or _read_json(
+            restart = pid is None or daemon_dirs.read_json(
                 os.path.join(path, 'settings')) != settings
             if restart:
                 self._stop(path)
                 _check_port_free(address, port)
             try:
                 if made_dir:
-                    os.makedirs(path, mode=0o700)
-                    _write(os.path.join(path, 'owner'), owner)
+                    self._dirs.make(path, owner)
                 changed = served != system_id
                 if changed:
                     _serve(path, domain, system_id, served)
@@ -136,12 +135,12 @@ class SushyDriver(base.RedfishDriver):
         return base.ensured(created, changed or restart)
 
     def remove_system(self, domain, owner):
-        path = self._path(owner)
+        path = self._dirs.path(owner)
         # Asked of every IPMI node too: no lock where there is nothing.
         if not os.path.isdir(path):
             return False
-        with self._locked():
-            self._check_owner(path, owner)
+        with self._dirs.locked():
+            self._dirs.check_owner(path, owner)
             self._upgrade(path)
             served = _served(path, domain)
             if served is None:
@@ -161,31 +160,26 @@ class SushyDriver(base.RedfishDriver):
     def set_fault(self, domain, owner, fault):
         """Store ``fault`` where ``owner``'s emulator reads it
         (fault_files)."""
-        path = self._path(owner)
-        if not os.path.isdir(path) and fault is None:
-            return False
-        with self._locked():
-            if os.path.isdir(path):
-                self._check_owner(path, owner)
-                self._upgrade(path)
-            if _served(path, domain) is None:
-                if fault is not None:
-                    raise self._error(
-                        'fault the Redfish system of %s' % domain,
-                        'the emulator of %s does not serve it' % owner)
-            changed = fault_files.write(path, domain, fault)
+        def check(path):
+            self._upgrade(path)
+            if _served(path, domain) is None and fault is not None:
+                raise self._error(
+                    'fault the Redfish system of %s' % domain,
+                    'the emulator of %s does not serve it' % owner)
+
+        changed = self._dirs.set_fault(owner, domain, fault, check)
         if changed:
             LOG.info('Redfish system of %s: fault %s', domain,
                      fault['kind'] if fault else 'cleared')
         return changed
 
     def system_changes(self, owner, systems):
-        path = self._path(owner)
+        path = self._dirs.path(owner)
         if not os.path.isdir(path):
             return dict.fromkeys(systems)
-        with self._locked():
+        with self._dirs.locked():
             self._upgrade(path)
-            started = _read_json(os.path.join(path, 'settings'))
+            started = daemon_dirs.read_json(os.path.join(path, 'settings'))
             running = self._pid(path) is not None
             credentials = {}
             changes = {}
@@ -209,14 +203,15 @@ class SushyDriver(base.RedfishDriver):
         return changes
 
     def endpoint_user(self, address, port):
-        with (self._locked() if os.path.isdir(self._dir)
+        with (self._dirs.locked() if os.path.isdir(self._dirs.root)
               else contextlib.nullcontext()):
-            for path in self._emulators():
-                started = _read_json(os.path.join(path, 'settings')) or {}
+            for path in self._dirs.marked():
+                started = daemon_dirs.read_json(
+                    os.path.join(path, 'settings')) or {}
                 if (started.get('port') == port
                         and _overlap(started.get('address'), address)
                         and self._pid(path) is not None):
-                    return _read(os.path.join(path, 'owner'))
+                    return daemon_dirs.owner_of(path)
         try:
             _check_port_free(address, port)
         except exceptions.PortInUse:
@@ -226,32 +221,26 @@ class SushyDriver(base.RedfishDriver):
     def marked(self):
         """See base: this state directory's emulators."""
         return [{'kind': 'emulator', 'name': os.path.basename(path),
-                 'mark': _read(os.path.join(path, 'owner')),
+                 'mark': daemon_dirs.owner_of(path),
                  'systems': _all_served(path),
                  'running': self._pid(path) is not None}
-                for path in self._emulators()]
+                for path in self._dirs.marked()]
 
     def daemons(self):
         """See base: the emulators of every state directory."""
-        found = []
-        for directory, pids in sorted(processes.marked_by(MARKER_ENV).items()):
-            orphans, why = processes.orphans(directory, 'emulator.pid', pids)
-            found.append({'kind': 'redfish emulator', 'directory': directory,
-                          'pids': sorted(orphans or pids), 'orphan': why})
-        return found
+        return processes.daemons('redfish emulator', MARKER_ENV,
+                                 'emulator.pid')
 
     def stop_orphans(self, directory):
         """See base; under the lock of the emulators of ``directory``'s
         state directory while it exists."""
         with contextlib.ExitStack() as stack:
             parent = os.path.dirname(directory)
-            if parent == self._dir:
-                stack.enter_context(self._locked())
+            if parent == self._dirs.root:
+                stack.enter_context(self._dirs.locked())
             elif os.path.isdir(parent):
-                fd = os.open(os.path.join(parent, 'lock'),
-                             os.O_RDWR | os.O_CREAT, 0o600)
-                stack.callback(os.close, fd)
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                stack.enter_context(
+                    fileutils.flocked(os.path.join(parent, 'lock')))
             pids = processes.marked_pids(self._marker(directory))
             orphans, why = processes.orphans(directory, 'emulator.pid', pids)
             if orphans and not processes.kill(
@@ -285,42 +274,6 @@ class SushyDriver(base.RedfishDriver):
                  '%s', media_dir, path)
 
     # Emulators and their files.
-
-    @contextlib.contextmanager
-    def _locked(self):
-        """Serialise among threads and processes (embedded mode may run
-        another hostagent on the same state directory)."""
-        with self._lock:
-            os.makedirs(self._dir, mode=0o700, exist_ok=True)
-            os.chmod(self._dir, 0o700)
-            fd = os.open(os.path.join(self._dir, 'lock'),
-                         os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
-
-    def _path(self, owner):
-        parts = owner.split(':')
-        cluster = parts[1] if len(parts) == 3 else 'tenks'
-        digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
-        return os.path.join(self._dir, '%s-%s' % (cluster, digest))
-
-    def _emulators(self):
-        """The directories of our emulators (those with an owner file)."""
-        if not os.path.isdir(self._dir):
-            return []
-        return sorted(
-            os.path.join(self._dir, name) for name in os.listdir(self._dir)
-            if os.path.isfile(os.path.join(self._dir, name, 'owner')))
-
-    def _check_owner(self, path, owner):
-        found = _read(os.path.join(path, 'owner'))
-        if found != owner:
-            raise exceptions.ResourceConflict(
-                kind='Redfish emulator directory', name=path, owner=owner,
-                reason='its owner file says %r' % found)
 
     def _settings(self, path, address, port):
         """What an emulator is started with, besides its systems and
@@ -377,8 +330,8 @@ class SushyDriver(base.RedfishDriver):
         import bcrypt
         digest = bcrypt.hashpw(password.encode(),
                                bcrypt.gensalt(rounds=BCRYPT_ROUNDS))
-        _write(os.path.join(path, 'htpasswd'),
-               '%s:%s\n' % (username, digest.decode()))
+        daemon_dirs.write(os.path.join(path, 'htpasswd'),
+                          '%s:%s\n' % (username, digest.decode()))
         return True
 
     def _config(self, path, settings):
@@ -415,28 +368,19 @@ class SushyDriver(base.RedfishDriver):
                     os.unlink(os.path.join(path, copy))
                 continue
             with open(source, 'rb') as f:
-                _write(os.path.join(path, copy), f.read())
+                daemon_dirs.write(os.path.join(path, copy), f.read())
         for name in ('state', DOWNLOADS):
             os.makedirs(os.path.join(path, name), mode=0o700, exist_ok=True)
         os.makedirs(settings['media_dir'], exist_ok=True)
         os.chmod(settings['media_dir'], 0o711)
         config = os.path.join(path, 'emulator.conf')
-        _write(config, self._config(path, settings))
+        daemon_dirs.write(config, self._config(path, settings))
         log_file = os.path.join(path, 'emulator.log')
-        log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                      0o600)
-        try:
-            # A session of its own: it outlives the hostagent process and
-            # misses the signals sent to its process group.
-            proc = subprocess.Popen(
-                [sys.executable, '-m', 'hostagent.drivers.bmc.emulator',
-                 '--config', config], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log, start_new_session=True, umask=0o077,
-                env=dict(os.environ, **{MARKER_ENV: path}))
-        finally:
-            os.close(log)
+        proc = processes.spawn(
+            [sys.executable, '-m', 'hostagent.drivers.bmc.emulator',
+             '--config', config], log_file, MARKER_ENV, path)
         self._procs[path] = proc
-        _write(os.path.join(path, 'emulator.pid'), str(proc.pid))
+        daemon_dirs.write(os.path.join(path, 'emulator.pid'), str(proc.pid))
 
         def listening():
             if proc.poll() is not None:
@@ -455,25 +399,17 @@ class SushyDriver(base.RedfishDriver):
         except exceptions.DriverError:
             self._stop(path)
             raise
-        _write(os.path.join(path, 'settings'), json.dumps(settings))
+        daemon_dirs.write(os.path.join(path, 'settings'),
+                          json.dumps(settings))
 
     def _pid(self, path):
         """The pid of the running emulator of ``path``, or None."""
-        try:
-            pid = int(_read(os.path.join(path, 'emulator.pid')))
-        except (OSError, ValueError, TypeError):
-            return None
-        marker = self._marker(path)
-        try:
-            with open('/proc/%d/environ' % pid, 'rb') as f:
-                ours = marker in f.read().split(b'\0')
-        except OSError:
-            return None
-        return pid if ours and processes.alive(pid) else None
+        return processes.running(os.path.join(path, 'emulator.pid'),
+                                 self._marker(path))
 
     @staticmethod
     def _marker(path):
-        return ('%s=%s' % (MARKER_ENV, path)).encode()
+        return processes.mark(MARKER_ENV, path)
 
     def _stop(self, path):
         """Stop every process of the emulator of ``path`` (ours only)."""
@@ -515,12 +451,12 @@ class SushyDriver(base.RedfishDriver):
         file of all its systems) its ``allowed`` directory, restarted on
         it if it runs: what it runs reads only the file."""
         old = os.path.join(path, 'systems')
-        systems = _read_json(old)
+        systems = daemon_dirs.read_json(old)
         if systems is None:
             return
         for domain, system_id in systems.items():
             _serve(path, domain, system_id, None)
-        settings = _read_json(os.path.join(path, 'settings'))
+        settings = daemon_dirs.read_json(os.path.join(path, 'settings'))
         if self._pid(path) is not None and settings is not None:
             self._stop(path)
             self._start(path, settings)
@@ -529,8 +465,8 @@ class SushyDriver(base.RedfishDriver):
     def _undo(self, path, domain, served, made_dir):
         """Leave nothing a failed ensure_system made."""
         try:
-            others = [name for name in _listdir(os.path.join(path, DOMAINS))
-                      if name != domain]
+            others = [name for name in daemon_dirs.listdir(
+                os.path.join(path, DOMAINS)) if name != domain]
             if made_dir or (served is None and not others):
                 self._remove(path)
             elif served is None:
@@ -559,34 +495,24 @@ def _named(path, kind, name):
     return os.path.join(path, kind, name)
 
 
-def _listdir(directory):
-    """The names of the files of ``directory`` ([] when it is absent),
-    but those _write is writing."""
-    try:
-        return sorted(n for n in os.listdir(directory)
-                      if not n.endswith('.tmp'))
-    except FileNotFoundError:
-        return []
-
-
 def _empty(directory):
-    """Whether ``directory`` has no file (but those _write is writing),
-    read only as far as the first."""
+    """Whether ``directory`` has no file (but those daemon_dirs.write is
+    writing), read only as far as the first."""
     with os.scandir(directory) as entries:
         return not any(not e.name.endswith('.tmp') for e in entries)
 
 
 def _served(path, domain):
     """The system id emulator ``path`` serves ``domain`` as, or None."""
-    return _read(_named(path, DOMAINS, domain))
+    return daemon_dirs.read(_named(path, DOMAINS, domain))
 
 
 def _all_served(path):
     """{domain: system id} of every system emulator ``path`` serves."""
     if os.path.isfile(os.path.join(path, 'systems')):
-        return _read_json(os.path.join(path, 'systems')) or {}
+        return daemon_dirs.read_json(os.path.join(path, 'systems')) or {}
     return {name: _served(path, name)
-            for name in _listdir(os.path.join(path, DOMAINS))}
+            for name in daemon_dirs.listdir(os.path.join(path, DOMAINS))}
 
 
 def _serve(path, domain, system_id, old):
@@ -594,8 +520,8 @@ def _serve(path, domain, system_id, old):
     of as ``old`` (None: it did not serve it)."""
     for kind in (ALLOWED, DOMAINS):
         os.makedirs(os.path.join(path, kind), mode=0o700, exist_ok=True)
-    _write(_named(path, ALLOWED, system_id), domain)
-    _write(_named(path, DOMAINS, domain), system_id)
+    daemon_dirs.write(_named(path, ALLOWED, system_id), domain)
+    daemon_dirs.write(_named(path, DOMAINS, domain), system_id)
     if old is not None and old != system_id:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(_named(path, ALLOWED, old))
@@ -606,32 +532,6 @@ def _unserve(path, domain, system_id):
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_named(path, ALLOWED, system_id))
     os.unlink(_named(path, DOMAINS, domain))
-
-
-def _read(name):
-    try:
-        with open(name, encoding='utf-8') as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
-def _read_json(name):
-    text = _read(name)
-    try:
-        return None if text is None else json.loads(text)
-    except ValueError:
-        return None
-
-
-def _write(name, data):
-    """Replace file ``name`` with ``data`` (str or bytes), mode 0600,
-    at once: the emulator may read it meanwhile."""
-    tmp = name + '.tmp'
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, 'wb') as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, name)
 
 
 def _overlap(bound, address):

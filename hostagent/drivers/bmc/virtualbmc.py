@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -185,14 +184,8 @@ class VirtualBmcDriver(base.BmcDriver):
 
     def daemons(self):
         """See base: the IPMI hosts of every state directory."""
-        found = []
-        for directory, pids in sorted(processes.marked_by(
-                ipmi_store.MARKER_ENV).items()):
-            orphans, why = processes.orphans(directory, ipmi_store.PID_FILE,
-                                             pids)
-            found.append({'kind': 'ipmi host', 'directory': directory,
-                          'pids': sorted(orphans or pids), 'orphan': why})
-        return found
+        return processes.daemons('ipmi host', ipmi_store.MARKER_ENV,
+                                 ipmi_store.PID_FILE)
 
     def stop_orphans(self, directory):
         """See base; under the lock of ``directory`` while it exists, so
@@ -235,13 +228,8 @@ class VirtualBmcDriver(base.BmcDriver):
         with self._lock:
             fileutils.private_dir(self._dir)
             fileutils.private_dir(os.path.join(self._dir, ipmi_store.BMCS))
-            fd = os.open(os.path.join(self._dir, 'lock'),
-                         os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            with fileutils.flocked(os.path.join(self._dir, 'lock')):
                 yield
-            finally:
-                os.close(fd)
 
     def _error(self, action, reason):
         return exceptions.DriverError(driver=DRIVER, action=action,
@@ -283,12 +271,7 @@ class VirtualBmcDriver(base.BmcDriver):
 
     def _host_pid(self):
         """The pid of our running host, or None."""
-        try:
-            with open(self._pid_file) as f:
-                pid = int(f.read())
-        except (OSError, ValueError):
-            return None
-        return pid if processes.marked(pid, self._marker) else None
+        return processes.running(self._pid_file, self._marker)
 
     def _ensure_host(self):
         """Start the host unless it runs; return once it answers, saying
@@ -298,21 +281,12 @@ class VirtualBmcDriver(base.BmcDriver):
         # One whose starter died before writing its pid goes.
         self._stop_host()
         start = time.monotonic()
-        log = os.open(self._log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                      0o600)
-        try:
-            # A session of its own: it outlives the hostagent process and
-            # misses the signals sent to its process group. virtualbmc
-            # reads its settings from VIRTUALBMC_CONFIG: the empty ones
-            # log to stderr (our log), without debug (no requests).
-            self._proc = subprocess.Popen(
-                [sys.executable, '-m', 'hostagent.drivers.bmc.ipmi_host',
-                 self._dir], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=log, start_new_session=True, umask=0o077,
-                env=dict(os.environ, VIRTUALBMC_CONFIG=os.devnull,
-                         **{ipmi_store.MARKER_ENV: self._dir}))
-        finally:
-            os.close(log)
+        # virtualbmc reads its settings from VIRTUALBMC_CONFIG: the empty
+        # ones log to stderr (our log), without debug (no requests).
+        self._proc = processes.spawn(
+            [sys.executable, '-m', 'hostagent.drivers.bmc.ipmi_host',
+             self._dir], self._log_file, ipmi_store.MARKER_ENV, self._dir,
+            env={'VIRTUALBMC_CONFIG': os.devnull})
         fd = os.open(self._pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                      0o600)
         with open(fd, 'w') as f:

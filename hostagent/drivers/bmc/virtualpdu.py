@@ -3,8 +3,9 @@
 One VirtualPDU per owner (a cluster's deployment) on each hypervisor,
 like the Redfish emulators (hostagent.drivers.bmc.sushy): its own
 address, UDP port and community; each of the owner's SNMP nodes has an
-outlet. Each lives in ``<state_dir>/virtualpdu/<cluster>-<hash of the
-owner>`` (mode 0700, every file 0600):
+outlet. Each lives in its daemon directory (daemon_dirs)
+``<state_dir>/virtualpdu/<cluster>-<hash of the owner>`` (mode 0700,
+every file 0600):
 
 ``owner``         the owner mark; a directory without it is not ours
 ``outlets/<n>``   the domain outlet ``n`` powers
@@ -23,25 +24,21 @@ process; it is stopped and its directory removed with its last outlet.
 """
 
 import contextlib
-import errno
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import threading
 
 from oslo_log import log as logging
 
 from hostagent.drivers import base
+from hostagent.drivers.bmc import daemon_dirs
 from hostagent.drivers.bmc import fault_files
 from hostagent.drivers.bmc import processes
 from hostagent.drivers.bmc import sushy
 from tenks import constants
 from tenks import exceptions
+from tenks import netutils
 from tenks import states
 
 LOG = logging.getLogger(__name__)
@@ -60,8 +57,8 @@ class VirtualPduDriver(base.SnmpDriver):
 
     def __init__(self, conf):
         super().__init__(conf)
-        self._dir = os.path.join(conf.state_dir, 'virtualpdu')
-        self._lock = threading.Lock()
+        self._dirs = daemon_dirs.DaemonDirs(
+            os.path.join(conf.state_dir, 'virtualpdu'), 'VirtualPDU directory')
         # The processes this process started, reaped when they stop.
         self._procs = {}
 
@@ -71,24 +68,23 @@ class VirtualPduDriver(base.SnmpDriver):
             raise self._error('give %s outlet %d' % (domain, outlet),
                               'a VirtualPDU has outlets 1 to %d'
                               % constants.PDU_OUTLETS)
-        with self._locked():
-            path = self._path(owner)
+        with self._dirs.locked():
+            path = self._dirs.path(owner)
             made_dir = not os.path.isdir(path)
             if not made_dir:
-                self._check_owner(path, owner)
+                self._dirs.check_owner(path, owner)
             had = _outlet(path, domain)
-            holder = sushy._read(os.path.join(path, OUTLETS, str(outlet)))
+            holder = daemon_dirs.read(os.path.join(path, OUTLETS, str(outlet)))
             if holder not in (None, domain):
                 raise self._error('give %s outlet %d' % (domain, outlet),
                                   'the outlet powers %s' % holder)
             config = self._config(path, address, port, community)
             restart = (self._pid(path) is None
-                       or sushy._read_json(os.path.join(path, CONFIG))
+                       or daemon_dirs.read_json(os.path.join(path, CONFIG))
                        != config)
             try:
                 if made_dir:
-                    os.makedirs(path, mode=0o700)
-                    sushy._write(os.path.join(path, 'owner'), owner)
+                    self._dirs.make(path, owner)
                 if had != outlet:
                     _plug(path, domain, outlet, had)
                 if restart:
@@ -107,20 +103,20 @@ class VirtualPduDriver(base.SnmpDriver):
         return base.ensured(had is None, had != outlet or restart)
 
     def remove_outlet(self, domain, owner):
-        path = self._path(owner)
+        path = self._dirs.path(owner)
         if not os.path.isdir(path):
             return False
-        with self._locked():
+        with self._dirs.locked():
             # A failed ensure of another node may have removed it since.
             if not os.path.isdir(path):
                 return False
-            self._check_owner(path, owner)
+            self._dirs.check_owner(path, owner)
             outlet = _outlet(path, domain)
             if outlet is None:
                 return False
             _unplug(path, domain, outlet)
             fault_files.write(path, domain, None)
-            if not sushy._listdir(os.path.join(path, sushy.DOMAINS)):
+            if not daemon_dirs.listdir(os.path.join(path, sushy.DOMAINS)):
                 self._stop(path)
                 shutil.rmtree(path)
         LOG.info('VirtualPDU %s no longer powers %s',
@@ -129,29 +125,25 @@ class VirtualPduDriver(base.SnmpDriver):
 
     def set_fault(self, domain, owner, fault):
         """Store ``fault`` where ``owner``'s PDU reads it (fault_files)."""
-        path = self._path(owner)
-        if not os.path.isdir(path) and fault is None:
-            return False
-        with self._locked():
-            if os.path.isdir(path):
-                self._check_owner(path, owner)
+        def check(path):
             if fault is not None and _outlet(path, domain) is None:
                 raise self._error('fault the outlet of %s' % domain,
                                   'the VirtualPDU of %s has no outlet for it'
                                   % owner)
-            changed = fault_files.write(path, domain, fault)
+
+        changed = self._dirs.set_fault(owner, domain, fault, check)
         if changed:
             LOG.info('VirtualPDU outlet of %s: fault %s', domain,
                      fault['kind'] if fault else 'cleared')
         return changed
 
     def outlet_changes(self, owner, outlets):
-        path = self._path(owner)
+        path = self._dirs.path(owner)
         if not os.path.isdir(path):
             return dict.fromkeys(outlets)
-        with self._locked():
+        with self._dirs.locked():
             running = self._pid(path) is not None
-            started = sushy._read_json(os.path.join(path, CONFIG)) or {}
+            started = daemon_dirs.read_json(os.path.join(path, CONFIG)) or {}
             changes = {}
             for domain, bmc in outlets.items():
                 outlet = _outlet(path, domain)
@@ -170,23 +162,18 @@ class VirtualPduDriver(base.SnmpDriver):
 
     def marked(self):
         return [{'kind': 'pdu', 'name': os.path.basename(path),
-                 'mark': sushy._read(os.path.join(path, 'owner')),
-                 'systems': {domain: _outlet(path, domain) for domain in
-                             sushy._listdir(os.path.join(path,
-                                                         sushy.DOMAINS))},
+                 'mark': daemon_dirs.owner_of(path),
+                 'systems': {domain: _outlet(path, domain)
+                             for domain in daemon_dirs.listdir(
+                                 os.path.join(path, sushy.DOMAINS))},
                  'running': self._pid(path) is not None}
-                for path in self._pdus()]
+                for path in self._dirs.marked()]
 
     def daemons(self):
-        found = []
-        for directory, pids in sorted(processes.marked_by(MARKER_ENV).items()):
-            orphans, why = processes.orphans(directory, 'pdu.pid', pids)
-            found.append({'kind': 'virtualpdu', 'directory': directory,
-                          'pids': sorted(orphans or pids), 'orphan': why})
-        return found
+        return processes.daemons('virtualpdu', MARKER_ENV, 'pdu.pid')
 
     def stop_orphans(self, directory):
-        with self._locked():
+        with self._dirs.locked():
             pids = processes.marked_pids(self._marker(directory))
             orphans, why = processes.orphans(directory, 'pdu.pid', pids)
             if orphans and not processes.kill(
@@ -200,41 +187,6 @@ class VirtualPduDriver(base.SnmpDriver):
         return sorted(orphans)
 
     # The PDUs' directories and processes.
-
-    @contextlib.contextmanager
-    def _locked(self):
-        """Serialise among threads and processes (embedded mode may run
-        another hostagent on the same state directory)."""
-        with self._lock:
-            os.makedirs(self._dir, mode=0o700, exist_ok=True)
-            fd = os.open(os.path.join(self._dir, 'lock'),
-                         os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
-
-    def _path(self, owner):
-        parts = owner.split(':')
-        cluster = parts[1] if len(parts) == 3 else 'tenks'
-        digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
-        return os.path.join(self._dir, '%s-%s' % (cluster, digest))
-
-    def _pdus(self):
-        """The directories of our PDUs (those with an owner file)."""
-        if not os.path.isdir(self._dir):
-            return []
-        return sorted(
-            os.path.join(self._dir, name) for name in os.listdir(self._dir)
-            if os.path.isfile(os.path.join(self._dir, name, 'owner')))
-
-    def _check_owner(self, path, owner):
-        found = sushy._read(os.path.join(path, 'owner'))
-        if found != owner:
-            raise exceptions.ResourceConflict(
-                kind='VirtualPDU directory', name=path, owner=owner,
-                reason='its owner file says %r' % found)
 
     def _config(self, path, address, port, community):
         return {'address': address, 'port': port, 'community': community,
@@ -253,21 +205,14 @@ class VirtualPduDriver(base.SnmpDriver):
     def _start(self, path, config):
         python = self._python()
         name = os.path.join(path, CONFIG)
-        sushy._write(name, json.dumps(config))
+        daemon_dirs.write(name, json.dumps(config))
         log_file = os.path.join(path, 'pdu.log')
-        log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                      0o600)
-        try:
-            proc = subprocess.Popen(
-                # -I: no directory of the script's on its path (this
-                # module's name is VirtualPDU's package's) nor PYTHON*.
-                [python, '-I', ENTRY, name], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log, start_new_session=True, umask=0o077,
-                env=dict(os.environ, **{MARKER_ENV: path}))
-        finally:
-            os.close(log)
+        # -I: no directory of the script's on its path (this module's
+        # name is VirtualPDU's package's) nor PYTHON*.
+        proc = processes.spawn([python, '-I', ENTRY, name], log_file,
+                               MARKER_ENV, path)
         self._procs[path] = proc
-        sushy._write(os.path.join(path, 'pdu.pid'), str(proc.pid))
+        daemon_dirs.write(os.path.join(path, 'pdu.pid'), str(proc.pid))
 
         def bound():
             if proc.poll() is not None:
@@ -293,15 +238,12 @@ class VirtualPduDriver(base.SnmpDriver):
             raise
 
     def _pid(self, path):
-        try:
-            pid = int(sushy._read(os.path.join(path, 'pdu.pid')))
-        except (ValueError, TypeError):
-            return None
-        return pid if processes.marked(pid, self._marker(path)) else None
+        return processes.running(os.path.join(path, 'pdu.pid'),
+                                 self._marker(path))
 
     @staticmethod
     def _marker(path):
-        return ('%s=%s' % (MARKER_ENV, path)).encode()
+        return processes.mark(MARKER_ENV, path)
 
     def _stop(self, path):
         pids = processes.marked_pids(self._marker(path))
@@ -319,7 +261,7 @@ class VirtualPduDriver(base.SnmpDriver):
     def _undo_outlet(self, path, domain, had, made_dir):
         """Leave nothing a failed ensure_outlet made."""
         try:
-            others = [d for d in sushy._listdir(
+            others = [d for d in daemon_dirs.listdir(
                 os.path.join(path, sushy.DOMAINS)) if d != domain]
             if made_dir or (had is None and not others):
                 self._stop(path)
@@ -340,7 +282,7 @@ class VirtualPduDriver(base.SnmpDriver):
 
 def _outlet(path, domain):
     """The outlet of ``domain`` on the PDU of ``path``, or None."""
-    found = sushy._read(sushy._named(path, sushy.DOMAINS, domain))
+    found = daemon_dirs.read(sushy._named(path, sushy.DOMAINS, domain))
     return None if found is None else int(found)
 
 
@@ -348,8 +290,8 @@ def _plug(path, domain, outlet, old):
     """Power ``domain`` from ``outlet`` instead of ``old`` (or None)."""
     for kind in (OUTLETS, sushy.DOMAINS):
         os.makedirs(os.path.join(path, kind), mode=0o700, exist_ok=True)
-    sushy._write(os.path.join(path, OUTLETS, str(outlet)), domain)
-    sushy._write(sushy._named(path, sushy.DOMAINS, domain), str(outlet))
+    daemon_dirs.write(os.path.join(path, OUTLETS, str(outlet)), domain)
+    daemon_dirs.write(sushy._named(path, sushy.DOMAINS, domain), str(outlet))
     if old is not None and old != outlet:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(path, OUTLETS, str(old)))
@@ -363,17 +305,12 @@ def _unplug(path, domain, outlet):
 
 def _udp_free(address, port):
     """Whether a UDP socket can bind address:port."""
-    family = socket.AF_INET6 if ':' in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.bind((address, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return False
-            raise exceptions.DriverError(
-                driver=DRIVER, action='bind %s:%d' % (address, port),
-                reason=e.strerror) from e
-    return True
+    try:
+        return netutils.udp_port_free(address, port)
+    except OSError as e:
+        raise exceptions.DriverError(
+            driver=DRIVER, action='bind %s:%d' % (address, port),
+            reason=e.strerror) from e
 
 
 def _check_udp_free(address, port):
