@@ -193,11 +193,20 @@ class OpenvSwitchDriver(base.NetworkDriver):
         """Rows (dicts) of ``table``, those called ``names`` only if
         given (absent ones left out)."""
         if names is not None and not names:
-            # db_list reads every row when given no names.
             return []
-        return self._api().db_list(
-            table, None if names is None else list(names),
-            columns=list(columns), if_exists=True).execute(check_error=True)
+        api = self._api()
+        if names is None:
+            return api.db_list(table, None, columns=list(columns),
+                               if_exists=True).execute(check_error=True)
+        # Through the IDL's name index, under the lock its thread updates
+        # it under: ovsdbapp's db_list given names reads every row of the
+        # table, a cost per lookup that grows with the nodes' ports.
+        from ovsdbapp.backend.ovs_idl import idlutils
+        with api.ovsdb_connection.lock:
+            rows = [idlutils.row_by_value(api.idl, table, 'name', name, None)
+                    for name in names]
+            return [{c: idlutils.get_column_value(row, c) for c in columns}
+                    for row in rows if row is not None]
 
     def _row(self, table, name, columns=('name', 'external_ids')):
         rows = self._rows(table, [name], columns)
