@@ -42,7 +42,16 @@ LOG = logging.getLogger(__name__)
 DRIVER = 'openvswitch'
 # The external_ids key of the owner mark of Tenks' bridges and ports.
 MARK = 'tenks-owner'
-TABLES = ('Open_vSwitch', 'Bridge', 'Port', 'Interface')
+# The columns the driver and the ovsdbapp commands it runs use: the IDL
+# keeps a copy of these only (not, say, every interface's statistics),
+# which a command's first connection downloads and parses.
+COLUMNS = {
+    'Open_vSwitch': ['bridges', 'cur_cfg', 'next_cfg'],
+    'Bridge': ['name', 'external_ids', 'datapath_type', 'other_config',
+               'ports'],
+    'Port': ['name', 'external_ids', 'interfaces'],
+    'Interface': ['name', 'type', 'options', 'ofport'],
+}
 
 
 # One ovsdbapp API (an IDL kept in sync by its thread) per OVSDB server,
@@ -55,12 +64,15 @@ def _connect(target, timeout):
     # Imported here: ovsdbapp takes a tenth of a second to import, which
     # a command that uses no Open vSwitch bridge never pays.
     from ovsdbapp.backend.ovs_idl import connection
+    from ovsdbapp.backend.ovs_idl import idlutils
     from ovsdbapp.schema.open_vswitch import impl_idl
     with _APIS_LOCK:
         api = _APIS.get(target)
         if api is None:
-            idl = connection.OvsdbIdl.from_server(
-                target, 'Open_vSwitch', helper_tables=TABLES)
+            helper = idlutils.get_schema_helper(target, 'Open_vSwitch')
+            for table, columns in COLUMNS.items():
+                helper.register_columns(table, columns)
+            idl = connection.OvsdbIdl(target, helper)
             # ovsdbapp keeps one connection per API class: a class of
             # its own for each server.
             cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {
