@@ -349,13 +349,17 @@ class StateDB:
     def delete_node(self, uuid):
         self._write(sa.delete(NODES).where(NODES.c.uuid == uuid))
 
-    def forget_node(self, uuid, event):
+    def forget_node(self, uuid, event, hypervisor=None, resources=()):
         """Delete the node's record and record the event ``event(node)``
         (the keyword arguments of :meth:`add_event`, made from the node's
-        record) in one transaction. Returns the event, or None if there
-        was no record."""
+        record) in one transaction, with the records of the things
+        ``resources`` ([(kind, name)]) on ``hypervisor``, which go even
+        if the node's has gone. Returns the event, or None if there was
+        no record."""
         def forget():
             with self.engine.begin() as conn:
+                if resources:
+                    conn.execute(self._deleting(hypervisor, resources))
                 # Not DELETE ... RETURNING: MySQL has none.
                 node = models.Node.from_row(conn.execute(
                     sa.select(NODES).where(NODES.c.uuid == uuid)).first())

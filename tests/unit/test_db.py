@@ -182,6 +182,35 @@ def test_a_node_is_forgotten_with_its_event_in_one_transaction(tmp_path):
     engine.dispose()
 
 
+def test_a_node_is_forgotten_with_its_last_records(tmp_path):
+    """A teardown's node: the records of what its hostagent removed go
+    in the commit that forgets it, also when its record has gone; other
+    records stay."""
+    from tests.unit.test_node_listing import node
+    engine = upgraded_engine(tmp_path)
+    db = db_api.StateDB(engine)
+    record = node('c', 1)
+    db.add_nodes([record])
+    db.begin_resources('c', 'hv1', 'op', [
+        (kind, name, {}) for kind in ('domain', 'bmc')
+        for name in ('c1', 'c2')], node=record['uuid'], new=True)
+    commits = []
+    sa.event.listen(engine, 'commit', lambda conn: commits.append(1))
+    assert db.forget_node(record['uuid'], lambda n: {
+        'event_type': 'tenks.node.delete.end', 'priority': 'info',
+        'cluster': n.cluster, 'payload': {}}, 'hv1',
+        [('domain', 'c1'), ('bmc', 'c1')]) is not None
+    assert len(commits) == 1
+    assert db.get_node(record['uuid']) is None
+    assert sorted((r.kind, r.name) for r in db.list_resources('c')) == [
+        ('bmc', 'c2'), ('domain', 'c2')]
+    assert db.forget_node(record['uuid'], lambda n: 1 / 0, 'hv1',
+                          [('domain', 'c2')]) is None
+    assert [(r.kind, r.name) for r in db.list_resources('c')] == [
+        ('bmc', 'c2')]
+    engine.dispose()
+
+
 def test_resources_are_found_by_their_index(tmp_path):
     """Removing a node's records looks each up in the (hypervisor, kind,
     name) index, not through every record of its hypervisor; no keys
