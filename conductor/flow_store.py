@@ -84,8 +84,8 @@ class Connection(base.Connection):
     def _write(self, what, uuid, statements):
         """``statements(conn)`` in a transaction; StorageFailure on a
         database error."""
-        return self._run(self._engine.begin, 'writing', what, uuid,
-                         statements)
+        return self._run(lambda: db_api.writing(self._engine), 'writing',
+                         what, uuid, statements)
 
     def _read(self, what, uuid, statements):
         return self._run(self._engine.connect, 'reading', what, uuid,

@@ -5,6 +5,7 @@ import contextlib
 import os
 import secrets
 import stat
+import threading
 
 import pytest
 import sqlalchemy as sa
@@ -209,6 +210,49 @@ def test_a_node_is_forgotten_with_its_last_records(tmp_path):
     assert [(r.kind, r.name) for r in db.list_resources('c')] == [
         ('bmc', 'c2')]
     engine.dispose()
+
+
+def test_a_sqlite_file_has_one_writer_of_this_process_at_a_time(tmp_path):
+    """Writers of the same file, on any engine, wait for each other at
+    the file's lock, not in SQLite's sleeping busy handler; a thread
+    may nest them; readers and an in-memory database take no lock."""
+    engine = upgraded_engine(tmp_path)
+    other = db_api.create_engine(engine.url)
+    inside, release = threading.Event(), threading.Event()
+    order = []
+
+    def first():
+        with db_api.writing(engine):
+            with db_api.writing(engine):
+                inside.set()
+                release.wait(10)
+                order.append('first')
+
+    def second():
+        with db_api.writing(other) as conn:
+            order.append('second')
+            conn.execute(sa.delete(db_api.EVENTS))
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    threads[1].join(0.2)
+    assert threads[1].is_alive()
+    with engine.connect() as conn:
+        conn.execute(sa.select(db_api.EVENTS)).all()
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ['first', 'second']
+    memory = db_api.create_engine('sqlite://')
+    with db_api.writing(memory):
+        pass
+    assert memory.url.database not in db_api._SQLITE_WRITERS
+    engine.dispose()
+    other.dispose()
+    memory.dispose()
 
 
 def test_resources_are_found_by_their_index(tmp_path):
