@@ -386,7 +386,7 @@ class StateDB:
         def forget():
             with writing(self.engine) as conn:
                 if resources:
-                    conn.execute(self._deleting(hypervisor, resources))
+                    conn.execute(*self._deleting(hypervisor, resources))
                 # Not DELETE ... RETURNING: MySQL has none.
                 node = models.Node.from_row(conn.execute(
                     sa.select(NODES).where(NODES.c.uuid == uuid)).first())
@@ -499,8 +499,15 @@ class StateDB:
 
     @staticmethod
     def _deleting(hypervisor, keys):
-        return sa.delete(RESOURCES).where(
-            _things(RESOURCES, hypervisor, keys))
+        """(statement, parameters) forgetting the things ``keys`` ([(kind,
+        name)], not empty) on ``hypervisor``: one statement run for each,
+        compiled once, where an OR of them was compiled for every node
+        (a third of a teardown's cost of the records)."""
+        return (sa.delete(RESOURCES).where(
+            RESOURCES.c.hypervisor == hypervisor,
+            RESOURCES.c.kind == sa.bindparam('k'),
+            RESOURCES.c.name == sa.bindparam('n')),
+            [{'k': kind, 'n': name} for kind, name in keys])
 
     @staticmethod
     def _superseding(hypervisor, keys):

@@ -263,15 +263,22 @@ def test_resources_are_found_by_their_index(tmp_path):
     db = db_api.StateDB(engine)
     db.begin_resources('c', 'hv1', 'op', [
         ('domain', 'n%d' % i, {}) for i in range(3)], new=True)
-    statement = db._deleting('hv1', [('domain', 'n0'), ('bmc', 'n0')])
-    sql = str(statement.compile(engine, compile_kwargs={
-        'literal_binds': True}))
+    keys = [('domain', 'n0'), ('bmc', 'n0')]
+    deleting, _ = db._deleting('hv1', keys)
+    # Looking up what a request's answer does to them (begin_resources).
+    finding = sa.select(db_api.RESOURCES).where(
+        db_api._things(db_api.RESOURCES, 'hv1', keys))
+    for sql, parameters in (
+            (str(deleting.compile(engine)), ('hv1', 'domain', 'n0')),
+            (str(finding.compile(engine, compile_kwargs={
+                'literal_binds': True})), ())):
+        with engine.connect() as conn:
+            plan = ' '.join(row[-1] for row in conn.exec_driver_sql(
+                'EXPLAIN QUERY PLAN ' + sql, parameters))
+        assert 'hypervisor=? AND kind=? AND name=?' in plan, plan
+    db.delete_resources('hv1', keys)
     with engine.connect() as conn:
-        plan = ' '.join(row[-1] for row in conn.exec_driver_sql(
-            'EXPLAIN QUERY PLAN ' + sql))
-    assert 'hypervisor=? AND kind=? AND name=?' in plan, plan
-    db.delete_resources('hv1', [('domain', 'n0'), ('bmc', 'n0')])
-    with engine.begin() as conn:
-        conn.execute(db._deleting('hv1', []))
+        assert conn.execute(sa.select(db_api.RESOURCES).where(
+            db_api._things(db_api.RESOURCES, 'hv1', []))).all() == []
     assert [r.name for r in db.list_resources('c')] == ['n1', 'n2']
     engine.dispose()
