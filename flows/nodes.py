@@ -261,12 +261,13 @@ class RemoveNode(task.Task):
             if row['kind'] != 'ironic_node':
                 by_host.setdefault(row['hypervisor'], []).append(row)
         # The last host's records go with the node's, in one transaction.
+        last_host = max(by_host, default=None)
         last = None, ()
         for host, here in sorted(by_host.items()):
             owner = next((r['remove_args']['owner'] for r in here
                           if 'owner' in r['remove_args']), None)
             things = [(r['kind'], r['name']) for r in here]
-            if host == max(by_host):
+            if host == last_host:
                 last = host, things
                 removal = ledger.request_removal
             else:
