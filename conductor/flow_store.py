@@ -21,6 +21,7 @@ after a crash goes by.
 """
 
 import collections
+import functools
 import threading
 
 import sqlalchemy as sa
@@ -40,6 +41,16 @@ PROGRESS_KEYS = ('progress', 'progress_details')
 # Atoms and flows whose written state a connection remembers, at most;
 # a flow's are forgotten when its run ends (Connection.forget).
 REMEMBERED = 4096
+
+
+@functools.cache
+def _updating_atom(columns):
+    """An UPDATE of an atom's ``columns`` (those of its kind's dict), its
+    values and uuid (``atom_uuid``) as parameters: compiled once, where
+    one with the values in it was built for each atom saved."""
+    return ATOMS.update().where(
+        ATOMS.c.uuid == sa.bindparam('atom_uuid')).values(
+            {column: sa.bindparam(column) for column in columns})
 
 
 def _atom(row):
@@ -84,8 +95,8 @@ class Connection(base.Connection):
     def _write(self, what, uuid, statements):
         """``statements(conn)`` in a transaction; StorageFailure on a
         database error."""
-        return self._run(self._engine.begin, 'writing', what, uuid,
-                         statements)
+        return self._run(lambda: db_api.writing(self._engine), 'writing',
+                         what, uuid, statements)
 
     def _read(self, what, uuid, statements):
         return self._run(self._engine.connect, 'reading', what, uuid,
@@ -141,8 +152,8 @@ class Connection(base.Connection):
             return atom_detail
         updated = self._write(
             'atom details', atom_detail.uuid, lambda conn: conn.execute(
-                ATOMS.update().where(ATOMS.c.uuid == atom_detail.uuid)
-                .values(value)).rowcount)
+                _updating_atom(tuple(value)),
+                dict(value, atom_uuid=atom_detail.uuid)).rowcount)
         if not updated:
             raise tf_exceptions.NotFound(
                 'No atom details found with uuid %r' % atom_detail.uuid)

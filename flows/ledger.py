@@ -13,11 +13,12 @@ them. Once the agent answers, each thing is recorded 'present'
 (``finish``, ``finish_one``) and credited (``credit``) to the operation
 that created it: that operation's revert removes it, no other's does.
 
-Removing (``remove``): the records of things removed go. A thing found
-not ours (ResourceConflict: somebody else's now has its name) is left
-where it is, and its record goes too: it was never ours to remove. A
-removal that fails otherwise keeps the records, so that a re-run or a
-teardown can finish the job; a revert logs it and goes on
+Removing (``remove``): the records of things removed go (a node's
+last ones with the node's record: ``request_removal``, ``forget_node``).
+A thing found not ours (ResourceConflict: somebody else's now has its
+name) is left where it is, and its record goes too: it was never ours
+to remove. A removal that fails otherwise keeps the records, so that a
+re-run or a teardown can finish the job; a revert logs it and goes on
 (``remove_or_keep``).
 """
 
@@ -117,12 +118,26 @@ def remove(svc, host, things, request, /, *args, **kwargs):
     when the request found something not ours, left in place. Any other
     error is raised, the records kept.
     """
-    try:
-        answer, conflict = request(*args, **kwargs), None
-    except exceptions.ResourceConflict as e:
-        answer, conflict = None, e
+    answer, conflict = request_removal(request, *args, **kwargs)
     svc.db.delete_resources(host, things)
     return answer, conflict
+
+
+def request_removal(request, /, *args, **kwargs):
+    """``remove`` without forgetting the records, which the caller does
+    next: ``forget_node`` forgets a node's last ones with the node's
+    record, in one transaction."""
+    try:
+        return request(*args, **kwargs), None
+    except exceptions.ResourceConflict as e:
+        return None, e
+
+
+def forget_node(svc, node_uuid, event, host=None, things=()):
+    """Forget a node's record, recording ``event``, with the records of
+    ``things`` ([(kind, name)]) on ``host`` that ``request_removal``
+    removed; see StateDB.forget_node."""
+    return svc.db.forget_node(node_uuid, event, host, things)
 
 
 def remove_or_keep(svc, host, things, what, request, /, *args, **kwargs):

@@ -7,6 +7,8 @@ create are recorded 'creating' before the request, and confirmed (or
 forgotten) after it.
 """
 
+import functools
+
 from oslo_log import log as logging
 from taskflow import task
 
@@ -258,12 +260,20 @@ class RemoveNode(task.Task):
         for row in self.rows:
             if row['kind'] != 'ironic_node':
                 by_host.setdefault(row['hypervisor'], []).append(row)
+        # The last host's records go with the node's, in one transaction.
+        last_host = max(by_host, default=None)
+        last = None, ()
         for host, here in sorted(by_host.items()):
             owner = next((r['remove_args']['owner'] for r in here
                           if 'owner' in r['remove_args']), None)
             things = [(r['kind'], r['name']) for r in here]
-            result, conflict = ledger.remove(
-                svc, host, things, svc.agents.request, host, 'remove_node',
+            if host == last_host:
+                last = host, things
+                removal = ledger.request_removal
+            else:
+                removal = functools.partial(ledger.remove, svc, host, things)
+            result, conflict = removal(
+                svc.agents.request, host, 'remove_node',
                 base.request_id(operation_id, self.name,
                                 'execute' if host == self.host else host),
                 operation=operation_id,
@@ -275,7 +285,7 @@ class RemoveNode(task.Task):
                                 'dropped' % (self.node_name, host, conflict))
             else:
                 changed = result['changed'] or changed
-        records.forget_node(svc, cluster, self.node_uuid)
+        records.forget_node(svc, cluster, self.node_uuid, *last)
         return {'changed': changed, 'warnings': warnings}
 
     def revert(self, result, **kwargs):

@@ -4,6 +4,7 @@ from taskflow import task
 
 from flows import base
 from flows import context
+from flows import ledger
 from tenks import notifier
 from tenks import states
 
@@ -84,11 +85,15 @@ def finish_node(svc, cluster, record, announce):
                           notifier.node_payload(record))
 
 
-def forget_node(svc, cluster, node_uuid):
+def forget_node(svc, cluster, node_uuid, host=None, things=()):
     """Delete the record of a node whose resources are all removed, and
-    record its event in the same transaction; then send it."""
-    event = svc.db.forget_node(node_uuid, lambda node: svc.notifier.event(
-        'tenks.node.delete.end', cluster, notifier.node_payload(node)))
+    record its event in the same transaction, with the records of its
+    last ones removed (``things`` on ``host``, see ledger.forget_node);
+    then send the event."""
+    event = ledger.forget_node(
+        svc, node_uuid, lambda node: svc.notifier.event(
+            'tenks.node.delete.end', cluster, notifier.node_payload(node)),
+        host, things)
     if event is not None:
         svc.notifier.send(event)
 

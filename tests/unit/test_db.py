@@ -5,6 +5,7 @@ import contextlib
 import os
 import secrets
 import stat
+import threading
 
 import pytest
 import sqlalchemy as sa
@@ -182,6 +183,78 @@ def test_a_node_is_forgotten_with_its_event_in_one_transaction(tmp_path):
     engine.dispose()
 
 
+def test_a_node_is_forgotten_with_its_last_records(tmp_path):
+    """A teardown's node: the records of what its hostagent removed go
+    in the commit that forgets it, also when its record has gone; other
+    records stay."""
+    from tests.unit.test_node_listing import node
+    engine = upgraded_engine(tmp_path)
+    db = db_api.StateDB(engine)
+    record = node('c', 1)
+    db.add_nodes([record])
+    db.begin_resources('c', 'hv1', 'op', [
+        (kind, name, {}) for kind in ('domain', 'bmc')
+        for name in ('c1', 'c2')], node=record['uuid'], new=True)
+    commits = []
+    sa.event.listen(engine, 'commit', lambda conn: commits.append(1))
+    assert db.forget_node(record['uuid'], lambda n: {
+        'event_type': 'tenks.node.delete.end', 'priority': 'info',
+        'cluster': n.cluster, 'payload': {}}, 'hv1',
+        [('domain', 'c1'), ('bmc', 'c1')]) is not None
+    assert len(commits) == 1
+    assert db.get_node(record['uuid']) is None
+    assert sorted((r.kind, r.name) for r in db.list_resources('c')) == [
+        ('bmc', 'c2'), ('domain', 'c2')]
+    assert db.forget_node(record['uuid'], lambda n: 1 / 0, 'hv1',
+                          [('domain', 'c2')]) is None
+    assert [(r.kind, r.name) for r in db.list_resources('c')] == [
+        ('bmc', 'c2')]
+    engine.dispose()
+
+
+def test_a_sqlite_file_has_one_writer_of_this_process_at_a_time(tmp_path):
+    """Writers of the same file, on any engine, wait for each other at
+    the file's lock, not in SQLite's sleeping busy handler; a thread
+    may nest them; readers and an in-memory database take no lock."""
+    engine = upgraded_engine(tmp_path)
+    other = db_api.create_engine(engine.url)
+    inside, release = threading.Event(), threading.Event()
+    order = []
+
+    def first():
+        with db_api.writing(engine):
+            with db_api.writing(engine):
+                inside.set()
+                release.wait(10)
+                order.append('first')
+
+    def second():
+        with db_api.writing(other) as conn:
+            order.append('second')
+            conn.execute(sa.delete(db_api.EVENTS))
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    threads[1].join(0.2)
+    assert threads[1].is_alive()
+    with engine.connect() as conn:
+        conn.execute(sa.select(db_api.EVENTS)).all()
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ['first', 'second']
+    memory = db_api.create_engine('sqlite://')
+    with db_api.writing(memory):
+        pass
+    assert memory.url.database not in db_api._SQLITE_WRITERS
+    engine.dispose()
+    other.dispose()
+    memory.dispose()
+
+
 def test_resources_are_found_by_their_index(tmp_path):
     """Removing a node's records looks each up in the (hypervisor, kind,
     name) index, not through every record of its hypervisor; no keys
@@ -190,15 +263,22 @@ def test_resources_are_found_by_their_index(tmp_path):
     db = db_api.StateDB(engine)
     db.begin_resources('c', 'hv1', 'op', [
         ('domain', 'n%d' % i, {}) for i in range(3)], new=True)
-    statement = db._deleting('hv1', [('domain', 'n0'), ('bmc', 'n0')])
-    sql = str(statement.compile(engine, compile_kwargs={
-        'literal_binds': True}))
+    keys = [('domain', 'n0'), ('bmc', 'n0')]
+    deleting, _ = db._deleting('hv1', keys)
+    # Looking up what a request's answer does to them (begin_resources).
+    finding = sa.select(db_api.RESOURCES).where(
+        db_api._things(db_api.RESOURCES, 'hv1', keys))
+    for sql, parameters in (
+            (str(deleting.compile(engine)), ('hv1', 'domain', 'n0')),
+            (str(finding.compile(engine, compile_kwargs={
+                'literal_binds': True})), ())):
+        with engine.connect() as conn:
+            plan = ' '.join(row[-1] for row in conn.exec_driver_sql(
+                'EXPLAIN QUERY PLAN ' + sql, parameters))
+        assert 'hypervisor=? AND kind=? AND name=?' in plan, plan
+    db.delete_resources('hv1', keys)
     with engine.connect() as conn:
-        plan = ' '.join(row[-1] for row in conn.exec_driver_sql(
-            'EXPLAIN QUERY PLAN ' + sql))
-    assert 'hypervisor=? AND kind=? AND name=?' in plan, plan
-    db.delete_resources('hv1', [('domain', 'n0'), ('bmc', 'n0')])
-    with engine.begin() as conn:
-        conn.execute(db._deleting('hv1', []))
+        assert conn.execute(sa.select(db_api.RESOURCES).where(
+            db_api._things(db_api.RESOURCES, 'hv1', []))).all() == []
     assert [r.name for r in db.list_resources('c')] == ['n1', 'n2']
     engine.dispose()
