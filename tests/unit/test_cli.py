@@ -1,6 +1,7 @@
 """The ``tenks`` CLI in-process: embedded conductor and hostagent on the
 in-memory bus, fake drivers (see conftest)."""
 
+import logging
 import socket
 
 import oslo_messaging as messaging
@@ -481,3 +482,32 @@ def test_audit_exits_1_on_drift(deployed, hypervisor):
     table = deployed('audit', '--clean')
     assert table.code == 1
     assert 'tk1' in table.out and 'missing' in table.out
+
+
+@pytest.mark.parametrize('args, level', [
+    ([], logging.WARNING),
+    (['-v'], logging.INFO),
+    (['-vv'], logging.DEBUG),
+    (['--log-file', 'LOG'], logging.DEBUG),
+])
+def test_the_root_logger_builds_only_records_a_handler_shows(
+        tmp_path, args, level):
+    """cliff leaves the root logger at DEBUG and filters in its
+    handlers: then every library's debug call builds a record."""
+    app = main.TenksApp()
+    root = logging.getLogger()
+    handlers, was = root.handlers[:], root.level
+    try:
+        app.options = app.parser.parse_args(
+            [str(tmp_path / 'tenks.log') if a == 'LOG' else a
+             for a in args])
+        root.handlers[:] = []  # pytest's own, which take everything
+        app.configure_logging()
+        assert root.level == level
+        assert logging.getLogger('pyroute2').isEnabledFor(
+            logging.DEBUG) == (level == logging.DEBUG)
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(was)
