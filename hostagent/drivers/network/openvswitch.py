@@ -76,7 +76,8 @@ def _connect(target, timeout):
             # ovsdbapp keeps one connection per API class: a class of
             # its own for each server.
             cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {
-                'create_transaction': _create_transaction})
+                'create_transaction': _create_transaction,
+                'del_port': _del_port})
             api = _APIS[target] = cls(connection.Connection(idl, timeout))
         return api
 
@@ -106,6 +107,35 @@ def _create_transaction(api, check_error=False, log_errors=True, **kwargs):
 
     return Transaction(api, api.ovsdb_connection, check_error=check_error,
                        log_errors=log_errors)
+
+
+def _del_port(api, port):
+    """The API's del_port: ovsdbapp's, which reads the whole ``ports``
+    column of the bridges to find the port's (a list of rows made
+    afresh, and made again with each port a transaction removed before:
+    a cost that grows with the ports and with the group commit), with a
+    look-up in the column's committed set instead."""
+    from ovs.db import data
+    from ovs.db import types
+    from ovsdbapp.backend.ovs_idl import command
+    from ovsdbapp.backend.ovs_idl import idlutils
+
+    class DelPort(command.BaseCommand):
+        def run_idl(self, txn):
+            row = idlutils.row_by_value(self.api.idl, 'Port', 'name', port,
+                                        None)
+            if row is None:
+                return
+            key = data.Atom(types.UuidType, row.uuid)
+            for bridge in self.api.tables['Bridge'].rows.values():
+                # python-ovs keeps a row's committed columns in _data.
+                if key in bridge._data['ports'].values:
+                    bridge.delvalue('ports', row)
+            for interface in row.interfaces:
+                interface.delete()
+            row.delete()
+
+    return DelPort(api)
 
 
 def bridge_mac(name, owner):
