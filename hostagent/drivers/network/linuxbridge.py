@@ -135,6 +135,32 @@ def marked_links():
     return found
 
 
+def sysfs_owned(name, owner, kind):
+    """Our link ``name`` of ``kind`` as _sysfs_link reads it, or None;
+    ResourceConflict when it is not ours. Sysfs, not netlink: a read
+    costs a few system calls, not pyroute2's parsing."""
+    link = _sysfs_link(name)
+    if link is not None:
+        reason = _not_marked(link['ifalias'], link['kind'], owner, kind)
+        if reason:
+            raise exceptions.ResourceConflict(
+                kind='Interface', name=name, owner=owner, reason=reason)
+    return link
+
+
+def delete_link(link):
+    """Delete ``link`` (as sysfs_owned read it) by its index: an
+    interface that replaced it since keeps its new index and is left
+    alone. Whether it was still there; OSError if the kernel refuses."""
+    try:
+        _delete_link(link['index'])
+    except OSError as e:
+        if e.errno == errno.ENODEV:
+            return False
+        raise
+    return True
+
+
 def _delete_link(index):
     """Delete the link with ``index``; OSError with the kernel's errno
     when it refuses (ENODEV: it is gone)."""
@@ -367,22 +393,15 @@ class LinuxBridgeDriver(base.NetworkDriver):
                 driver='linuxbridge', action='delete interface %s' % name,
                 reason='interface name %s is longer than %d characters'
                        % (name, tenks_names.IFNAMSIZ))
-        link = _sysfs_link(name)
+        link = sysfs_owned(name, owner, kind)
         if link is None:
             return False
-        reason = _not_marked(link['ifalias'], link['kind'], owner, kind)
-        if reason:
-            raise exceptions.ResourceConflict(
-                kind='Interface', name=name, owner=owner, reason=reason)
         try:
-            _delete_link(link['index'])
+            return delete_link(link)
         except OSError as e:
-            if e.errno == errno.ENODEV:
-                return False
             raise exceptions.DriverError(
                 driver='linuxbridge', action='delete interface %s' % name,
                 reason=str(e)) from e
-        return True
 
     def ensure_uplink(self, bridge, source, veth_names, owner):
         """See base; ``bridge`` must be ours already.

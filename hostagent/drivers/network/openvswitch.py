@@ -522,18 +522,16 @@ class OpenvSwitchDriver(base.NetworkDriver):
 
     def remove_port(self, name, owner):
         """See base: the port and the tap, both checked first."""
-        with self._errors('delete tap %s' % name, name), lb.iproute() as ipr:
+        with self._errors('delete tap %s' % name, name):
             port = (self._owned('Port', name, owner) if self._running()
                     else None)
-            link = lb._owned(ipr, name, owner, 'tun')
+            link = lb.sysfs_owned(name, owner, 'tun')
             if port is not None:
                 # No wait for ovs-vswitchd: the tap goes next, and
                 # nothing needs the port gone from the datapath first.
                 self._transaction(self._api().del_port(name), applied=False)
             if link is not None:
-                from pyroute2.netlink.exceptions import NetlinkError
-                with contextlib.suppress(NetlinkError):
-                    ipr.link('del', index=link['index'])
+                lb.delete_link(link)
         return port is not None or link is not None
 
     def remove_veth(self, name, owner):
