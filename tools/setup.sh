@@ -29,6 +29,10 @@
 #   virtualpdu  <repo>/.venv-virtualpdu: VirtualPDU, which needs older
 #             pysnmp and pyasn1 than Tenks ([hostagent] virtualpdu_python's
 #             default), redone only when its requirements change
+#   ironic_snmp  <repo>/.venv-ironic-snmp: Ironic 29 (2025.1), the last
+#             with the snmp hardware type, for its functional test (the
+#             test services' newer Ironic has none), pinned by
+#             tools/ironic-snmp-constraints.txt; redone when that changes
 #   openstack <repo>/.venv-openstack: Ironic, Placement and Nova, and
 #             <repo>/.venv-glance: Glance, for the functional tests
 #             (tools/openstack_services.py install --full-nova)
@@ -576,6 +580,26 @@ step_virtualpdu() {
     echo "$want" >"$stamp"
 }
 
+IRONIC_SNMP_VENV=$REPO/.venv-ironic-snmp
+IRONIC_SNMP_CONSTRAINTS=$REPO/tools/ironic-snmp-constraints.txt
+IRONIC_SNMP_REQUIREMENTS=(ironic==29.0.0 pysnmp-lextudio pyasn1)
+
+step_ironic_snmp() {
+    local stamp=$IRONIC_SNMP_VENV/.tenks-setup-stamp want
+    want="${IRONIC_SNMP_REQUIREMENTS[*]} $(sha256sum <"$IRONIC_SNMP_CONSTRAINTS")"
+    if [[ -x $IRONIC_SNMP_VENV/bin/ironic && $(cat "$stamp" 2>/dev/null) == "$want" ]]; then
+        say "ironic_snmp: up to date ($IRONIC_SNMP_VENV)"
+        return
+    fi
+    say "ironic_snmp: installing ${IRONIC_SNMP_REQUIREMENTS[*]} into $IRONIC_SNMP_VENV"
+    local t0=$SECONDS
+    run_logged "$PYTHON" -m venv --clear "$IRONIC_SNMP_VENV"
+    run_logged "$IRONIC_SNMP_VENV/bin/python" -m pip install -q \
+        -c "$IRONIC_SNMP_CONSTRAINTS" "${IRONIC_SNMP_REQUIREMENTS[@]}"
+    echo "$want" >"$stamp"
+    say "ironic_snmp: installed in $((SECONDS - t0)) s"
+}
+
 step_openstack() {
     local out
     out=$("$VENV/bin/python" "$REPO/tools/openstack_services.py" install \
@@ -592,7 +616,7 @@ main() {
     local steps=("$@") step
     [[ ${#steps[@]} -gt 0 ]] || steps=(packages kvm virtlogd libvirtd rabbitmq
         openvswitch postgresql mariadb redis zookeeper venv virtualpdu
-        openstack)
+        ironic_snmp openstack)
     for step in "${steps[@]}"; do
         declare -F "step_$step" >/dev/null || die "no step '$step'"
         "step_$step"

@@ -6,6 +6,7 @@ import pytest
 
 from tests.functional import cluster_fixtures
 from tests.functional import drivers_fixtures
+from tests.functional.ironic_snmp_fixtures import ironic_snmp  # noqa
 from tests.functional.jobboard_fixtures import redis_url  # noqa
 from tests.functional.jobboard_fixtures import zookeeper_url  # noqa
 from tests.functional.openstack_fixtures import cloud  # noqa
