@@ -299,6 +299,8 @@ class OpenvSwitchDriver(base.NetworkDriver):
         fails the request: the database holds the change, which
         ovs-vswitchd applies when it can (and to what was committed
         meanwhile with it: one reconfiguration for many ports)."""
+        if txn.next_cfg is None:
+            return  # it changed nothing (or was aborted): nothing to apply
         api = self._api()
         timeout = self.conf.hostagent.ovsdb_timeout
         deadline = time.monotonic() + timeout
