@@ -60,7 +60,11 @@ def ironic_snmp(tmp_path):
     """Ironic 29 with the snmp power interface; returns its URL."""
     ironic = os.path.join(VENV, 'bin', 'ironic')
     if not os.access(ironic, os.X_OK):
-        pytest.skip('no %s (tools/setup.sh ironic_snmp makes it)' % VENV)
+        why = 'no %s (tools/setup.sh ironic_snmp makes it)' % VENV
+        # CI runs tools/setup.sh: a missing venv there is a broken step.
+        if os.environ.get('CI'):
+            pytest.fail(why)
+        pytest.skip(why)
     assert services.port_free(PORT), '%s:%d is in use' % (services.HOST,
                                                           PORT)
     d = str(tmp_path / 'ironic-snmp')

@@ -22,6 +22,7 @@ whatever ports come and go.
 """
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
@@ -92,6 +93,28 @@ def _create_transaction(api, check_error=False, log_errors=True, **kwargs):
     other lookup and transaction waited too: a thousand nodes' ports
     queued behind each other's reconfigurations. The caller waits
     instead (OpenvSwitchDriver._applied)."""
+    return _ovsdbapp_classes()[0](api, api.ovsdb_connection,
+                                  check_error=check_error,
+                                  log_errors=log_errors)
+
+
+def _del_port(api, port):
+    """The API's del_port: ovsdbapp's, which reads the whole ``ports``
+    column of the bridges to find the port's (a list of rows made
+    afresh, and made again with each port a transaction removed before:
+    a cost that grows with the ports and with the group commit), with a
+    look-up in the column's committed set instead."""
+    return _ovsdbapp_classes()[1](api, port)
+
+
+@functools.cache
+def _ovsdbapp_classes():
+    """The transaction and del_port command classes above, made once, at
+    first use: ovsdbapp is imported only where Open vSwitch is used."""
+    from ovs.db import data
+    from ovs.db import types
+    from ovsdbapp.backend.ovs_idl import command
+    from ovsdbapp.backend.ovs_idl import idlutils
     from ovsdbapp.backend.ovs_idl import transaction
     from ovsdbapp.schema.open_vswitch import impl_idl
 
@@ -105,25 +128,14 @@ def _create_transaction(api, check_error=False, log_errors=True, **kwargs):
             self.interfaces = [txn.get_insert_uuid(i)
                                for i in txn.expected_ifaces]
 
-    return Transaction(api, api.ovsdb_connection, check_error=check_error,
-                       log_errors=log_errors)
-
-
-def _del_port(api, port):
-    """The API's del_port: ovsdbapp's, which reads the whole ``ports``
-    column of the bridges to find the port's (a list of rows made
-    afresh, and made again with each port a transaction removed before:
-    a cost that grows with the ports and with the group commit), with a
-    look-up in the column's committed set instead."""
-    from ovs.db import data
-    from ovs.db import types
-    from ovsdbapp.backend.ovs_idl import command
-    from ovsdbapp.backend.ovs_idl import idlutils
-
     class DelPort(command.BaseCommand):
+        def __init__(self, api, port):
+            super().__init__(api)
+            self.port = port
+
         def run_idl(self, txn):
-            row = idlutils.row_by_value(self.api.idl, 'Port', 'name', port,
-                                        None)
+            row = idlutils.row_by_value(self.api.idl, 'Port', 'name',
+                                        self.port, None)
             if row is None:
                 return
             key = data.Atom(types.UuidType, row.uuid)
@@ -135,7 +147,7 @@ def _del_port(api, port):
                 interface.delete()
             row.delete()
 
-    return DelPort(api)
+    return Transaction, DelPort
 
 
 def bridge_mac(name, owner):
