@@ -215,15 +215,16 @@ def _cpu_modes(conn, domain_type, machine=None):
 
 
 def _summary(xml, exact_machine=False):
-    """The parts of a domain XML that ensure_domain manages; the machine
-    type's family, unless ``exact_machine`` (the node names one).
+    """The parts of a domain XML (a string, or its root element) that
+    ensure_domain manages; the machine type's family, unless
+    ``exact_machine`` (the node names one).
 
     Not the boot order: the BMC changes it when Ironic sets the boot
     device, and a re-run must not undo that. Not <bios useserial>
     either, which only domains defined since carry: adding it is not
     worth redefining (and powering off) a running node.
     """
-    root = ET.fromstring(xml)
+    root = ET.fromstring(xml) if isinstance(xml, str) else xml
     devices = root.find('devices')
     cpu_mode = _attr(root, 'cpu', 'mode')
     loader = root.find('os/loader')
@@ -334,9 +335,10 @@ def _owner_mark(dom):
         return None
 
 
-def _xml_owner_mark(xml):
-    """The owner in the metadata of domain XML ``xml``, or None."""
-    found = ET.fromstring(xml).find('metadata/' + OWNER_TAG)
+def _xml_owner_mark(root):
+    """The owner in the metadata of a domain XML's root element, or
+    None."""
+    found = root.find('metadata/' + OWNER_TAG)
     return None if found is None else found.text
 
 
@@ -1125,6 +1127,12 @@ class LibvirtDriver(base.VirtDriver):
         """The domain's XML; ``backing_formats``: {path: format} of the
         backing files of its disks, which then get their chain spelled
         out (see ensure_domain)."""
+        return ET.tostring(self._domain_element(domain, owner,
+                                                backing_formats),
+                           encoding='unicode')
+
+    def _domain_element(self, domain, owner, backing_formats=None):
+        """The root element of _domain_xml."""
         backing_formats = backing_formats or {}
         root = ET.Element('domain', type=domain['domain_type'])
         ET.SubElement(root, 'name').text = domain['name']
@@ -1203,7 +1211,7 @@ class LibvirtDriver(base.VirtDriver):
         ET.SubElement(serial, 'target', port='0')
         console = ET.SubElement(devices, 'console', type='pty')
         ET.SubElement(console, 'target', type='serial', port='0')
-        return ET.tostring(root, encoding='unicode')
+        return root
 
     @staticmethod
     def _check_owner(dom, name, owner):
@@ -1267,7 +1275,8 @@ class LibvirtDriver(base.VirtDriver):
                     continue
                 try:
                     # The mark is in the defined XML: one call per domain.
-                    xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+                    xml = ET.fromstring(dom.XMLDesc(
+                        libvirt.VIR_DOMAIN_XML_INACTIVE))
                     mark = _xml_owner_mark(xml)
                 except libvirt.libvirtError as e:
                     # Undefined since the listing.
@@ -1280,7 +1289,7 @@ class LibvirtDriver(base.VirtDriver):
                     continue
                 exact = bool(domain.get('machine'))
                 try:
-                    wanted = _summary(self._domain_xml(
+                    wanted = _summary(self._domain_element(
                         self._resolved(conn, domain, guests), owner), exact)
                 except exceptions.DriverError as e:
                     # No firmware, machine type or CPU mode for it (any
