@@ -8,6 +8,7 @@ state before (``old``) and after (``new``), the host resources to make or
 remove, the flavors, and ``changes``, one line per resource and field.
 """
 
+import collections
 import os
 import re
 
@@ -76,6 +77,40 @@ def surplus(spec, nodes):
     return gone
 
 
+class InUse:
+    """Values in use in some scope (an IPMI address's ports, a host's
+    outlets), counted by the nodes that use them, for plan_deploy: a
+    value is taken for a node if a node other than it uses it."""
+
+    def __init__(self, uses=()):
+        """``uses``: (scope, value, node UUID) of each node's use."""
+        self._counts = collections.defaultdict(collections.Counter)
+        self._by_node = collections.defaultdict(list)
+        for scope, value, uuid in uses:
+            self._counts[scope][value] += 1
+            self._by_node[uuid].append((scope, value))
+
+    def others(self, scope, uuid):
+        """The values in ``scope`` that nodes other than ``uuid`` use:
+        a set-like view (``in``, ``add``) whose added values count as
+        used by another node."""
+        return _OthersInUse(self._counts[scope], collections.Counter(
+            value for where, value in self._by_node[uuid] if where == scope))
+
+
+class _OthersInUse:
+
+    def __init__(self, counts, own):
+        self._counts = counts
+        self._own = own
+
+    def __contains__(self, value):
+        return self._counts[value] > self._own[value]
+
+    def add(self, value):
+        self._counts[value] += 1
+
+
 def reshaped(spec, node, host_facts, taken_macs, taken_ports,
              taken_outlets):
     """The record of kept ``node`` (reassigned) as ``spec`` wants it.
@@ -86,7 +121,8 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports,
     keeps its outlet of the cluster's PDU there. ``taken_macs``:
     MACs in use anywhere; ``taken_ports``: IPMI ports in use at this
     host's IPMI address, ``taken_outlets`` the outlets of the cluster's
-    other nodes there (this node's own excluded).
+    other nodes there (this node's own excluded); each tells whether it
+    holds a value (``in``) and takes one more (``add``), see InUse.
     """
     entry = spec['specs'][node['spec_index']]
     node_type = spec['node_types'][entry['type']]
@@ -137,8 +173,9 @@ def reshaped(spec, node, host_facts, taken_macs, taken_ports,
                       spec['ipmi_port_range_end'] + 1)
         if port not in ports or address != node['bmc_address'] or (
                 node['bmc_type'] != 'ipmi'):
-            busy = set(host_facts['busy_ports']) | taken_ports
-            free = [p for p in ports if p not in busy]
+            busy = set(host_facts['busy_ports'])
+            free = [p for p in ports
+                    if p not in busy and p not in taken_ports]
             if not free:
                 raise exceptions.PortRangeExhausted(
                     start=ports.start, end=ports.stop - 1,

@@ -165,6 +165,30 @@ def test_port_range_change_moves_only_nodes_outside_it():
     assert ports == {'tk0': 6232, 'tk1': 6231}
 
 
+def test_nodes_moved_out_of_the_port_range_take_distinct_ports():
+    spec = make_spec(count=3)
+    nodes, resources = deployed(spec)
+    moved = make_spec(count=3, ipmi_port_range_start=6240,
+                      ipmi_port_range_end=6250)
+    result = plan(moved, spec, nodes, resources)
+    assert sorted(e['new']['bmc']['port'] for e in result['nodes']) == [
+        6240, 6241, 6242]
+
+
+def test_in_use_counts_the_values_of_other_nodes_only():
+    in_use = reconcile.InUse([
+        ('10.0.0.1', 6230, 'a'), ('10.0.0.1', 6231, 'b'),
+        ('10.0.0.2', 6232, 'c'), ('10.0.0.1', 6231, 'c')])
+    for_a = in_use.others('10.0.0.1', 'a')
+    assert 6230 not in for_a and 6231 in for_a and 6232 not in for_a
+    for_b = in_use.others('10.0.0.1', 'b')
+    # c uses 6231 at this address too.
+    assert 6231 in for_b and 6230 in for_b
+    for_a.add(6233)
+    assert 6233 in in_use.others('10.0.0.1', 'b')
+    assert 6233 not in in_use.others('10.0.0.2', 'b')
+
+
 def test_password_change_updates_every_bmc():
     spec = make_spec(count=2)
     nodes, resources = deployed(spec)
