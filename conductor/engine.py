@@ -73,6 +73,15 @@ class Selector(selector.Selector):
     with everything before them.
     """
 
+    def __init__(self, runtime):
+        super().__init__(runtime)
+        # The nodes found done, with everything before them, by earlier
+        # searches: they stay so until atoms are reset (a failure's
+        # revert, a retry), when this is forgotten (Runtime.reset_atoms).
+        # Without it each search walked again the done part of the
+        # stage it is in: a few dozen lookups per atom.
+        self.known_done = set()
+
     def _browse_atoms_for_execute(self, atom=None):
         if atom is None:
             yield from super()._browse_atoms_for_execute()
@@ -121,6 +130,8 @@ class Selector(selector.Selector):
         {node: that answer} of those known (it learns the answers
         found). Stops at the first node found not done: those on the
         way to it are not done either."""
+        if node in self.known_done:
+            return True
         if node in done:
             return done[node]
         preds = self._execution_graph.predecessors
@@ -131,7 +142,7 @@ class Selector(selector.Selector):
         while path:
             current, before = path[-1]
             for pred in before:
-                known = done.get(pred)
+                known = pred in self.known_done or done.get(pred)
                 if known:
                     continue
                 if known is None and self._done_itself(pred):
@@ -143,11 +154,17 @@ class Selector(selector.Selector):
                 return False
             else:
                 done[current] = True
+                self.known_done.add(current)
                 path.pop()
         return True
 
 
 class Runtime(runtime.Runtime):
+
+    def reset_atoms(self, atoms, state=states.PENDING,
+                    intention=states.EXECUTE):
+        self.selector.known_done.clear()
+        return super().reset_atoms(atoms, state=state, intention=intention)
 
     @misc.cachedproperty
     def selector(self):
