@@ -1238,7 +1238,7 @@ class LibvirtDriver(base.VirtDriver):
         exact = bool(domain.get('machine'))
         with self._libvirt('read domain %s' % name) as conn:
             domain = self._resolved(conn, domain)
-            wanted = _summary(self._domain_xml(domain, owner), exact)
+            wanted = _summary(self._domain_element(domain, owner), exact)
             if wanted['nvram'] and os.path.lexists(wanted['nvram'][0]):
                 _check_mark(wanted['nvram'][0], 'NVRAM file of domain',
                             name, owner)
