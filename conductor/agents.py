@@ -45,37 +45,63 @@ class AgentClient:
         record (flows.base.late_ensure, late_remove); kept when it gives
         up, and applied by conductor.late.
         """
+        [answer] = self.request_all(host, method, [(request_id, late, kwargs)],
+                                    operation=operation)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def request_all(self, host, method, calls, operation=None):
+        """Run ``method`` on ``host``'s agent once for each of ``calls``
+        ([(request id, late, keyword arguments)]), all cast at once and
+        awaited together by the calling thread; each as ``request``.
+        Returns, in order, each call's result or the error it got."""
         started = time.time()
         deadline = started + self.timeout * (self.retries + 1)
-        future = self.waiters.register(request_id)
-        unsent = None
+        waits = [self.waiters.register(request_id)
+                 for request_id, _, _ in calls]
+        unsent = [None] * len(calls)
+        waiting = range(len(calls))
         try:
             for attempt in range(1, self.retries + 2):
                 ends = started + self.timeout * attempt
-                unsent = self._send(future, ends, host, method, request_id,
-                                    operation=operation, deadline=deadline,
-                                    **kwargs)
-                try:
-                    return future.result(max(0, ends - time.time()))
-                except futures.TimeoutError:
-                    pass
-            if late is not None:
-                # Kept while the waiter still stands: an answer that
-                # comes now finds one or the other.
-                self.late_results.remember(request_id, host, operation,
-                                           late)
+                for i in waiting:
+                    request_id, _, kwargs = calls[i]
+                    unsent[i] = self._send(
+                        waits[i], ends, host, method, request_id,
+                        operation=operation, deadline=deadline, **kwargs)
+                futures.wait([waits[i] for i in waiting],
+                             max(0, ends - time.time()))
+                waiting = [i for i in waiting if not waits[i].done()]
+                if not waiting:
+                    break
+            for i in waiting:
+                request_id, late, _ = calls[i]
+                if late is not None:
+                    # Kept while the waiter still stands: an answer that
+                    # comes now finds one or the other.
+                    self.late_results.remember(request_id, host, operation,
+                                               late)
         finally:
-            self.waiters.discard(request_id)
-        if future.done():
-            # Answered while this call was giving up.
-            if late is not None:
+            for request_id, _, _ in calls:
+                self.waiters.discard(request_id)
+        answers = []
+        for i, wait in enumerate(waits):
+            request_id, late, _ = calls[i]
+            if not wait.done():
+                answers.append(exceptions.AgentTimeout(
+                    host=host, method=method,
+                    timeout=self.timeout * (self.retries + 1),
+                    unsent='' if unsent[i] is None else (
+                        '; its last copy could not be sent: %s'
+                        % unsent[i])))
+                continue
+            if i in waiting and late is not None:
+                # Answered while this call was giving up.
                 self.late_results.forget(request_id)
-            return future.result()
-        raise exceptions.AgentTimeout(
-            host=host, method=method,
-            timeout=self.timeout * (self.retries + 1),
-            unsent='' if unsent is None else (
-                '; its last copy could not be sent: %s' % unsent))
+            error = wait.exception()
+            answers.append(wait.result() if error is None else error)
+        return answers
 
     def _send(self, future, until, host, method, request_id, **kwargs):
         """Cast a copy of the request, again while the bus does not take

@@ -135,6 +135,19 @@ class _FailingAgents:
                                 'replaced' % (host, method, self.task))
         return result
 
+    def request_all(self, host, method, calls, **kwargs):
+        answers = self.agents.request_all(host, method, calls, **kwargs)
+        self.asked = True
+        for i, answer in enumerate(answers):
+            if not isinstance(answer, Exception):
+                if self.fault._take(self.task):
+                    answers[i] = InjectedFault(
+                        what='the answer of %s to %s (request %s) of task '
+                        '%s replaced' % (host, method, calls[i][0],
+                                         self.task))
+                break
+        return answers
+
 
 def parse(value):
     """The Fault a TENKS_FAULT value describes; ValueError if none."""

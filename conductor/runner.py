@@ -25,20 +25,26 @@ def stage(atom_name):
 class RunReport:
     """What the atoms of one run did, gathered from engine events.
 
-    ``on_progress`` gets {stage: [tasks done, tasks in all]} as they end,
-    and with ``failure`` ('atom: error') when one fails (the run then
-    rolls back); ``plan``: the changes the run applied, when it applied
-    a plan.
+    ``steps``: {atom name: its steps}, a task's ``steps`` (the nodes a
+    task removing several removes) or 1. ``on_progress`` gets {stage:
+    [steps done, steps in all]} as tasks end, and with ``failure`` ('atom:
+    error') when one fails (the run then rolls back); ``plan``: the
+    changes the run applied, when it applied a plan.
+
+    ``changed`` names the tasks that changed something; a task that does
+    several things names those that changed in ``changed_names`` of its
+    result.
     """
 
-    def __init__(self, atom_names, on_progress=None, plan=None):
+    def __init__(self, steps, on_progress=None, plan=None):
         self.plan = plan
         self.changed = []
         self.failures = []
         self.warnings = []
+        self.steps = steps
         self.progress = {}
-        for name in atom_names:
-            self.progress.setdefault(stage(name), [0, 0])[1] += 1
+        for name, count in steps.items():
+            self.progress.setdefault(stage(name), [0, 0])[1] += count
         self.on_progress = on_progress
 
     def on_atom(self, state, details):
@@ -46,10 +52,12 @@ class RunReport:
         if state == states.SUCCESS:
             result = details.get('result')
             if isinstance(result, dict):
-                if result.get('changed'):
+                if 'changed_names' in result:
+                    self.changed += result['changed_names']
+                elif result.get('changed'):
                     self.changed.append(name)
                 self.warnings += result.get('warnings', [])
-            self.progress[stage(name)][0] += 1
+            self.progress[stage(name)][0] += self.steps[name]
             if self.on_progress is not None:
                 self.on_progress(self.progress)
         elif state == states.FAILURE:
@@ -120,9 +128,11 @@ class FlowRunner:
         engine.compile()
         engine.prepare()
         graph = engine.compilation.execution_graph
-        names = [node.name for node, data in graph.nodes(data=True)
-                 if data['kind'] == 'task']
-        outcome = RunReport(names, on_progress)
+        steps = {node.name: getattr(node, 'steps', 1)
+                 for node, data in graph.nodes(data=True)
+                 if data['kind'] == 'task'}
+        names = list(steps)
+        outcome = RunReport(steps, on_progress)
         # A resumed flow: what its atoms did before counts too.
         done = engine.storage.get_atoms_states(names)
         for name in names:

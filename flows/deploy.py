@@ -62,11 +62,12 @@ def removal_flow(plan, resources):
     for row in resources:
         by_node.setdefault(row.node, []).append(row.as_dict())
     flow = linear_flow.Flow('removals')
-    stage = [nodes.RemoveNode(entry['uuid'], entry['name'],
-                              entry['hypervisor'],
-                              by_node.get(entry['uuid'], []),
-                              force=plan['force'])
-             for entry in plan['nodes'] if entry['new'] is None]
+    stage = nodes.removal_tasks(
+        [{'uuid': entry['uuid'], 'name': entry['name'],
+          'hypervisor': entry['hypervisor'],
+          'rows': by_node.get(entry['uuid'], [])}
+         for entry in plan['nodes'] if entry['new'] is None],
+        force=plan['force'])
     gone = {('nova_flavor', name) for name in plan['flavors']['remove']}
     gone.update(('ironic_node', uuid) for uuid in plan['unenrol'])
     stage += teardown.removals([row.as_dict() for row in resources

@@ -119,8 +119,14 @@ def remove(svc, host, things, request, /, *args, **kwargs):
     error is raised, the records kept.
     """
     answer, conflict = request_removal(request, *args, **kwargs)
-    svc.db.delete_resources(host, things)
+    forget(svc, host, things)
     return answer, conflict
+
+
+def forget(svc, host, things):
+    """Forget the records of ``things`` ([(kind, name)]) on ``host``, once
+    their removal was answered (or found them not ours)."""
+    svc.db.delete_resources(host, things)
 
 
 def request_removal(request, /, *args, **kwargs):

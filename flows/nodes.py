@@ -7,7 +7,7 @@ create are recorded 'creating' before the request, and confirmed (or
 forgotten) after it.
 """
 
-import functools
+from concurrent import futures
 
 from oslo_log import log as logging
 from taskflow import task
@@ -210,83 +210,173 @@ class ConvergeNode(task.Task):
         self._record(svc, old['record'])
 
 
-class RemoveNode(task.Task):
-    """Remove a node: its Ironic node, BMC, domain, ports and volumes,
-    then its records.
+# The most nodes one RemoveNodes task removes: their requests are cast
+# at once and awaited by one thread, so a stage of n nodes has n / 16
+# atoms to save and holds at most 16 * [conductor] workers requests in
+# flight.
+REMOVAL_BATCH = 16
 
-    ``rows``: the node's recorded resources (dicts). Something found not
-    ours (replaced by somebody else's) is left where it is, with a
-    warning; its record goes. A removal answered with an error may have
-    removed part of the node: it is marked failed, not whole any more.
+
+def removal_tasks(entries, force=False):
+    """RemoveNodes tasks for the nodes ``entries`` ([{'uuid', 'name',
+    'hypervisor', 'rows'}]: ``rows``, the node's recorded resources as
+    dicts), each for at most REMOVAL_BATCH nodes of one hypervisor, named
+    ``remove:<hypervisor>:<k>`` (stable for a resume)."""
+    by_host = {}
+    for entry in entries:
+        by_host.setdefault(entry['hypervisor'], []).append(entry)
+    return [RemoveNodes('remove:%s:%d' % (host, start // REMOVAL_BATCH),
+                        here[start:start + REMOVAL_BATCH], force)
+            for host, here in by_host.items()
+            for start in range(0, len(here), REMOVAL_BATCH)]
+
+
+class _NodeRemoval:
+    """One node of a RemoveNodes task: its requests, host by host (its
+    own last), and what they did."""
+
+    def __init__(self, entry):
+        self.uuid = entry['uuid']
+        self.name = entry['name']
+        self.host = entry['hypervisor']
+        # Its host's, and those a move could not remove from its old
+        # host.
+        self.by_host = {}
+        for row in entry['rows']:
+            if row['kind'] != 'ironic_node':
+                self.by_host.setdefault(row['hypervisor'], []).append(row)
+        self.hosts = sorted(self.by_host)
+        self.ironic = [row for row in entry['rows']
+                       if row['kind'] == 'ironic_node']
+        self.changed = False
+        self.warnings = []
+        self.error = None
+        # The last host's records go with the node's, in one transaction.
+        self.last = None, ()
+
+    @property
+    def task_name(self):
+        # What the operation's result names it by (RemoveNodes.execute),
+        # and its requests' ids.
+        return 'remove:%s' % self.uuid
+
+    def things(self, host):
+        return [(r['kind'], r['name']) for r in self.by_host[host]]
+
+    def call(self, operation_id, cluster, host):
+        """Its remove_node request to ``host``: (request id, late,
+        arguments), see AgentClient.request_all."""
+        here = self.by_host[host]
+        owner = next((r['remove_args']['owner'] for r in here
+                      if 'owner' in r['remove_args']), None)
+        return (base.request_id(operation_id, self.task_name,
+                                'execute' if host == self.host else host),
+                base.late_remove(cluster, self.things(host)),
+                {'node': dict(parts_of(here), name=self.name),
+                 'owner': owner})
+
+    def answered(self, svc, host, answer):
+        """Take ``host``'s answer (a result or an error). Records of a
+        host before the last go now, those of the last with the node's
+        (``forget``)."""
+        if isinstance(answer, exceptions.ResourceConflict):
+            self.warnings.append('Left parts of node %s on %s: they are no '
+                                 'longer ours (%s); their records are '
+                                 'dropped' % (self.name, host, answer))
+        elif isinstance(answer, Exception):
+            self.error = answer
+            return
+        else:
+            self.changed = answer['changed'] or self.changed
+        if host == self.hosts[-1]:
+            self.last = host, self.things(host)
+        else:
+            ledger.forget(svc, host, self.things(host))
+
+    def remove_from_ironic(self, svc, force):
+        for row in self.ironic:
+            try:
+                removed = registration.remove_node(svc, force=force,
+                                                   **row['remove_args'])
+            except Exception as e:
+                self.error = e
+                return
+            self.changed = removed['changed'] or self.changed
+            self.warnings += removed['warnings']
+
+    def settle(self, svc, cluster):
+        """Forget the node once all of it went; mark it failed if a
+        removal answered with an error (part of it may be gone)."""
+        if self.error is None:
+            records.forget_node(svc, cluster, self.uuid, *self.last)
+        elif not isinstance(self.error, exceptions.AgentTimeout):
+            # Unanswered: an answer that comes later settles its records
+            # (conductor.late); one that never comes removed nothing.
+            svc.db.set_node_state(self.uuid, states.NODE_FAILED)
+
+
+class RemoveNodes(task.Task):
+    """Remove nodes of one hypervisor: each one's Ironic node, then its
+    BMC, domain, ports and volumes, then its records.
+
+    ``entries``: see removal_tasks. Something found not ours (replaced by
+    somebody else's) is left where it is, with a warning; its record
+    goes. A node whose removal failed keeps its records, and is marked
+    failed if the failure was an answer (part of it may be gone); the
+    others are removed all the same, then the task fails naming it.
 
     Reversion strategy: none. Removals run last, and a removal is not
     undone; what stays recorded lets a re-run or teardown finish.
     """
 
-    def __init__(self, node_uuid, name, host, rows, force=False):
-        """``force``: a deploy forced to remove a node Ironic deployed."""
-        super().__init__(name='remove:%s' % node_uuid,
+    def __init__(self, name, entries, force=False):
+        """``force``: remove nodes Ironic deployed."""
+        super().__init__(name=name,
                          requires=(base.OPERATION_ID, base.CLUSTER))
-        self.node_uuid = node_uuid
-        self.node_name = name
-        self.host = host
-        self.rows = rows
+        self.entries = entries
         self.force = force
+
+    @property
+    def steps(self):
+        """The nodes it removes: its share of the stage's progress."""
+        return len(self.entries)
 
     def execute(self, operation_id, cluster):
         svc = context.get()
-        try:
-            return self._remove(svc, operation_id, cluster)
-        except exceptions.AgentTimeout:
-            # Unanswered: an answer that comes later settles its records
-            # (conductor.late); one that never comes removed nothing.
-            raise
-        except Exception:
-            svc.db.set_node_state(self.node_uuid, states.NODE_FAILED)
-            raise
-
-    def _remove(self, svc, operation_id, cluster):
-        warnings = []
-        changed = False
-        for row in self.rows:
-            if row['kind'] == 'ironic_node':
-                removed = registration.remove_node(
-                    svc, force=self.force, **row['remove_args'])
-                changed = removed['changed'] or changed
-                warnings += removed['warnings']
-        # Its host's, and those a move could not remove from its old
-        # host.
-        by_host = {}
-        for row in self.rows:
-            if row['kind'] != 'ironic_node':
-                by_host.setdefault(row['hypervisor'], []).append(row)
-        # The last host's records go with the node's, in one transaction.
-        last_host = max(by_host, default=None)
-        last = None, ()
-        for host, here in sorted(by_host.items()):
-            owner = next((r['remove_args']['owner'] for r in here
-                          if 'owner' in r['remove_args']), None)
-            things = [(r['kind'], r['name']) for r in here]
-            if host == last_host:
-                last = host, things
-                removal = ledger.request_removal
-            else:
-                removal = functools.partial(ledger.remove, svc, host, things)
-            result, conflict = removal(
-                svc.agents.request, host, 'remove_node',
-                base.request_id(operation_id, self.name,
-                                'execute' if host == self.host else host),
-                operation=operation_id,
-                late=base.late_remove(cluster, things),
-                node=dict(parts_of(here), name=self.node_name), owner=owner)
-            if conflict is not None:
-                warnings.append('Left parts of node %s on %s: they are no '
-                                'longer ours (%s); their records are '
-                                'dropped' % (self.node_name, host, conflict))
-            else:
-                changed = result['changed'] or changed
-        records.forget_node(svc, cluster, self.node_uuid, *last)
-        return {'changed': changed, 'warnings': warnings}
+        nodes = [_NodeRemoval(entry) for entry in self.entries]
+        with_ironic = [node for node in nodes if node.ironic]
+        if len(with_ironic) > 1:
+            # Ironic's client is synchronous; the calls in flight are
+            # bounded by the cloud's limit (tenks.cloud.ironic.Bounded).
+            with futures.ThreadPoolExecutor(len(with_ironic)) as pool:
+                list(pool.map(lambda node: node.remove_from_ironic(
+                    svc, self.force), with_ironic))
+        elif with_ironic:
+            with_ironic[0].remove_from_ironic(svc, self.force)
+        # A node's hosts in turn, its own last; the nodes at once.
+        for turn in range(max(len(node.hosts) for node in nodes)):
+            by_host = {}
+            for node in nodes:
+                if node.error is None and turn < len(node.hosts):
+                    by_host.setdefault(node.hosts[turn], []).append(node)
+            for host, here in sorted(by_host.items()):
+                answers = svc.agents.request_all(
+                    host, 'remove_node',
+                    [node.call(operation_id, cluster, host) for node in here],
+                    operation=operation_id)
+                for node, answer in zip(here, answers, strict=True):
+                    node.answered(svc, host, answer)
+        for node in nodes:
+            node.settle(svc, cluster)
+        failed = [node for node in nodes if node.error is not None]
+        if failed:
+            raise exceptions.NodesNotRemoved(nodes='; '.join(
+                '%s (%s): %s' % (node.name, node.uuid, node.error)
+                for node in failed)) from failed[0].error
+        return {'changed': any(node.changed for node in nodes),
+                'changed_names': [node.task_name for node in nodes
+                                  if node.changed],
+                'warnings': [w for node in nodes for w in node.warnings]}
 
     def revert(self, result, **kwargs):
         pass

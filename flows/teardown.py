@@ -91,10 +91,8 @@ def get_teardown_flow(operation_id):
         stage = []
         if kinds == ('domain',):
             # A plan saved before teardowns took --force has no 'force'.
-            stage += [nodes.RemoveNode(n['uuid'], n['name'],
-                                       n['hypervisor'], n['rows'],
-                                       plan.get('force', False))
-                      for n in plan['nodes']]
+            stage += nodes.removal_tasks(plan['nodes'],
+                                         plan.get('force', False))
         stage += [RemoveResource(row) for row in plan['others']
                   if row['kind'] in kinds]
         if stage:

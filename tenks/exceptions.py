@@ -314,6 +314,10 @@ class AgentTimeout(TenksError):
         super().__init__(message, **kwargs)
 
 
+class NodesNotRemoved(TenksError):
+    msg_fmt = 'Could not remove node(s) %(nodes)s'
+
+
 # Errors raised on a hypervisor by the hostagent and its drivers.
 
 class HostAgentError(TenksError):

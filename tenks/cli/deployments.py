@@ -153,8 +153,9 @@ class Teardown(OperationCommand):
             name = load_spec(name)['cluster']
 
         def describe(operation, elapsed):
-            # The tasks that removed something: one per node, one per
-            # other thing (bridge, pool, flavor...).
+            # What removed something: 'remove:<uuid>' for a node (its
+            # task removes several: conductor.runner.RunReport), a task
+            # for each other thing (bridge, pool, flavor...).
             changed = operation['result']['changed']
             nodes = sum(1 for task in changed if task.startswith('remove:'))
             return ('Cluster %s torn down: %d node(s) and %d other '
