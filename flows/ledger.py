@@ -14,7 +14,7 @@ them. Once the agent answers, each thing is recorded 'present'
 that created it: that operation's revert removes it, no other's does.
 
 Removing (``remove``): the records of things removed go (a node's
-last ones with the node's record: ``request_removal``, ``forget_node``).
+last ones with the node's record: ``request_removal``, ``forget_nodes``).
 A thing found not ours (ResourceConflict: somebody else's now has its
 name) is left where it is, and its record goes too: it was never ours
 to remove. A removal that fails otherwise keeps the records, so that a
@@ -131,7 +131,7 @@ def forget(svc, host, things):
 
 def request_removal(request, /, *args, **kwargs):
     """``remove`` without forgetting the records, which the caller does
-    next: ``forget_node`` forgets a node's last ones with the node's
+    next: ``forget_nodes`` forgets a node's last ones with the node's
     record, in one transaction."""
     try:
         return request(*args, **kwargs), None
@@ -139,11 +139,12 @@ def request_removal(request, /, *args, **kwargs):
         return None, e
 
 
-def forget_node(svc, node_uuid, event, host=None, things=()):
-    """Forget a node's record, recording ``event``, with the records of
-    ``things`` ([(kind, name)]) on ``host`` that ``request_removal``
-    removed; see StateDB.forget_node."""
-    return svc.db.forget_node(node_uuid, event, host, things)
+def forget_nodes(svc, nodes, event):
+    """Forget the records of ``nodes`` ([(uuid, host, things)]), recording
+    each one's ``event``, each with the records of its ``things`` ([(kind,
+    name)]) on ``host`` that ``request_removal`` removed, in one
+    transaction; see StateDB.forget_nodes."""
+    return svc.db.forget_nodes(nodes, event)
 
 
 def remove_or_keep(svc, host, things, what, request, /, *args, **kwargs):

@@ -251,7 +251,7 @@ class _NodeRemoval:
         self.changed = False
         self.warnings = []
         self.error = None
-        # The last host's records go with the node's, in one transaction.
+        # The last host's records go with the node's record.
         self.last = None, ()
 
     @property
@@ -304,12 +304,10 @@ class _NodeRemoval:
             self.changed = removed['changed'] or self.changed
             self.warnings += removed['warnings']
 
-    def settle(self, svc, cluster):
-        """Forget the node once all of it went; mark it failed if a
-        removal answered with an error (part of it may be gone)."""
-        if self.error is None:
-            records.forget_node(svc, cluster, self.uuid, *self.last)
-        elif not isinstance(self.error, exceptions.AgentTimeout):
+    def fail(self, svc):
+        """Mark the node failed if a removal answered with an error (part
+        of it may be gone)."""
+        if not isinstance(self.error, exceptions.AgentTimeout):
             # Unanswered: an answer that comes later settles its records
             # (conductor.late); one that never comes removed nothing.
             svc.db.set_node_state(self.uuid, states.NODE_FAILED)
@@ -366,9 +364,12 @@ class RemoveNodes(task.Task):
                     operation=operation_id)
                 for node, answer in zip(here, answers, strict=True):
                     node.answered(svc, host, answer)
-        for node in nodes:
-            node.settle(svc, cluster)
         failed = [node for node in nodes if node.error is not None]
+        # The nodes that went, forgotten in one transaction.
+        records.forget_nodes(svc, cluster, [
+            (node.uuid, *node.last) for node in nodes if node.error is None])
+        for node in failed:
+            node.fail(svc)
         if failed:
             raise exceptions.NodesNotRemoved(nodes='; '.join(
                 '%s (%s): %s' % (node.name, node.uuid, node.error)

@@ -85,17 +85,16 @@ def finish_node(svc, cluster, record, announce):
                           notifier.node_payload(record))
 
 
-def forget_node(svc, cluster, node_uuid, host=None, things=()):
-    """Delete the record of a node whose resources are all removed, and
-    record its event in the same transaction, with the records of its
-    last ones removed (``things`` on ``host``, see ledger.forget_node);
-    then send the event."""
-    event = ledger.forget_node(
-        svc, node_uuid, lambda node: svc.notifier.event(
-            'tenks.node.delete.end', cluster, notifier.node_payload(node)),
-        host, things)
-    if event is not None:
-        svc.notifier.send(event)
+def forget_nodes(svc, cluster, nodes):
+    """Delete the records of nodes whose resources are all removed, and
+    record their events in the same transaction, with the records of
+    their last ones removed (``nodes``: [(uuid, host, things)], see
+    ledger.forget_nodes); then send the events."""
+    events = ledger.forget_nodes(svc, nodes, lambda node: svc.notifier.event(
+        'tenks.node.delete.end', cluster, notifier.node_payload(node)))
+    for event in events:
+        if event is not None:
+            svc.notifier.send(event)
 
 
 class CommitSpec(task.Task):

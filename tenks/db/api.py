@@ -376,26 +376,33 @@ class StateDB:
     def delete_node(self, uuid):
         self._write(sa.delete(NODES).where(NODES.c.uuid == uuid))
 
-    def forget_node(self, uuid, event, hypervisor=None, resources=()):
-        """Delete the node's record and record the event ``event(node)``
-        (the keyword arguments of :meth:`add_event`, made from the node's
-        record) in one transaction, with the records of the things
-        ``resources`` ([(kind, name)]) on ``hypervisor``, which go even
-        if the node's has gone. Returns the event, or None if there was
-        no record."""
+    def forget_nodes(self, nodes, event):
+        """Delete the records of ``nodes`` ([(uuid, hypervisor,
+        resources)]) and record each one's event ``event(node)`` (the
+        keyword arguments of :meth:`add_event`, made from its record) in
+        one transaction, with the records of its things ``resources``
+        ([(kind, name)]) on ``hypervisor``, which go even if the node's
+        has gone. Returns each one's event, or None if it had no
+        record."""
+        if not nodes:
+            return []
+
         def forget():
+            events = []
             with writing(self.engine) as conn:
-                if resources:
-                    conn.execute(*self._deleting(hypervisor, resources))
-                # Not DELETE ... RETURNING: MySQL has none.
-                node = models.Node.from_row(conn.execute(
-                    sa.select(NODES).where(NODES.c.uuid == uuid)).first())
-                if node is None or not conn.execute(sa.delete(NODES).where(
-                        NODES.c.uuid == uuid)).rowcount:
-                    return None
-                recorded = event(node)
-                conn.execute(sa.insert(EVENTS).values(**recorded))
-                return recorded
+                for uuid, hypervisor, resources in nodes:
+                    if resources:
+                        conn.execute(*self._deleting(hypervisor, resources))
+                    # Not DELETE ... RETURNING: MySQL has none.
+                    node = models.Node.from_row(conn.execute(
+                        sa.select(NODES).where(NODES.c.uuid == uuid)).first())
+                    if node is None or not conn.execute(sa.delete(
+                            NODES).where(NODES.c.uuid == uuid)).rowcount:
+                        events.append(None)
+                        continue
+                    events.append(event(node))
+                    conn.execute(sa.insert(EVENTS).values(**events[-1]))
+            return events
         return reconnecting(self.engine, forget)
 
     # Resources

@@ -159,27 +159,38 @@ def test_head_constant_is_alembics_head():
         migrations.HEAD]
 
 
-def test_a_node_is_forgotten_with_its_event_in_one_transaction(tmp_path):
-    """A teardown's node: its record goes and its event is recorded in
-    one commit, made from the record as it was; a node already gone
-    records nothing."""
+def delete_end(node):
+    return {'event_type': 'tenks.node.delete.end', 'priority': 'info',
+            'cluster': node.cluster, 'payload': {'name': node.name}}
+
+
+def test_nodes_are_forgotten_with_their_events_in_one_transaction(
+        tmp_path):
+    """A teardown's nodes: their records go and their events are
+    recorded in one commit, made from the records as they were; a node
+    already gone records nothing."""
     from tests.unit.test_node_listing import node
     engine = upgraded_engine(tmp_path)
     db = db_api.StateDB(engine)
-    record = node('c', 1)
-    db.add_nodes([record])
+    records = [node('c', 1), node('c', 2), node('c', 3)]
+    db.add_nodes(records)
     commits = []
     sa.event.listen(engine, 'commit', lambda conn: commits.append(1))
-    event = db.forget_node(record['uuid'], lambda n: {
-        'event_type': 'tenks.node.delete.end', 'priority': 'info',
-        'cluster': n.cluster, 'payload': {'name': n.name}})
-    assert event['payload'] == {'name': 'c1'}
+    first, second = db.forget_nodes(
+        [(r['uuid'], None, ()) for r in records[:2]], delete_end)
+    assert (first['payload'], second['payload']) == (
+        {'name': 'c1'}, {'name': 'c2'})
     assert len(commits) == 1
-    assert db.get_node(record['uuid']) is None
-    assert [(e.event_type, e.payload) for e in db.list_events('c')] == [
-        ('tenks.node.delete.end', {'name': 'c1'})]
-    assert db.forget_node(record['uuid'], lambda n: 1 / 0) is None
-    assert len(db.list_events('c')) == 1
+    assert [db.get_node(r['uuid']) is None for r in records] == [
+        True, True, False]
+    assert sorted((e.event_type, e.payload['name'])
+                  for e in db.list_events('c')) == [
+        ('tenks.node.delete.end', 'c1'), ('tenks.node.delete.end', 'c2')]
+    assert db.forget_nodes([(records[0]['uuid'], None, ()),
+                            (records[2]['uuid'], None, ())],
+                           delete_end)[0] is None
+    assert len(db.list_events('c')) == 3
+    assert db.forget_nodes([], lambda n: 1 / 0) == []
     engine.dispose()
 
 
@@ -197,16 +208,15 @@ def test_a_node_is_forgotten_with_its_last_records(tmp_path):
         for name in ('c1', 'c2')], node=record['uuid'], new=True)
     commits = []
     sa.event.listen(engine, 'commit', lambda conn: commits.append(1))
-    assert db.forget_node(record['uuid'], lambda n: {
-        'event_type': 'tenks.node.delete.end', 'priority': 'info',
-        'cluster': n.cluster, 'payload': {}}, 'hv1',
-        [('domain', 'c1'), ('bmc', 'c1')]) is not None
+    assert db.forget_nodes([(record['uuid'], 'hv1',
+                             [('domain', 'c1'), ('bmc', 'c1')])],
+                           delete_end) != [None]
     assert len(commits) == 1
     assert db.get_node(record['uuid']) is None
     assert sorted((r.kind, r.name) for r in db.list_resources('c')) == [
         ('bmc', 'c2'), ('domain', 'c2')]
-    assert db.forget_node(record['uuid'], lambda n: 1 / 0, 'hv1',
-                          [('domain', 'c2')]) is None
+    assert db.forget_nodes([(record['uuid'], 'hv1', [('domain', 'c2')])],
+                           lambda n: 1 / 0) == [None]
     assert [(r.kind, r.name) for r in db.list_resources('c')] == [
         ('bmc', 'c2')]
     engine.dispose()
