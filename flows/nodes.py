@@ -232,8 +232,8 @@ def removal_tasks(entries, force=False):
 
 
 class _NodeRemoval:
-    """One node of a RemoveNodes task: its requests, host by host (its
-    own last), and what they did."""
+    """One node of a RemoveNodes task: its requests, host by host in
+    the order of their names, and what they did."""
 
     def __init__(self, entry):
         self.uuid = entry['uuid']
@@ -351,7 +351,8 @@ class RemoveNodes(task.Task):
                     svc, self.force), with_ironic))
         elif with_ironic:
             with_ironic[0].remove_from_ironic(svc, self.force)
-        # A node's hosts in turn, its own last; the nodes at once.
+        # A node's hosts in turn (one that fails ends its turns), the
+        # nodes at once.
         for turn in range(max(len(node.hosts) for node in nodes)):
             by_host = {}
             for node in nodes:
