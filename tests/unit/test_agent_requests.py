@@ -1,6 +1,8 @@
 """AgentClient.request_all: a batch of requests cast at once and awaited
 by one thread, each answered, failed or timed out on its own."""
 
+import pytest
+
 from conductor import agents
 from conductor import waiters as conductor_waiters
 from tenks import exceptions
@@ -87,9 +89,5 @@ def test_each_request_ends_on_its_own():
 def test_one_request_raises_what_its_agent_reported():
     answers = {'bad': {'type': 'ResourceConflict', 'message': 'not ours'}}
     agent_client, _, _ = client(answers, answer_after=1, retries=0)
-    try:
+    with pytest.raises(exceptions.ResourceConflict, match='not ours'):
         agent_client.request('hv1', 'remove_bmc', 'bad', domain='x')
-    except exceptions.ResourceConflict as e:
-        assert 'not ours' in str(e)
-    else:
-        raise AssertionError('no error raised')
