@@ -229,6 +229,10 @@ def given_up(d, operation_id):
 def assert_complete(d, env, count):
     """The cluster is deployed, whole and alone: one domain per node with
     its memory, a BMC answering for each, a clean audit."""
+    # The hostagents register again after an outage or a restart, and
+    # only then does the audit look at their hypervisors: a heartbeat
+    # waits out the connection's backoff, which may end after the answers.
+    d.wait_for_agents(d.hosts)
     nodes = d.api.list_nodes(ADMIN, env.cluster)
     assert [n['state'] for n in nodes] == ['deployed'] * count
     conn = libvirt.open(cf.URI)
