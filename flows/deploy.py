@@ -1,7 +1,8 @@
 """The deploy flow, built from an operation's plan (tenks.reconcile).
 
-Host setup, then every node created or changed (one task each, and its
-enrolment), post-deploy (flavors, Placement), then the removals, last so
+Host setup, then every node created or changed (in batches of one
+hypervisor's nodes, each batch followed by its nodes' enrolments),
+post-deploy (flavors, Placement), then the removals, last so
 that a failure before them removes nothing; then the new spec recorded.
 The factory takes only the operation id and reads the plan from the
 state database, so what TaskFlow saves stays small and a resume builds
@@ -34,9 +35,8 @@ def get_deploy_flow(operation_id):
     if plan['host_ensure']:
         flow.add(host_setup.host_setup_flow(plan['host_ensure']))
     passwords = reconcile.bmc_passwords(spec)
-    flow.add(stages.unordered('nodes', [
-        node_flow(entry, passwords, plan['force'])
-        for entry in plan['nodes'] if entry['agent'] or entry['enrol']]))
+    flow.add(stages.unordered('nodes', node_flows(plan['nodes'], passwords,
+                                                  plan['force'])))
     if plan['flavors']['ensure'] or any(e['enrol'] for e in plan['nodes']):
         flow.add(post_deploy.post_deploy_flow(plan))
     if (plan['host_remove'] or plan['flavors']['remove'] or plan['unenrol']
@@ -46,14 +46,21 @@ def get_deploy_flow(operation_id):
     return flow
 
 
-def node_flow(entry, passwords, force):
-    flow = linear_flow.Flow('node-flow:%s' % entry['uuid'])
-    if entry['agent']:
-        flow.add(nodes.ConvergeNode(entry, passwords, force,
-                                    finishes=not entry['enrol']))
-    if entry['enrol']:
-        flow.add(registration.EnsureIronicNode(entry, finishes=True))
-    return flow
+def node_flows(entries, passwords, force):
+    """Each batch of nodes that have something on a hypervisor, then
+    their enrolments; the enrolment alone of a node that has not."""
+    flows = []
+    for task in nodes.converge_tasks(
+            [entry for entry in entries if entry['agent']], passwords,
+            force):
+        enrol = [registration.EnsureIronicNode(entry, finishes=True)
+                 for entry in task.entries if entry['enrol']]
+        flows.append(linear_flow.Flow('node-flow:%s' % task.name).add(
+            task, stages.unordered('enrol:%s' % task.name, enrol))
+            if enrol else task)
+    flows += [registration.EnsureIronicNode(entry, finishes=True)
+              for entry in entries if entry['enrol'] and not entry['agent']]
+    return flows
 
 
 def removal_flow(plan, resources):

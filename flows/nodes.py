@@ -1,10 +1,11 @@
-"""VM configuration and BMC, one task per node.
+"""VM configuration and BMC, nodes in batches of one hypervisor.
 
 A node's volumes, NIC ports, domain and BMC are made, changed or removed
 by one hostagent request (``ensure_node`` / ``remove_node``), and
 recorded in two short transactions (flows.ledger): the things it may
 create are recorded 'creating' before the request, and confirmed (or
-forgotten) after it.
+forgotten) after it. One task casts the requests of up to BATCH nodes
+of a hypervisor at once and awaits them on one thread.
 """
 
 from concurrent import futures
@@ -86,149 +87,246 @@ def _keys(pairs):
     return {tuple(pair) for pair in pairs}
 
 
-class ConvergeNode(task.Task):
-    """Create a node on its hypervisor, or change it to its new view.
+# The most nodes one ConvergeNodes or RemoveNodes task handles: their
+# requests are cast at once and awaited by one thread, so a stage of n
+# nodes has n / 16 atoms to save and holds at most 16 * [conductor]
+# workers requests in flight.
+BATCH = 16
 
-    ``entry``: a node of the plan ({'uuid', 'action', 'old', 'new'}).
-    ``finishes``: this task is the node's last, so it marks the node
-    deployed (and announces a node it created).
 
-    Reversion strategy: what this operation created goes (what the
-    agent said it created, or what it was asked to create without an
-    answer); a node it changed gets its old view back. A node this
-    operation began is forgotten once nothing of it stays recorded.
+def _batches(entries, host_of):
+    """{(host, k): the k-th BATCH of ``entries`` of that host}, in the
+    order of ``entries`` (a plan's: stable for a resume)."""
+    by_host = {}
+    for entry in entries:
+        by_host.setdefault(host_of(entry), []).append(entry)
+    return {(host, start // BATCH): here[start:start + BATCH]
+            for host, here in by_host.items()
+            for start in range(0, len(here), BATCH)}
+
+
+def _node_name(uuid):
+    """A node's name in an operation's result (RunReport's
+    ``changed_names``) and in the ids of its requests, which stay the
+    same across resumes."""
+    return 'node:%s' % uuid
+
+
+def _failed_nodes(failed):
+    """The text naming the nodes ``failed`` ([(name, uuid, error)]),
+    those with the same error together."""
+    by_error = {}
+    for name, uuid, error in failed:
+        by_error.setdefault(str(error), []).append('%s (%s)' % (name, uuid))
+    return '; '.join('%s: %s' % (', '.join(nodes), error)
+                     for error, nodes in by_error.items())
+
+
+def _answer(answer):
+    """A request function for the ledger that gives a request_all
+    ``answer``: returns it, or raises it if it is an error."""
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+def converge_tasks(entries, passwords, force):
+    """ConvergeNodes tasks for the plan's nodes ``entries`` that have
+    something on a hypervisor, each for at most BATCH nodes of one
+    hypervisor, named ``node:<hypervisor>:<k>``."""
+    return [ConvergeNodes('node:%s:%d' % key, batch, passwords, force)
+            for key, batch in _batches(
+                entries, lambda entry: entry['new']['hypervisor']).items()]
+
+
+class ConvergeNodes(task.Task):
+    """Create nodes of one hypervisor, or change them to their new views.
+
+    ``entries``: nodes of the plan ({'uuid', 'action', 'old', 'new',
+    'enrol'}). A node not enrolled ends with this task, which marks it
+    deployed (and announces one it created). A node whose request failed
+    makes the task fail, naming it, once the others are recorded.
+
+    Reversion strategy, node by node: what this operation created goes
+    (what the agent said it created, or what it was asked to create
+    without an answer); a node it changed gets its old view back. A node
+    this operation began is forgotten once nothing of it stays recorded.
     """
 
-    def __init__(self, entry, passwords, force, finishes):
+    def __init__(self, name, entries, passwords, force):
         """``passwords``: {BMC type: password}."""
-        super().__init__(name='node:%s' % entry['uuid'],
+        super().__init__(name=name,
                          requires=(base.OPERATION_ID, base.CLUSTER))
-        self.entry = entry
+        self.entries = entries
         self.passwords = passwords
         self.force = force
-        self.finishes = finishes
 
     @property
     def host(self):
-        return self.entry['new']['hypervisor']
+        return self.entries[0]['new']['hypervisor']
 
     @property
-    def uuid(self):
-        return self.entry['uuid']
+    def steps(self):
+        """The nodes it makes or changes: its share of the progress."""
+        return len(self.entries)
 
     def execute(self, operation_id, cluster):
         svc = context.get()
-        new, old = self.entry['new'], self.entry['old']
-        wanted = node_resources(new)
-        before = ledger.begin(
-            svc, cluster, self.host, operation_id, wanted, node=self.uuid,
-            new=self.entry['action'] == constants.CREATE)
-        try:
-            result = svc.agents.request(
-                self.host, 'ensure_node',
-                base.request_id(operation_id, self.name),
-                operation=operation_id, late=base.late_ensure(
-                    cluster, [(kind, name) for kind, name, _ in wanted]),
-                node=hostagent_rpcapi.node_request(new, self.passwords, old),
-                owner=new['owner'], force=self.force)
-        except REFUSALS:
-            ledger.drop_unrecorded(svc, self.host, wanted, before)
-            raise
-        created = _keys(result['created'])
-        removed = _keys(result['removed'])
+        calls, begun = [], []
+        for entry in self.entries:
+            new = entry['new']
+            wanted = node_resources(new)
+            begun.append((wanted, ledger.begin(
+                svc, cluster, self.host, operation_id, wanted,
+                node=entry['uuid'],
+                new=entry['action'] == constants.CREATE)))
+            calls.append((
+                base.request_id(operation_id, _node_name(entry['uuid'])),
+                base.late_ensure(cluster, [(kind, name)
+                                           for kind, name, _ in wanted]),
+                {'node': hostagent_rpcapi.node_request(
+                    new, self.passwords, entry['old']),
+                 'owner': new['owner'], 'force': self.force}))
+        answers = svc.agents.request_all(self.host, 'ensure_node', calls,
+                                         operation=operation_id)
+        done, failed = {}, []
+        for entry, (wanted, before), answer in zip(
+                self.entries, begun, answers, strict=True):
+            if isinstance(answer, Exception):
+                if isinstance(answer, REFUSALS):
+                    ledger.drop_unrecorded(svc, self.host, wanted, before)
+                failed.append((entry, answer))
+                continue
+            done[entry['uuid']] = self._finish(svc, cluster, operation_id,
+                                               entry, wanted, before, answer)
+        if failed:
+            raise exceptions.NodesNotDeployed(nodes=_failed_nodes(
+                [(entry['name'], entry['uuid'], error)
+                 for entry, error in failed])) from failed[0][1]
+        return {'changed': any(r['changed'] for r in done.values()),
+                'changed_names': [_node_name(uuid)
+                                  for uuid, r in done.items()
+                                  if r['changed']],
+                'nodes': done}
+
+    def _finish(self, svc, cluster, operation_id, entry, wanted, before,
+                answer):
+        """Record what ``answer`` says the node's request did."""
+        created = _keys(answer['created'])
+        removed = _keys(answer['removed'])
         ledger.finish(svc, self.host, wanted, before, created, operation_id,
                       removed)
-        if self.finishes:
-            records.finish_node(svc, cluster, new['record'],
-                                announce=(self.entry['action']
-                                          == constants.CREATE))
+        record = entry['new']['record']
+        if entry['enrol']:
+            _record(svc, entry['uuid'], record)
         else:
-            self._record(svc, new['record'])
-        return {'changed': result['changed'],
-                'created': sorted(created), 'removed': sorted(removed),
-                'power_state': result.get('power_state')}
-
-    def _record(self, svc, record):
-        svc.db.record_node(self.uuid, **{
-            k: record[k] for k in records.RECORD_FIELDS})
+            records.finish_node(svc, cluster, record, announce=(
+                entry['action'] == constants.CREATE))
+        return {'changed': answer['changed'], 'created': sorted(created),
+                'removed': sorted(removed),
+                'power_state': answer.get('power_state')}
 
     def revert(self, result, operation_id, cluster, **kwargs):
         svc = context.get()
-        mine = [r.as_dict() for r in svc.db.list_resources(
-            node=self.uuid, operation=operation_id)]
-        if self.entry['action'] == constants.CREATE:
-            if mine:
-                things = [(r['kind'], r['name']) for r in mine]
-                ledger.remove_or_keep(
-                    svc, self.host, things, 'node %s on %s' % (
-                        self.entry['name'], self.host),
-                    svc.agents.request, self.host, 'remove_node',
-                    base.request_id(operation_id, self.name, 'revert'),
-                    operation=operation_id,
-                    late=base.late_remove(cluster, things),
-                    node=dict(parts_of(mine), name=self.entry['name']),
-                    owner=self.entry['new']['owner'])
-            node = svc.db.get_node(self.uuid)
+        mine = {entry['uuid']: [r.as_dict() for r in svc.db.list_resources(
+            node=entry['uuid'], operation=operation_id)]
+            for entry in self.entries}
+        created = [entry for entry in self.entries
+                   if entry['action'] == constants.CREATE]
+        changed = [entry for entry in self.entries
+                   if entry['action'] != constants.CREATE]
+        if created:
+            self._remove_created(svc, operation_id, cluster, created, mine)
+        if changed:
+            self._restore_changed(svc, operation_id, cluster, changed, mine)
+
+    def _remove_created(self, svc, operation_id, cluster, entries, mine):
+        """Remove what this operation made of the nodes it created, and
+        settle their records."""
+        made = [entry for entry in entries if mine[entry['uuid']]]
+        answers = svc.agents.request_all(self.host, 'remove_node', [(
+            base.request_id(operation_id, _node_name(entry['uuid']),
+                            'revert'),
+            base.late_remove(cluster, self._things(mine[entry['uuid']])),
+            {'node': dict(parts_of(mine[entry['uuid']]),
+                          name=entry['name']),
+             'owner': entry['new']['owner']}) for entry in made],
+            operation=operation_id) if made else []
+        for entry, answer in zip(made, answers, strict=True):
+            ledger.remove_or_keep(
+                svc, self.host, self._things(mine[entry['uuid']]),
+                'node %s on %s' % (entry['name'], self.host), _answer,
+                answer)
+        for entry in entries:
+            node = svc.db.get_node(entry['uuid'])
             # Failed, kept with what could not be removed, or forgotten;
             # one announced created (deployed) is announced gone.
-            if (records.settle_new_node(svc.db, self.uuid)
+            if (records.settle_new_node(svc.db, entry['uuid'])
                     and node.state == states.NODE_DEPLOYED):
                 svc.notifier.emit('tenks.node.delete.end', cluster,
                                   notifier.node_payload(node))
-            return
-        old = self.entry['old']
-        # The old view back, without what this operation added; what it
-        # removed is made again (empty) and recorded.
-        added = dict(old, volumes=[
-            {'name': r['name']} for r in mine if r['kind'] == 'volume'],
-            nics=[_nic(r['remove_args']) for r in mine
-                  if r['kind'] == 'port'])
-        wanted = node_resources(old)
-        before = ledger.begin(svc, cluster, self.host, operation_id, wanted,
-                              node=self.uuid)
-        try:
-            result = svc.agents.request(
-                self.host, 'ensure_node',
-                base.request_id(operation_id, self.name, 'revert'),
-                operation=operation_id, late=base.late_ensure(
-                    cluster, [(kind, name) for kind, name, _ in wanted]),
-                node=hostagent_rpcapi.node_request(old, self.passwords,
-                                                   added),
-                owner=old['owner'], force=self.force)
-        except Exception as e:
-            LOG.warning('Could not give node %s its old state back while '
-                        'reverting: %s', old['name'], e)
-            return
-        # What this revert made again (empty) was part of the node before;
-        # what this operation added is gone now, removed or never made.
-        ledger.restore(
-            svc, self.host, wanted, before, _keys(result['removed']) | {
-                (r['kind'], r['name']) for r in mine
-                if r['kind'] in ('volume', 'port')
-                and (r['kind'], r['name']) not in {
-                    (kind, name) for kind, name, _ in wanted}})
-        self._record(svc, old['record'])
+
+    @staticmethod
+    def _things(rows):
+        return [(r['kind'], r['name']) for r in rows]
+
+    def _restore_changed(self, svc, operation_id, cluster, entries, mine):
+        """Give the nodes this operation changed their old views back,
+        without what it added; what it removed is made again (empty) and
+        recorded."""
+        calls, begun = [], []
+        for entry in entries:
+            old, here = entry['old'], mine[entry['uuid']]
+            added = dict(old, volumes=[
+                {'name': r['name']} for r in here if r['kind'] == 'volume'],
+                nics=[_nic(r['remove_args']) for r in here
+                      if r['kind'] == 'port'])
+            wanted = node_resources(old)
+            begun.append((wanted, ledger.begin(
+                svc, cluster, self.host, operation_id, wanted,
+                node=entry['uuid'])))
+            calls.append((
+                base.request_id(operation_id, _node_name(entry['uuid']),
+                                'revert'),
+                base.late_ensure(cluster, [(kind, name)
+                                           for kind, name, _ in wanted]),
+                {'node': hostagent_rpcapi.node_request(
+                    old, self.passwords, added),
+                 'owner': old['owner'], 'force': self.force}))
+        answers = svc.agents.request_all(self.host, 'ensure_node', calls,
+                                         operation=operation_id)
+        for entry, (wanted, before), answer in zip(entries, begun, answers,
+                                                   strict=True):
+            old, here = entry['old'], mine[entry['uuid']]
+            if isinstance(answer, Exception):
+                LOG.warning('Could not give node %s its old state back '
+                            'while reverting: %s', old['name'], answer)
+                continue
+            # What this revert made again (empty) was part of the node
+            # before; what this operation added is gone now, removed or
+            # never made.
+            kept = {(kind, name) for kind, name, _ in wanted}
+            ledger.restore(
+                svc, self.host, wanted, before,
+                _keys(answer['removed']) | {
+                    (r['kind'], r['name']) for r in here
+                    if r['kind'] in ('volume', 'port')
+                    and (r['kind'], r['name']) not in kept})
+            _record(svc, entry['uuid'], old['record'])
 
 
-# The most nodes one RemoveNodes task removes: their requests are cast
-# at once and awaited by one thread, so a stage of n nodes has n / 16
-# atoms to save and holds at most 16 * [conductor] workers requests in
-# flight.
-REMOVAL_BATCH = 16
+def _record(svc, uuid, record):
+    svc.db.record_node(uuid, **{k: record[k] for k in records.RECORD_FIELDS})
 
 
 def removal_tasks(entries, force=False):
     """RemoveNodes tasks for the nodes ``entries`` ([{'uuid', 'name',
     'hypervisor', 'rows'}]: ``rows``, the node's recorded resources as
-    dicts), each for at most REMOVAL_BATCH nodes of one hypervisor, named
+    dicts), each for at most BATCH nodes of one hypervisor, named
     ``remove:<hypervisor>:<k>`` (stable for a resume)."""
-    by_host = {}
-    for entry in entries:
-        by_host.setdefault(entry['hypervisor'], []).append(entry)
-    return [RemoveNodes('remove:%s:%d' % (host, start // REMOVAL_BATCH),
-                        here[start:start + REMOVAL_BATCH], force)
-            for host, here in by_host.items()
-            for start in range(0, len(here), REMOVAL_BATCH)]
+    return [RemoveNodes('remove:%s:%d' % key, batch, force)
+            for key, batch in _batches(
+                entries, lambda entry: entry['hypervisor']).items()]
 
 
 class _NodeRemoval:
@@ -372,9 +470,9 @@ class RemoveNodes(task.Task):
         for node in failed:
             node.fail(svc)
         if failed:
-            raise exceptions.NodesNotRemoved(nodes='; '.join(
-                '%s (%s): %s' % (node.name, node.uuid, node.error)
-                for node in failed)) from failed[0].error
+            raise exceptions.NodesNotRemoved(nodes=_failed_nodes(
+                [(node.name, node.uuid, node.error) for node in failed])
+            ) from failed[0].error
         return {'changed': any(node.changed for node in nodes),
                 'changed_names': [node.task_name for node in nodes
                                   if node.changed],

@@ -314,6 +314,10 @@ class AgentTimeout(TenksError):
         super().__init__(message, **kwargs)
 
 
+class NodesNotDeployed(TenksError):
+    msg_fmt = 'Could not make or change node(s) %(nodes)s'
+
+
 class NodesNotRemoved(TenksError):
     msg_fmt = 'Could not remove node(s) %(nodes)s'
 

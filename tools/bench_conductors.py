@@ -269,8 +269,11 @@ class Bench:
                 moments.update(died=now, victim=dead[0])
                 names, moments['done'] = self.watch.tasks(operation_id)
                 moments['total'] = len(names)
+                # Node tasks: each makes a batch of a hypervisor's nodes.
                 moments['nodes'] = sum(name.startswith('node:') for name in
                                        names[:moments['done']])
+                moments['node_tasks'] = sum(name.startswith('node:')
+                                            for name in names)
             [(state, conductor)] = self.watch.operations(
                 [operation_id]).values()
             if 'died' in moments and 'taken' not in moments and \
@@ -391,14 +394,15 @@ def spread(values):
                                  max(values))
 
 
-def half_way(order, count):
+def half_way(order):
     """k of TENKS_FAULT kill:<k>: the task ends (``order``, a full
-    deploy's tasks in the order they succeeded) until half the
-    ``count`` node tasks have ended."""
+    deploy's tasks in the order they succeeded) until half its node
+    tasks (each a batch of a hypervisor's nodes) have ended."""
+    half = math.ceil(sum(name.startswith('node:') for name in order) / 2)
     nodes = 0
     for k, name in enumerate(order, 1):
         nodes += name.startswith('node:')
-        if nodes == math.ceil(count / 2):
+        if nodes == half:
             return k
     raise SystemExit('a full deploy succeeded no node task: %s' % order)
 
@@ -425,13 +429,14 @@ def resumed_table(count, full, k, rows):
           'goal %d %%'
           % (count, spread(full), len(full), k, RESUMED_GOAL * 100))
     print('%-4s %-18s %-12s %10s %10s %9s %10s' % (
-        'run', 'tasks done at kill', 'nodes done', 'takeover s',
+        'run', 'tasks done at kill', 'node tasks', 'takeover s',
         'resumed s', 'of full', 'killed run'))
     for i, m in enumerate(rows, 1):
         resumed = m['ended'] - m['taken']
         print('%-4d %-18s %-12s %10.2f %10.2f %8.0f%% %10.2f' % (
             i, '%d/%d' % (m['done'], m['total']),
-            '%d/%d' % (m['nodes'], count), m['taken'] - m['died'], resumed,
+            '%d/%d' % (m['nodes'], m['node_tasks']), m['taken'] - m['died'],
+            resumed,
             100 * resumed / reference, m['ended'] - m['submitted']))
     share = statistics.median(m['ended'] - m['taken'] for m in rows) \
         / reference
@@ -444,7 +449,7 @@ def measure(bench, args):
     started = time.monotonic()
 
     full = bench.runs(args.runs, args.nodes)
-    k = half_way(full[0]['order'], args.nodes)
+    k = half_way(full[0]['order'])
     if len(full[0]['order']) - k >= k:
         raise SystemExit('kill:%d would kill the resumed flow too: %d '
                          'tasks in all' % (k, len(full[0]['order'])))

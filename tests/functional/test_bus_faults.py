@@ -206,22 +206,22 @@ def deployment(tmp_path, broker, cls=df.Deployment, **options):
     return d
 
 
-def given_up(d, operation_id):
-    """The tasks of the operation's flow that have failed (or are
-    reverted), as its conductor's state database records them (read
-    directly: no call crosses a broker that is down)."""
+def node_tasks(d, operation_id):
+    """{name: whether it failed (or is reverted)} of the node tasks of
+    the operation's flow, each a batch of one hypervisor's nodes, as its
+    conductor's state database records them (read directly: no call
+    crosses a broker that is down)."""
     engine = sa.create_engine(db_api.default_url(
         os.path.join(str(d.tmp), d.conductor_host)))
     atoms, flows = flow_tables.ATOMS, flow_tables.FLOWS
+    query = sa.select(atoms.c.name, atoms.c.state).where(
+        atoms.c.name.startswith('node:'),
+        atoms.c.parent_uuid.in_(sa.select(flows.c.uuid).where(
+            flows.c.parent_uuid == operation_id)))
     try:
         with engine.connect() as conn:
-            return sorted(conn.execute(
-                sa.select(atoms.c.name).where(
-                    atoms.c.state.in_(('FAILURE', 'REVERTING', 'REVERTED')),
-                    atoms.c.parent_uuid.in_(
-                        sa.select(flows.c.uuid).where(
-                            flows.c.parent_uuid == operation_id))))
-                .scalars())
+            return {name: state in ('FAILURE', 'REVERTING', 'REVERTED')
+                    for name, state in conn.execute(query)}
     finally:
         engine.dispose()
 
@@ -350,8 +350,10 @@ def test_deploy_fails_and_reverts_when_the_broker_stays_away(broker,
                 with broker.down():
                     stopped = time.monotonic()
                     held.close()
-                    while len([name for name in given_up(d, operation_id)
-                               if name.startswith('node:')]) < 2:
+                    # Every node task given up (a flow stored has them
+                    # all).
+                    while not all(node_tasks(d, operation_id).values()
+                                  or [False]):
                         assert time.monotonic() - stopped < deadline + 20, (
                             'the deploy still waits for its hostagents '
                             '%.0f s after the broker stopped'

@@ -62,7 +62,8 @@ def test_deploy_list_redeploy_teardown(env, tmp_path):
                                '-f', 'json').stdout)
     assert by_uuid['name'] == node['name'] and by_uuid['macs'] == [mac]
 
-    # Its flow drawn by the real Graphviz: the node's task, done.
+    # Its flow drawn by the real Graphviz: the task of its hypervisor's
+    # nodes, done.
     [deploy] = json.loads(tenks(env, 'operation', 'list', '-f',
                                 'json').stdout)
     svg = tmp_path / 'deploy.svg'
@@ -71,7 +72,7 @@ def test_deploy_list_redeploy_teardown(env, tmp_path):
     assert drawn.returncode == 0, drawn.stderr
     text = html.unescape(svg.read_text())
     assert '<svg' in text
-    assert '>node:%s</text>' % node['uuid'] in text
+    assert '>node:%s:0</text>' % node['hypervisor'] in text
     assert '>done</text>' in text
 
     again = tenks(env, 'deploy', path)

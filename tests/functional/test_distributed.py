@@ -1,6 +1,7 @@
 """Distributed mode on a real RabbitMQ: a conductor and two hostagents as
 separate processes, driven by the CLI and by another service's client."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -272,12 +273,18 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
             path = tmp_path / 'cluster.yaml'
             path.write_text(yaml.safe_dump(env.spec(count=4)))
             err = tmp_path / 'cli.err'
+            # The nodes' BMCs wait until the conductor is stopped: the
+            # deploy is still running then.
+            held = contextlib.ExitStack()
+            for state_dir in d.state_dirs.values():
+                held.enter_context(cf.bmc_changes_held(state_dir))
             with open(err, 'w') as stderr:
                 cli = d.cli_process('-v', 'deploy', str(path),
                                     stderr=stderr)
             try:
                 operation_id = followed(err)
                 d.conductor.stop()
+                held.close()
                 state_db = os.path.join(str(tmp_path / 'deployment'),
                                         d.conductor_host, 'state.sqlite')
                 with sqlite3.connect(state_db) as db:
@@ -290,6 +297,7 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
                 d.conductor.start()
                 out, _ = cli.communicate(timeout=300)
             finally:
+                held.close()
                 cli.kill()
             assert cli.returncode == 0, err.read_text()
             assert 'The conductor answers again' in err.read_text()

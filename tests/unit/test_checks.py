@@ -359,26 +359,29 @@ def test_operations_beyond_max_operations_wait_their_turn(conf, hypervisor):
 
 
 @pytest.mark.parametrize('workers', [1, 3])
-def test_workers_bound_the_tasks_running_at_once(conf, hypervisor, workers):
+def test_workers_bound_the_tasks_running_at_once(conf, hypervisor, workers,
+                                                 monkeypatch):
     """[conductor] workers: tasks running at the same time, across the
     flows of the conductor."""
+    from flows import nodes
     from tenks.cli import embedded
     conf.set_override('workers', workers, group='conductor')
     lock = threading.Lock()
     running, most = [0], [0]
-    real_ensure = hypervisor.ensure
+    real_execute = nodes.ConvergeNodes.execute
 
-    def slow_ensure(kind, name, value=True):
-        if kind == 'domain':
-            with lock:
-                running[0] += 1
-                most[0] = max(most[0], running[0])
-            time.sleep(0.2)
-            with lock:
-                running[0] -= 1
-        return real_ensure(kind, name, value)
+    def slow_execute(task, *args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return real_execute(task, *args, **kwargs)
 
-    hypervisor.ensure = slow_ensure
+    monkeypatch.setattr(nodes.ConvergeNodes, 'execute', slow_execute)
+    # A task a node: three a flow.
+    monkeypatch.setattr(nodes, 'BATCH', 1)
     with embedded.embedded(conf) as conductor:
         first = conductor.deployments.submit(make_spec(count=3,
                                                        cluster='first'))

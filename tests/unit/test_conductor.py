@@ -475,12 +475,13 @@ def two_volumes(count=1):
 
 
 def node_task(conductor, spec, name):
-    """The ConvergeNode of node ``name`` in a deploy of ``spec``,
+    """A ConvergeNodes of node ``name`` alone in a deploy of ``spec``,
     planned and recorded (not run), and its operation id."""
     operation_id, plan = test_flows.planned(conductor, spec)
     [entry] = [e for e in plan['nodes'] if e['name'] == name]
-    return nodes.ConvergeNode(entry, reconcile.bmc_passwords(spec), False,
-                              finishes=True), operation_id
+    return nodes.ConvergeNodes('node:hv1:0', [entry],
+                               reconcile.bmc_passwords(spec),
+                               False), operation_id
 
 
 def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
@@ -493,8 +494,8 @@ def test_revert_without_a_result_follows_the_record(conductor, hypervisor):
     # It recorded what it asks for; the agent made the new volume, then
     # the conductor died.
     conductor.db.begin_resources('unit', 'hv1', operation_id,
-                                 nodes.node_resources(task.entry['new']),
-                                 node=task.uuid)
+                                 nodes.node_resources(task.entries[0]['new']),
+                                 node=task.entries[0]['uuid'])
     hypervisor.things[('volume', 'tk0vol1')] = 1
     task.revert(None, operation_id=operation_id, cluster='unit')
     assert ('volume', 'tk0vol1') not in hypervisor.things
@@ -552,7 +553,8 @@ def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     db.delete_resource('hv1', 'volume', 'tk0vol0')
     task, operation_id = node_task(conductor, two_volumes(), 'tk0')
     result = task.execute(operation_id=operation_id, cluster='unit')
-    assert result['created'] == [('volume', 'tk0vol1')]
+    assert result['nodes'][task.entries[0]['uuid']]['created'] == [
+        ('volume', 'tk0vol1')]
     assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
     assert db.get_resource('hv1', 'volume', 'tk0vol1').operation == (
         operation_id)
@@ -561,7 +563,7 @@ def test_agent_answer_decides_what_a_revert_removes(conductor, hypervisor):
     assert db.get_resource('hv1', 'volume', 'tk0vol0').operation is None
     assert ('volume', 'tk0vol1') not in hypervisor.things
     assert db.get_resource('hv1', 'volume', 'tk0vol1') is None
-    assert db.get_node(task.uuid).volumes == [
+    assert db.get_node(task.entries[0]['uuid']).volumes == [
         {'name': 'tk0vol0', 'capacity': 1024 ** 3, 'format': 'qcow2'}]
 
 
@@ -573,28 +575,31 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
     thing the agent then finds not ours is left, its record dropped."""
     conductor.deployments.deploy(make_spec(count=1))
     db = conductor.db
-    real_request = conductor.agents.request
+    real_request_all = conductor.agents.request_all
 
-    def lost_reply(host, method, request_id, **kwargs):
-        real_request(host, method, request_id, **kwargs)
-        raise exceptions.AgentTimeout(host=host, method=method, timeout=0)
+    def lost_replies(host, method, calls, operation=None):
+        real_request_all(host, method, calls, operation=operation)
+        return [exceptions.AgentTimeout(host=host, method=method, timeout=0)
+                for _ in calls]
 
     def make_tk1():
         task, operation_id = node_task(conductor, make_spec(count=2), 'tk1')
-        monkeypatch.setattr(conductor.agents, 'request', lost_reply)
-        with pytest.raises(exceptions.AgentTimeout):
+        monkeypatch.setattr(conductor.agents, 'request_all', lost_replies)
+        with pytest.raises(exceptions.NodesNotDeployed, match='tk1') as e:
             task.execute(operation_id=operation_id, cluster='unit')
-        monkeypatch.setattr(conductor.agents, 'request', real_request)
+        assert isinstance(e.value.__cause__, exceptions.AgentTimeout)
+        monkeypatch.setattr(conductor.agents, 'request_all',
+                            real_request_all)
         return task, operation_id
 
     task, operation_id = make_tk1()
     assert {(r.kind, r.state, r.operation)
-            for r in db.list_resources(node=task.uuid)} == {
+            for r in db.list_resources(node=task.entries[0]['uuid'])} == {
         (kind, 'creating', operation_id)
         for kind in ('volume', 'port', 'domain', 'bmc')}
     task.revert(None, operation_id=operation_id, cluster='unit')
     assert hypervisor.names('domain') == ['tk0']
-    assert db.list_resources(node=task.uuid) == []
+    assert db.list_resources(node=task.entries[0]['uuid']) == []
     assert [n.name for n in db.list_nodes()] == ['tk0']
 
     # The same, but somebody else's domain now stands there.
@@ -610,7 +615,7 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
     task.revert(None, operation_id=operation_id, cluster='unit')
     assert hypervisor.names('domain') == ['tk0', 'tk1']
     assert hypervisor.names('volume') == ['tk0vol0']
-    assert db.list_resources(node=task.uuid) == []
+    assert db.list_resources(node=task.entries[0]['uuid']) == []
     assert [n.name for n in db.list_nodes()] == ['tk0']
 
 

@@ -1,6 +1,8 @@
 """The fault hook of the flow runner (conductor.faults): off unless asked,
 a task's answer replaced by an error, an action at a task boundary."""
 
+import re
+
 import pytest
 
 from conductor import faults
@@ -35,8 +37,11 @@ def test_a_failed_answer_rolls_the_deploy_back(conductor, hypervisor,
         conductor.deployments.deploy(make_spec(count=1))
     [failed] = raised.value.kwargs['failed_tasks']
     assert failed.startswith('node:')
-    assert ('Injected fault: the answer of hv1 to ensure_node of task %s '
-            'replaced' % failed) in str(raised.value)
+    # The node named, and its request among the task's.
+    assert re.search(
+        r'tk0 \([0-9a-f-]+\): Injected fault: the answer of hv1 to '
+        r'ensure_node \(request [^)]+/node:[0-9a-f-]+/execute\) of task '
+        + re.escape(failed) + ' replaced', str(raised.value))
     assert hypervisor.calls['ensure_domain'] == 1
     assert hypervisor.things == {}
     assert conductor.records.list_clusters() == []

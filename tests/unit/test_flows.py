@@ -55,14 +55,20 @@ def deployable(conductor, spec):
     return all_tasks(deploy.get_deploy_flow(operation_id)), store
 
 
-def test_deploy_flow_has_a_task_per_node_with_stable_names(conductor):
-    operation_id, plan = planned(conductor, make_spec(count=2))
-    names = [t.name for t in all_tasks(deploy.get_deploy_flow(
-        operation_id))]
+def test_deploy_flow_has_a_task_per_batch_with_stable_names(conductor):
+    operation_id, plan = planned(conductor, make_spec(
+        count=nodes.BATCH + 1, ipmi_port_range_end=9000))
+    tasks = all_tasks(deploy.get_deploy_flow(operation_id))
+    names = [t.name for t in tasks]
     assert len(names) == len(set(names))
     assert sorted(names) == sorted(
         ['cluster:deploying', 'pool:hv1:tenks-unit', 'bridge:hv1:brtenks0',
-         'cluster:commit'] + ['node:%s' % e['uuid'] for e in plan['nodes']])
+         'cluster:commit', 'node:hv1:0', 'node:hv1:1'])
+    # Each node in one batch, in the plan's order.
+    batches = [t for t in tasks if isinstance(t, nodes.ConvergeNodes)]
+    assert [e['uuid'] for t in sorted(batches, key=lambda t: t.name)
+            for e in t.entries] == [e['uuid'] for e in plan['nodes']]
+    assert sorted(t.steps for t in batches) == [1, nodes.BATCH]
     # Rebuilding from the stored plan gives the same names (resume).
     again = [t.name for t in all_tasks(deploy.get_deploy_flow(
         operation_id))]
@@ -98,16 +104,20 @@ def test_each_hypervisor_task_makes_its_things_and_its_revert_undoes_them(
         conductor, hypervisor):
     tasks, store = deployable(conductor, make_spec(count=2))
     for t in tasks:
-        if not isinstance(t, (base.EnsureResource, nodes.ConvergeNode)):
+        if not isinstance(t, (base.EnsureResource, nodes.ConvergeNodes)):
             run(t, store)
             continue
         before = state(conductor, hypervisor)
         result, args = run(t, store)
         made = set(hypervisor.things) - set(before[0])
-        if isinstance(t, nodes.ConvergeNode):
-            assert made == node_things(t.entry['name'])
-            assert result['changed'] and len(result['created']) == 4
-            assert conductor.db.get_node(t.uuid).state == 'deployed'
+        if isinstance(t, nodes.ConvergeNodes):
+            assert made == set().union(*(node_things(e['name'])
+                                         for e in t.entries))
+            assert result['changed'] and sorted(result['changed_names']) == (
+                sorted('node:%s' % e['uuid'] for e in t.entries))
+            for e in t.entries:
+                assert len(result['nodes'][e['uuid']]['created']) == 4
+                assert conductor.db.get_node(e['uuid']).state == 'deployed'
         else:
             assert made == {(t.kind, t.resource)}, t.name
             assert result['new'] and result['changed']
@@ -116,10 +126,11 @@ def test_each_hypervisor_task_makes_its_things_and_its_revert_undoes_them(
         t.revert(result=result, **args)
         after = state(conductor, hypervisor)
         assert after[:2] == before[:2], t.name
-        if isinstance(t, nodes.ConvergeNode):
+        if isinstance(t, nodes.ConvergeNodes):
             # A node its operation created, wholly removed, is forgotten.
-            assert conductor.db.get_node(t.uuid) is None
-            conductor.db.add_nodes([t.entry['new']['record']])
+            for e in t.entries:
+                assert conductor.db.get_node(e['uuid']) is None
+            conductor.db.add_nodes([e['new']['record'] for e in t.entries])
         # Again, to go on with what the next tasks need (as a new
         # operation: the agent answers a request id it has seen from its
         # memory).
@@ -139,25 +150,27 @@ def test_reverting_a_node_update_gives_it_back_what_it_had(conductor,
     conductor.deployments.deploy(make_spec(count=1))
     deployed = state(conductor, hypervisor)
     tasks, store = deployable(conductor, bigger())
-    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNode)]
-    assert converge.entry['action'] == 'update'
+    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNodes)]
+    [entry] = converge.entries
+    assert entry['action'] == 'update'
     result, args = run(converge, store)
-    assert result['created'] == [('volume', 'tk0vol1')]
+    assert result['nodes'][entry['uuid']]['created'] == [
+        ('volume', 'tk0vol1')]
     assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 256
-    assert conductor.db.get_node(converge.uuid).memory_mb == 256
+    assert conductor.db.get_node(entry['uuid']).memory_mb == 256
     converge.revert(result=result, **args)
     assert state(conductor, hypervisor) == deployed
 
 
 def test_a_failed_task_removes_only_what_it_began(conductor, hypervisor):
     tasks, store = deployable(conductor, make_spec(count=1))
-    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNode))
+    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNodes))
     for t in tasks[:tasks.index(converge)]:
         run(t, store)
     before = state(conductor, hypervisor)
     # Somebody else's domain of that name: not adopted, not removed.
     hypervisor.fail[('domain', 'tk0')] = fakes.conflict('domain', 'tk0')
-    with pytest.raises(exceptions.ResourceConflict):
+    with pytest.raises(exceptions.NodesNotDeployed, match='tk0'):
         run(converge, store)
     converge.revert(result=failure.Failure.from_exception(
         exceptions.ResourceConflict(kind='d', name='tk0', owner='o',
@@ -167,16 +180,82 @@ def test_a_failed_task_removes_only_what_it_began(conductor, hypervisor):
     # An agent that fails half way undoes its own partial work, but that
     # undo may fail too (libvirt gone): the records stay, and the revert
     # removes what they name, by owner mark.
-    conductor.db.add_nodes([converge.entry['new']['record']])
+    [entry] = converge.entries
+    conductor.db.add_nodes([entry['new']['record']])
     hypervisor.fail[('domain', 'tk0')] = exceptions.DriverError(
         driver='fake', action='define', reason='boom')
     store[base.OPERATION_ID] = 'op-2'
-    with pytest.raises(exceptions.DriverError):
+    with pytest.raises(exceptions.NodesNotDeployed, match='boom'):
         run(converge, store)
-    assert conductor.db.list_resources(node=converge.uuid) != []
+    assert conductor.db.list_resources(node=entry['uuid']) != []
     converge.revert(result=None, **store)
-    assert conductor.db.list_resources(node=converge.uuid) == []
+    assert conductor.db.list_resources(node=entry['uuid']) == []
     assert state(conductor, hypervisor)[:2] == before[:2]
+
+
+def request_batches(conductor, monkeypatch):
+    """[(host, method, requests)] of each request_all the tasks make."""
+    batches = []
+    real = conductor.agents.request_all
+
+    def spy(host, method, calls, operation=None):
+        batches.append((host, method, len(calls)))
+        return real(host, method, calls, operation=operation)
+
+    monkeypatch.setattr(conductor.agents, 'request_all', spy)
+    return batches
+
+
+def test_a_batch_keeps_its_good_nodes_and_names_the_failed_one(
+        conductor, hypervisor, monkeypatch):
+    """A batch's requests go at once; one that fails makes the task fail
+    naming its node alone, once the others are recorded; the revert
+    removes what the operation made of each, in one batch too."""
+    tasks, store = deployable(conductor, make_spec(count=3))
+    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNodes))
+    for t in tasks[:tasks.index(converge)]:
+        run(t, store)
+    before = state(conductor, hypervisor)
+    batches = request_batches(conductor, monkeypatch)
+    hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
+        driver='fake', action='define tk1', reason='disk full')
+    with pytest.raises(exceptions.NodesNotDeployed) as raised:
+        run(converge, store)
+    message = str(raised.value)
+    assert 'tk1 (' in message and 'disk full' in message
+    assert 'tk0' not in message and 'tk2' not in message
+    assert batches == [('hv1', 'ensure_node', 3)]
+    db = conductor.db
+    uuids = {e['name']: e['uuid'] for e in converge.entries}
+    assert [db.get_node(uuids[name]).state for name in ('tk0', 'tk2')] == [
+        'deployed', 'deployed']
+    assert {('domain', 'tk0'), ('domain', 'tk2')} <= set(hypervisor.things)
+    converge.revert(result=failure.Failure.from_exception(raised.value),
+                    **store)
+    assert batches[1:] == [('hv1', 'remove_node', 3)]
+    assert state(conductor, hypervisor)[:2] == before[:2]
+    assert [db.get_node(u) for u in uuids.values()] == [None] * 3
+
+
+def test_a_batch_of_changed_and_new_nodes_is_reverted_node_by_node(
+        conductor, hypervisor, monkeypatch):
+    """tk0 grows, tk1 is new, in one task: the revert gives tk0 its old
+    view back and removes tk1."""
+    conductor.deployments.deploy(make_spec(count=1))
+    deployed = state(conductor, hypervisor)
+    tasks, store = deployable(conductor, bigger(count=2, memory_mb=512))
+    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNodes)]
+    assert sorted(e['action'] for e in converge.entries) == [
+        'create', 'update']
+    batches = request_batches(conductor, monkeypatch)
+    result, args = run(converge, store)
+    assert hypervisor.things[('domain', 'tk0')]['memory_mb'] == 512
+    assert ('domain', 'tk1') in hypervisor.things
+    converge.revert(result=result, **args)
+    assert sorted(batches) == [('hv1', 'ensure_node', 1),
+                               ('hv1', 'ensure_node', 2),
+                               ('hv1', 'remove_node', 1)]
+    assert state(conductor, hypervisor) == deployed
 
 
 def test_node_and_cluster_records_are_restored(conductor, hypervisor):
@@ -185,10 +264,11 @@ def test_node_and_cluster_records_are_restored(conductor, hypervisor):
     # On a deployed cluster, a node's update that finishes it, then
     # reverted, leaves the node deployed with its old sizes.
     tasks, store = deployable(conductor, bigger(memory_mb=512))
-    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNode)]
-    assert converge.finishes
+    [converge] = [t for t in tasks if isinstance(t, nodes.ConvergeNodes)]
+    [entry] = converge.entries
+    assert not entry['enrol']
     result, args = run(converge, store)
-    assert conductor.db.get_node(converge.uuid).memory_mb == 512
+    assert conductor.db.get_node(entry['uuid']).memory_mb == 512
     converge.revert(result=result, **args)
     assert state(conductor, hypervisor) == deployed
 
@@ -196,7 +276,7 @@ def test_node_and_cluster_records_are_restored(conductor, hypervisor):
 def test_reverting_a_new_cluster_forgets_its_records(conductor, hypervisor):
     tasks, store = deployable(conductor, make_spec(count=1))
     mark = tasks[0]
-    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNode))
+    converge = next(t for t in tasks if isinstance(t, nodes.ConvergeNodes))
     marked, mark_args = run(mark, store)
     converged, converge_args = run(converge, store)
     converge.revert(result=converged, **converge_args)
@@ -248,7 +328,7 @@ def test_enrolled_nodes_get_registration_and_post_deploy_tasks(conductor):
     node = p['nodes'][0]
     # Each node: its hypervisor request, then its enrolment.
     assert names.index('ironic_node:openstack:%s' % node['uuid']) > (
-        names.index('node:%s' % node['uuid']))
+        names.index('node:hv1:0'))
     assert 'nova_flavor:openstack:gold' in names
     assert names[-4:] == ['placement:wait', 'placement:aggregates',
                           'placement:check', 'cluster:commit']
@@ -376,7 +456,8 @@ def test_compiling_a_deploy_flow_costs_in_proportion_to_its_nodes(
             cluster='c%d' % count, count=count, ipmi_port_range_end=9000),
             memory_mb=1024 ** 2, free=1024 ** 5)
         flow = deploy.get_deploy_flow(operation_id)
-        assert len(all_tasks(flow)) > count
+        assert sum(t.steps for t in all_tasks(flow)
+                   if isinstance(t, nodes.ConvergeNodes)) == count
         work[count] = _compile_work(flow, monkeypatch)
     # A flat flow of n nodes: n² (16 times the work for 4 times the nodes).
     assert work[400] < 6 * work[100]

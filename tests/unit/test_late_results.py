@@ -261,7 +261,7 @@ def test_late_ensure_credits_only_what_it_created(conductor, hypervisor):
     tk0 = node(db, 'tk0')
     task, operation_id = test_conductor.node_task(
         conductor, test_conductor.two_volumes(), 'tk0')
-    wanted = nodes.node_resources(task.entry['new'])
+    wanted = nodes.node_resources(task.entries[0]['new'])
     db.begin_resources('unit', 'hv1', operation_id, wanted, node=tk0.uuid)
     request_id = late_request(conductor, 'ensure',
                               [(k, n) for k, n, _ in wanted], operation_id)

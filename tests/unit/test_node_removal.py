@@ -181,10 +181,10 @@ def test_a_node_no_longer_ours_is_forgotten_with_a_warning(database):
 def test_nodes_are_split_by_host_and_batch():
     entries = [{'uuid': 'u%d' % i, 'name': 'n%d' % i, 'rows': [],
                 'hypervisor': 'hv%d' % (i % 2)}
-               for i in range(nodes.REMOVAL_BATCH * 2 + 2)]
+               for i in range(nodes.BATCH * 2 + 2)]
     tasks = nodes.removal_tasks(entries)
     assert [(t.name, t.steps) for t in tasks] == [
-        ('remove:hv0:0', nodes.REMOVAL_BATCH), ('remove:hv0:1', 1),
-        ('remove:hv1:0', nodes.REMOVAL_BATCH), ('remove:hv1:1', 1)]
+        ('remove:hv0:0', nodes.BATCH), ('remove:hv0:1', 1),
+        ('remove:hv1:0', nodes.BATCH), ('remove:hv1:1', 1)]
     assert sorted(e['uuid'] for t in tasks for e in t.entries) == sorted(
         e['uuid'] for e in entries)
