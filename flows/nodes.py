@@ -96,9 +96,15 @@ BATCH = 16
 
 def _batches(entries, host_of):
     """{(host, k): the k-th BATCH of ``entries`` of that host}, in the
-    order of ``entries`` (a plan's: stable for a resume)."""
-    by_host = {}
+    order of ``entries`` (a plan's: stable for a resume). A node twice
+    makes no flow: its two requests would share an id, one answer for
+    two waiters."""
+    by_host, seen = {}, set()
     for entry in entries:
+        if entry['uuid'] in seen:
+            raise ValueError('Node %s (%s) is in the plan twice' % (
+                entry['name'], entry['uuid']))
+        seen.add(entry['uuid'])
         by_host.setdefault(host_of(entry), []).append(entry)
     return {(host, start // BATCH): here[start:start + BATCH]
             for host, here in by_host.items()

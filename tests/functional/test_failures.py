@@ -232,9 +232,9 @@ def operations(env, cluster):
 
 
 def test_flow_that_cannot_be_built_fails_its_operation(env, monkeypatch):
-    """A plan whose flow TaskFlow refuses (two atoms of one name) ends
-    the operation failed; nothing stays scheduled, and the same spec
-    deploys once the plan is right."""
+    """A plan whose flow cannot be built (a node in it twice) ends the
+    operation failed; nothing stays scheduled, and the same spec deploys
+    once the plan is right."""
     spec = env.spec(count=1)
     real_plan = planner.plan_deploy
 
@@ -244,11 +244,11 @@ def test_flow_that_cannot_be_built_fails_its_operation(env, monkeypatch):
         return plan, scheduled
 
     monkeypatch.setattr(planner, 'plan_deploy', duplicated)
-    with pytest.raises(Exception, match='duplicate names'):
+    with pytest.raises(Exception, match='is in the plan twice'):
         env.deploy(spec)
     [operation] = operations(env, env.cluster)
     assert operation['state'] == 'failed'
-    assert 'duplicate names' in operation['error']
+    assert 'is in the plan twice' in operation['error']
     assert env.nodes() == []
     assert env.leftovers() == []
 

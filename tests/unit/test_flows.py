@@ -258,6 +258,13 @@ def test_a_batch_of_changed_and_new_nodes_is_reverted_node_by_node(
     assert state(conductor, hypervisor) == deployed
 
 
+def test_a_node_twice_in_a_plan_makes_no_flow(conductor):
+    """Its two requests would share an id: one answer, two waiters."""
+    _, plan = planned(conductor, make_spec(count=1))
+    with pytest.raises(ValueError, match='is in the plan twice'):
+        nodes.converge_tasks(plan['nodes'] * 2, {}, False)
+
+
 def test_node_and_cluster_records_are_restored(conductor, hypervisor):
     conductor.deployments.deploy(make_spec(count=1))
     deployed = state(conductor, hypervisor)
