@@ -186,13 +186,9 @@ class ConvergeNodes(task.Task):
                 svc, cluster, self.host, operation_id, wanted,
                 node=entry['uuid'],
                 new=entry['action'] == constants.CREATE)))
-            calls.append((
-                base.request_id(operation_id, _node_name(entry['uuid'])),
-                base.late_ensure(cluster, [(kind, name)
-                                           for kind, name, _ in wanted]),
-                {'node': hostagent_rpcapi.node_request(
-                    new, self.passwords, entry['old']),
-                 'owner': new['owner'], 'force': self.force}))
+            calls.append(self._ensure_call(
+                operation_id, cluster, 'execute', entry['uuid'], new,
+                entry['old'], wanted))
         answers = svc.agents.request_all(self.host, 'ensure_node', calls,
                                          operation=operation_id)
         done, failed = {}, []
@@ -214,6 +210,18 @@ class ConvergeNodes(task.Task):
                                   for uuid, r in done.items()
                                   if r['changed']],
                 'nodes': done}
+
+    def _ensure_call(self, operation_id, cluster, phase, uuid, view, old,
+                     wanted):
+        """The ensure_node request (see AgentClient.request_all) that
+        brings node ``uuid`` to ``view`` from ``old``; ``wanted``: its
+        node_resources."""
+        return (base.request_id(operation_id, _node_name(uuid), phase),
+                base.late_ensure(cluster, [(kind, name)
+                                           for kind, name, _ in wanted]),
+                {'node': hostagent_rpcapi.node_request(view, self.passwords,
+                                                       old),
+                 'owner': view['owner'], 'force': self.force})
 
     def _finish(self, svc, cluster, operation_id, entry, wanted, before,
                 answer):
@@ -291,14 +299,9 @@ class ConvergeNodes(task.Task):
             begun.append((wanted, ledger.begin(
                 svc, cluster, self.host, operation_id, wanted,
                 node=entry['uuid'])))
-            calls.append((
-                base.request_id(operation_id, _node_name(entry['uuid']),
-                                'revert'),
-                base.late_ensure(cluster, [(kind, name)
-                                           for kind, name, _ in wanted]),
-                {'node': hostagent_rpcapi.node_request(
-                    old, self.passwords, added),
-                 'owner': old['owner'], 'force': self.force}))
+            calls.append(self._ensure_call(
+                operation_id, cluster, 'revert', entry['uuid'], old, added,
+                wanted))
         answers = svc.agents.request_all(self.host, 'ensure_node', calls,
                                          operation=operation_id)
         for entry, (wanted, before), answer in zip(entries, begun, answers,
