@@ -188,6 +188,21 @@ class Operations:
             return None
         return last
 
+    def pauser(self, operation_id, seconds):
+        """A function that waits ``seconds``, or only until the end of
+        the operation, if this process runs it (looked up now: it is
+        forgotten as it ends). One that has ended waits the whole time.
+        """
+        with self._running_mutex:
+            future = self._running.get(operation_id)
+
+        def pause():
+            if future is None or future.done():
+                time.sleep(seconds)
+            else:
+                futures.wait([future], seconds)
+        return pause
+
     def wait(self, operation_id):
         """The result of an operation this process runs, once finished.
 

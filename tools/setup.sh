@@ -26,6 +26,8 @@
 #             /var/lib/tenks-zookeeper (the same on the second backend)
 #   venv      <repo>/.venv with `pip install -e .[test]`, redone only when
 #             setup.cfg / setup.py / pyproject.toml or the venv's Python change
+#   ovs_json  the venv's ovs library uses Debian's compiled JSON parser
+#             (python3-openvswitch's), when built for the venv's Python
 #   virtualpdu  <repo>/.venv-virtualpdu: VirtualPDU, which needs older
 #             pysnmp and pyasn1 than Tenks ([hostagent] virtualpdu_python's
 #             default), redone only when its requirements change
@@ -562,6 +564,35 @@ step_venv() {
     say "venv: installed in $((SECONDS - t0)) s"
 }
 
+# Debian's Open vSwitch Python library (python3-openvswitch, which
+# openvswitch-switch depends on) comes with its compiled JSON parser.
+OVS_SYSTEM_PACKAGE=/usr/lib/python3/dist-packages/ovs
+
+step_ovs_json() {
+    # pip's ovs parses OVSDB's JSON in pure Python: it builds its C parser
+    # only against libopenvswitch's headers, which Debian does not ship.
+    # The first read of a thousand nodes' ports then took a third of a
+    # second of a re-run. Debian's parser, built for the system Python,
+    # is what the venv's ovs loads when the venv runs on that Python.
+    local dir suffix ext
+    dir=$("$VENV/bin/python" -c 'import os, ovs; print(os.path.dirname(ovs.__file__))') \
+        || die "the venv has no ovs package (pip install failed?)"
+    suffix=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    ext=$OVS_SYSTEM_PACKAGE/_json$suffix
+    if [[ ! -e $ext ]]; then
+        rm -f "$dir/_json$suffix"
+        say "ovs_json: none built for this Python in $OVS_SYSTEM_PACKAGE (ovs parses JSON in Python)"
+        return
+    fi
+    [[ $(readlink "$dir/_json$suffix" || true) == "$ext" ]] || ln -sfn "$ext" "$dir/_json$suffix"
+    if "$VENV/bin/python" -c 'import sys, ovs.json; sys.exit(ovs.json.PARSER != ovs.json.PARSER_C)' 2>/dev/null; then
+        say "ovs_json: the venv's ovs uses $ext"
+    else
+        rm -f "$dir/_json$suffix"
+        say "ovs_json: $ext does not load here (ovs parses JSON in Python)"
+    fi
+}
+
 VIRTUALPDU_VENV=$REPO/.venv-virtualpdu
 VIRTUALPDU_REQUIREMENTS=(virtualpdu==2.2.0 'pysnmp-lextudio<6' 'pyasn1<0.6'
     pbr setuptools)
@@ -615,8 +646,8 @@ main() {
 
     local steps=("$@") step
     [[ ${#steps[@]} -gt 0 ]] || steps=(packages kvm virtlogd libvirtd rabbitmq
-        openvswitch postgresql mariadb redis zookeeper venv virtualpdu
-        ironic_snmp openstack)
+        openvswitch postgresql mariadb redis zookeeper venv ovs_json
+        virtualpdu ironic_snmp openstack)
     for step in "${steps[@]}"; do
         declare -F "step_$step" >/dev/null || die "no step '$step'"
         "step_$step"

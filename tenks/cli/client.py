@@ -32,15 +32,19 @@ RECONNECT_TIMEOUT = 600
 EMBEDDED_POLL_INTERVAL = 0.5
 
 
-def poll(get_operation, operation_id, on_update):
-    """The operation once its record says it ended, read every
-    EMBEDDED_POLL_INTERVAL s and handed to ``on_update`` meanwhile."""
+def poll(get_operation, operation_id, on_update, pause=None):
+    """The operation once its record says it ended, read after each
+    ``pause()`` (default: EMBEDDED_POLL_INTERVAL s) and handed to
+    ``on_update`` meanwhile."""
     while True:
         operation = get_operation(operation_id)
         on_update(operation)
         if operation['state'] != states.OPERATION_RUNNING:
             return operation
-        time.sleep(EMBEDDED_POLL_INTERVAL)
+        if pause is None:
+            time.sleep(EMBEDDED_POLL_INTERVAL)
+        else:
+            pause()
 
 
 def transport_url(conf):
@@ -238,10 +242,13 @@ class EmbeddedClient:
              on_update=None):
         """The operation once it has ended (it runs in this process:
         nothing to lose on the way); ``on_update(operation)`` gets its
-        record every EMBEDDED_POLL_INTERVAL s while it runs."""
+        record every EMBEDDED_POLL_INTERVAL s while it runs, and once
+        it ends (at once, not at the next reading)."""
         if on_update is not None:
             poll(functools.partial(self._call, 'get_operation'),
-                 operation_id, on_update)
+                 operation_id, on_update,
+                 pause=self.conductor.operations.pauser(
+                     operation_id, EMBEDDED_POLL_INTERVAL))
         try:
             self.conductor.operations.wait(operation_id)
         except exceptions.TenksError:

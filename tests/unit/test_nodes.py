@@ -109,6 +109,59 @@ def test_bad_request_names_each_field_and_hides_the_password(agent):
     assert 'remove.ports: n0t0 is also wanted' in str(refused.value)
 
 
+def _variants(value):
+    """``value`` with each field in turn replaced by values of other
+    types (and dropped), recursively."""
+    others = [None, True, 0, -1, 1.5, '', 'x', '/x', [], {}, ['x'], {'a': 1}]
+    if isinstance(value, dict):
+        for key, field in value.items():
+            yield {k: v for k, v in value.items() if k != key}
+            for changed in _variants(field):
+                yield dict(value, **{key: changed})
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            for changed in _variants(item):
+                yield value[:i] + [changed] + value[i + 1:]
+    for other in others:
+        if other != value or type(other) is not type(value):
+            yield other
+
+
+@pytest.mark.parametrize('validator, good', [
+    (nodes.NODE_VALIDATOR, node(
+        boot_mode='uefi', secure_boot=True, remove={
+            'volumes': ['old'], 'port_types': {'t': 'linuxbridge'}},
+        volumes=[{'name': 'a', 'capacity': 1, 'format': 'qcow2',
+                  'source': {'path': '/i', 'backing': True}},
+                 {'name': 'b', 'existing': True, 'pool': 'q'},
+                 {'name': 'c', 'capacity': 1, 'format': 'raw',
+                  'source': {'url': 'http://h/i', 'token': 't'}}],
+        bmc={'type': 'redfish', 'address': '127.0.0.1', 'port': 1,
+             'username': 'u', 'password': 'p', 'system_id': 's'})),
+    (nodes.EXPORT_VALIDATOR, {'name': 'n', 'pool': 'p',
+                              'volumes': [{'name': 'v'}]}),
+    (nodes.REMOVE_VALIDATOR, {'name': 'n', 'pool': None,
+                              'volumes': [{'name': 'v'}],
+                              'nics': [{'tap': 't'}]}),
+])
+def test_fast_and_full_checks_agree(validator, good):
+    """A good request passes the fast check alone; on every variant the
+    fast check and jsonschema give the same verdict."""
+    assert validator.problems(good) == []
+    count = 0
+    for variant in _variants(good):
+        full = not any(True for _ in validator.full.iter_errors(variant))
+        try:
+            validator.fast(variant)
+            fast = True
+        except nodes.fastjsonschema.JsonSchemaValueException:
+            fast = False
+        assert fast == full, variant
+        assert (validator.problems(variant) == []) == full
+        count += 1
+    assert count > 50
+
+
 def test_bad_request_is_reported_not_lost(agent):
     agent.ensure_node({}, 'r1', 'c1', {'name': ['x']}, OWNER, False)
     [(request_id, outcome)] = agent.conductor.sent

@@ -202,3 +202,27 @@ def test_the_first_failure_is_recorded_at_once_as_the_error():
     recorder({'node': [1, 2]}, failure='node:tk0: revert failed')
     recorder.flush()
     assert written == [('op-1', {'node': [1, 2]}, 'node:tk1: boom')] * 2
+
+
+def test_a_pause_ends_with_the_operation_it_follows(registry):
+    """The embedded CLI reads an operation's record after each pause: the
+    pause ends as the operation does, not a whole interval later."""
+    release = threading.Event()
+
+    def run(operation_id, on_progress):
+        release.wait(10)
+        return outcome()
+
+    operation_id = start(registry, 'c1', run)
+    pause = registry.pauser(operation_id, 5)
+    threading.Timer(0.2, release.set).start()
+    began = time.monotonic()
+    pause()
+    assert time.monotonic() - began < 2
+    assert registry.db.get_operation(operation_id).state == 'succeeded'
+    # Ended, or not run here: the whole pause, not a busy loop.
+    for pause in (registry.pauser(operation_id, 0.3),
+                  registry.pauser('another', 0.3)):
+        began = time.monotonic()
+        pause()
+        assert time.monotonic() - began >= 0.3

@@ -73,7 +73,7 @@ def _connect(target, timeout):
             helper = idlutils.get_schema_helper(target, 'Open_vSwitch')
             for table, columns in COLUMNS.items():
                 helper.register_columns(table, columns)
-            idl = connection.OvsdbIdl(target, helper)
+            idl = _threaded_idl_class()(target, helper)
             # ovsdbapp keeps one connection per API class: a class of
             # its own for each server.
             cls = type('OvsdbIdl', (impl_idl.OvsdbIdl,), {
@@ -81,6 +81,24 @@ def _connect(target, timeout):
                 'del_port': _del_port})
             api = _APIS[target] = cls(connection.Connection(idl, timeout))
         return api
+
+
+@functools.cache
+def _threaded_idl_class():
+    """ovsdbapp's IDL less its cooperative yield.
+
+    ovsdbapp's IDL sleeps for no time before each row of an update, for
+    eventlet's sake. Threads need no such yield: each sleep hands the GIL
+    to a busy thread, so the first dump of a thousand nodes' ports and
+    interfaces took a second while the hostagent inspected domains and
+    volumes beside it."""
+    from ovsdbapp.backend.ovs_idl import connection
+
+    class ThreadedIdl(connection.OvsdbIdl):
+        def cooperative_yield(self):
+            pass
+
+    return ThreadedIdl
 
 
 def _create_transaction(api, check_error=False, log_errors=True, **kwargs):

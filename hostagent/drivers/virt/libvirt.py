@@ -4,6 +4,7 @@ volumes and domains."""
 import collections
 import contextlib
 import errno
+import functools
 import glob
 import os
 import re
@@ -12,6 +13,7 @@ import tempfile
 import threading
 import urllib.parse
 import uuid
+from concurrent import futures
 from xml.etree import ElementTree as ET
 
 import libvirt
@@ -37,6 +39,10 @@ OWNER_XATTR = 'user.tenks.owner'
 POOL_UUID_NS = uuid.UUID('5f0b3c52-8f59-4a8e-9a41-6c1d2b7e0a10')
 # What a domain's NVRAM file in nvram_dir is called after: <domain>_VARS.fd.
 NVRAM_SUFFIX = '_VARS.fd'
+# libvirt calls in flight at once when reading many domains or volumes.
+READERS = 4
+# volume_infos: a volume made since the pool was listed.
+UNLISTED = object()
 # The socket libvirtd listens on unless told otherwise.
 DEFAULT_SOCKET = '/run/libvirt/libvirt-sock'
 
@@ -152,6 +158,32 @@ def _tenks_mark(marks):
 def _tagged(tags, owner):
     """Whether the LVM ``tags`` of a group or volume carry ``owner``."""
     return any(tenks_names.owns(owner, tag) for tag in tags)
+
+
+def _each(func, items):
+    """[func(item) for item in items], READERS calls at once: a thousand
+    libvirt calls one after the other each wait for libvirtd's answer."""
+    with futures.ThreadPoolExecutor(READERS) as pool:
+        return list(pool.map(func, items))
+
+
+def _inactive_xml(dom):
+    """The domain's defined XML, or None if it was undefined since it
+    was listed."""
+    try:
+        return dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+            raise
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _real_dir(path):
+    """``path`` with its links resolved, once per directory: a domain
+    inspected or defined checks its console log's directory against the
+    configured one, and a thousand realpath calls took half a second."""
+    return os.path.realpath(path)
 
 
 def _disk_dev(index, prefix='vd'):
@@ -978,24 +1010,26 @@ class LibvirtDriver(base.VirtDriver):
                          else tenks_names.owns(owner, _mark(path))
                          for name, path in paths.items()}
             listed = {vol.name(): vol for vol in lvpool.listAllVolumes()}
-            infos, unlisted = {}, []
-            for name in names:
+
+            def info(name):
                 with self._volume_lock(pool, name):
                     vol = listed.get(name)
                     if marks[name] is None or (
                             not marks[name] and self._interrupted(
                                 lvpool, pool, name, owner)):
                         # Missing, or half made (made again by ensure).
-                        infos[name] = None
-                    elif not marks[name]:
-                        infos[name] = states.PART_FOREIGN
-                    elif vol is None:
-                        unlisted.append(name)
-                    else:
-                        infos[name] = self._volume_facts(vol)
+                        return None
+                    if not marks[name]:
+                        return states.PART_FOREIGN
+                    if vol is None:
+                        return UNLISTED
+                    return self._volume_facts(vol)
+
+            infos = dict(zip(names, _each(info, names), strict=True))
         # Ours, made since the listing: read alone.
-        for name in unlisted:
-            infos[name] = self.volume_info(pool, name, owner)
+        for name, found in infos.items():
+            if found is UNLISTED:
+                infos[name] = self.volume_info(pool, name, owner)
         return infos
 
     def existing_volumes(self, pool, names):
@@ -1091,7 +1125,7 @@ class LibvirtDriver(base.VirtDriver):
             return (self._console_log(domain['name'])
                     if domain['console_log_enabled'] else None)
         path = domain['console_log']
-        top = os.path.realpath(tenks_conf.console_log_dir(self.conf))
+        top = _real_dir(tenks_conf.console_log_dir(self.conf))
         if path is not None and os.path.dirname(
                 os.path.realpath(path)) != top:
             raise exceptions.DriverError(
@@ -1266,24 +1300,21 @@ class LibvirtDriver(base.VirtDriver):
         with self._libvirt('read domains') as conn:
             defined = {dom.name(): dom for dom in conn.listAllDomains(0)}
             guests = _guest_machines(conn.getCapabilities())
+            listed = [defined[d['name']] for d in domains
+                      if d['name'] in defined]
+            texts = dict(zip(listed, _each(_inactive_xml, listed),
+                             strict=True))
             changes = {}
             for domain in domains:
                 name = domain['name']
-                dom = defined.get(name)
-                if dom is None:
+                text = texts.get(defined.get(name))
+                if text is None:
+                    # Not defined, or undefined since the listing.
                     changes[name] = None
                     continue
-                try:
-                    # The mark is in the defined XML: one call per domain.
-                    xml = ET.fromstring(dom.XMLDesc(
-                        libvirt.VIR_DOMAIN_XML_INACTIVE))
-                    mark = _xml_owner_mark(xml)
-                except libvirt.libvirtError as e:
-                    # Undefined since the listing.
-                    if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
-                        raise
-                    changes[name] = None
-                    continue
+                # The mark is in the defined XML: one call per domain.
+                xml = ET.fromstring(text)
+                mark = _xml_owner_mark(xml)
                 if not tenks_names.owns(owner, mark):
                     changes[name] = states.PART_FOREIGN
                     continue
