@@ -3,6 +3,8 @@ requests on fake drivers, and the sushy-tools driver's own files."""
 
 import json
 import os
+import shutil
+from concurrent import futures
 
 import pytest
 
@@ -279,10 +281,62 @@ def test_a_system_added_or_removed_touches_its_own_files_only(
     assert listed == []
     del touched[:]
     assert driver.remove_system('n7', owner) is True
-    assert sorted(touched) == ['domains/n7', 'owner', 'systems']
+    assert sorted(touched) == ['domains/n7', 'owner']
     assert not os.path.exists(os.path.join(path, 'allowed', 'u7'))
     assert sushy._all_served(path) == {
         'n%d' % i: 'u%d' % i for i in range(201) if i != 7}
+
+
+def test_systems_removed_at_once_take_the_emulator_with_the_last(
+        conf, monkeypatch):
+    """Removals run side by side (each under its node's lock only): every
+    system goes, and the emulator with the last one, once."""
+    driver = sushy.SushyDriver(conf)
+    owner = 'tenks:c1:uuid'
+    path = driver._dirs.path(owner)
+    os.makedirs(path)
+    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    for i in range(64):
+        sushy._serve(path, 'n%d' % i, 'u%d' % i, None)
+    removed = []
+    monkeypatch.setattr(driver, '_remove', lambda p: (
+        removed.append(p), shutil.rmtree(p)))
+    with futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda i: driver.remove_system(
+            'n%d' % i, owner), range(64)))
+    assert results == [True] * 64
+    assert removed == [path] and not os.path.exists(path)
+    # Asked again once it is gone: nothing to remove, no error.
+    assert driver.remove_system('n0', owner) is False
+
+
+def test_a_removal_keeps_the_emulator_a_new_system_joined(conf,
+                                                          monkeypatch):
+    """The last system's removal finds, under the emulator's lock, the
+    system an ensure served meanwhile: the emulator stays."""
+    driver = sushy.SushyDriver(conf)
+    owner = 'tenks:c1:uuid'
+    path = driver._dirs.path(owner)
+    os.makedirs(path)
+    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    sushy._serve(path, 'n0', 'u0', None)
+    real_empty = sushy._empty
+    looks = []
+
+    def empty(directory):
+        found = real_empty(directory)
+        if not looks:
+            # Empty as the removal looks without the lock; an ensure
+            # serves n1 before it takes it.
+            looks.append(found)
+            sushy._serve(path, 'n1', 'u1', None)
+        return found
+    monkeypatch.setattr(sushy, '_empty', empty)
+    monkeypatch.setattr(driver, '_remove', lambda p: pytest.fail(
+        'the emulator of n1 was removed'))
+    assert driver.remove_system('n0', owner) is True
+    assert looks == [True]
+    assert sushy._all_served(path) == {'n1': 'u1'}
 
 
 def test_an_emulator_of_one_systems_file_is_upgraded(conf):

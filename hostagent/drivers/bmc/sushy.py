@@ -135,24 +135,42 @@ class SushyDriver(base.RedfishDriver):
         return base.ensured(created, changed or restart)
 
     def remove_system(self, domain, owner):
+        """See base. The system's own files go under its node's lock
+        alone (the hostagent's, which every request on the node takes):
+        under the emulator's, which every system shares, a thousand
+        nodes' BMCs were removed one after the other. That lock is taken
+        for what all its systems share: a directory of an older Tenks to
+        upgrade, and the emulator, stopped with its last system."""
         path = self._dirs.path(owner)
-        # Asked of every IPMI node too: no lock where there is nothing.
+        # Asked of every IPMI node too: nothing to read where nothing is.
         if not os.path.isdir(path):
             return False
-        with self._dirs.locked():
+        try:
             self._dirs.check_owner(path, owner)
-            self._upgrade(path)
-            served = _served(path, domain)
-            if served is None:
-                return False
-            _unserve(path, domain, served)
-            media_dir = self._media_dir(path)
-            if os.path.isdir(media_dir):
-                for name in media.files(media_dir, served):
+        except exceptions.ResourceConflict:
+            if not os.path.isdir(path):
+                return False  # gone with its last system meanwhile
+            raise
+        if os.path.exists(os.path.join(path, 'systems')):
+            with self._dirs.locked():
+                self._upgrade(path)
+        served = _served(path, domain)
+        if served is None:
+            return False
+        _unserve(path, domain, served)
+        media_dir = self._media_dir(path)
+        if os.path.isdir(media_dir):
+            for name in media.files(media_dir, served):
+                # Gone if the emulator went with its last other system.
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(name)
-            fault_files.write(path, domain, None)
-            if _empty(os.path.join(path, DOMAINS)):
-                self._remove(path)
+        fault_files.write(path, domain, None)
+        if _empty(os.path.join(path, DOMAINS)):
+            with self._dirs.locked():
+                # Still the last? An ensure may have served another.
+                if os.path.isdir(path) and _empty(os.path.join(path,
+                                                               DOMAINS)):
+                    self._remove(path)
         LOG.info('Redfish emulator %s no longer serves %s',
                  os.path.basename(path), domain)
         return True
@@ -497,9 +515,12 @@ def _named(path, kind, name):
 
 def _empty(directory):
     """Whether ``directory`` has no file (but those daemon_dirs.write is
-    writing), read only as far as the first."""
-    with os.scandir(directory) as entries:
-        return not any(not e.name.endswith('.tmp') for e in entries)
+    writing), read only as far as the first; gone counts as empty."""
+    try:
+        with os.scandir(directory) as entries:
+            return not any(not e.name.endswith('.tmp') for e in entries)
+    except FileNotFoundError:
+        return True
 
 
 def _served(path, domain):
