@@ -91,12 +91,18 @@ def load_driver(namespace, name, conf):
 # The kernel's route types (rtnetlink's RTN_*) of an address that is
 # not one of this host's own unicast addresses.
 ROUTE_TYPES = {3: 'a broadcast address', 5: 'a multicast address'}
+LOOPBACK = '127.0.0.1'
 RTN_LOCAL = 2
 
 
 def address_problem(address):
     """Why ``address`` is not one of this host's own unicast addresses
     (a BMC listens on one, which Ironic dials), or None."""
+    if address == LOOPBACK:
+        # Always the host's own: no need to load pyroute2 (a tenth of a
+        # second of a command) to ask. (Not all of 127.0.0.0/8:
+        # 127.255.255.255 is a broadcast address.)
+        return None
     from pyroute2 import IPRoute
     from pyroute2.netlink import exceptions as netlink_exceptions
     try:
@@ -444,7 +450,8 @@ class HostAgentManager:
                                                    source))],
             busy_ports=[port for port in ipmi_ports
                         if not netutils.udp_port_free(address, port)],
-            host_uplinks=host_uplinks(),
+            # What a mapping may not take: none, none to take.
+            host_uplinks=host_uplinks() if mappings else [],
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
             ipmi_free_bytes=self._ipmi_free_bytes(),
             ipmi_bmc_bytes=self.conf.hostagent.ipmi_bmc_memory_kib * 1024,

@@ -163,6 +163,8 @@ def _tagged(tags, owner):
 def _each(func, items):
     """[func(item) for item in items], READERS calls at once: a thousand
     libvirt calls one after the other each wait for libvirtd's answer."""
+    if len(items) < 2:
+        return [func(item) for item in items]
     with futures.ThreadPoolExecutor(READERS) as pool:
         return list(pool.map(func, items))
 
