@@ -198,7 +198,9 @@ class Operation(Record):
         _column('plan', sa.JSON(), nullable=True),
         _column('spec', sa.JSON(), nullable=True),
         _created(),
-        _column('finished_at', DateTime(), nullable=True))
+        # Indexed, as events' timestamps are: the retention's prune
+        # otherwise reads past every operation's plan to find it.
+        _column('finished_at', DateTime(), nullable=True, index=True))
 
     def as_dict(self):
         """The row for callers: no plan, the spec's BMC password masked."""
@@ -262,7 +264,10 @@ class Event(Record):
     table = sa.Table(
         'tenks_events', metadata,
         _column('id', sa.Integer(), primary_key=True),
-        _column('timestamp', DateTime(), default=now),
+        # Indexed: every conductor start (every embedded command) deletes
+        # those older than the retention; a scan of the table took 80 ms
+        # with 100,000 events.
+        _column('timestamp', DateTime(), default=now, index=True),
         _column('event_type', sa.String(64)),
         _column('priority', sa.String(8)),
         _column('cluster', sa.String(64), index=True),
