@@ -450,7 +450,7 @@ class HostAgentManager:
                                                    source))],
             busy_ports=[port for port in ipmi_ports
                         if not netutils.udp_port_free(address, port)],
-            # What a mapping may not take: none, none to take.
+            # Only a physnet mapping could take an uplink over.
             host_uplinks=host_uplinks() if mappings else [],
             pool_free_bytes=pool_free_bytes(facts['pool_dir']),
             ipmi_free_bytes=self._ipmi_free_bytes(),
