@@ -579,16 +579,21 @@ step_ovs_json() {
         || die "the venv has no ovs package (pip install failed?)"
     suffix=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
     ext=$OVS_SYSTEM_PACKAGE/_json$suffix
+    local link=$dir/_json$suffix
+    if [[ -e $link && ! -L $link ]]; then
+        say "ovs_json: the venv's ovs has its own ($link)"
+        return
+    fi
     if [[ ! -e $ext ]]; then
-        rm -f "$dir/_json$suffix"
+        [[ ! -L $link ]] || rm -f "$link"   # ours, from an earlier run
         say "ovs_json: none built for this Python in $OVS_SYSTEM_PACKAGE (ovs parses JSON in Python)"
         return
     fi
-    [[ $(readlink "$dir/_json$suffix" || true) == "$ext" ]] || ln -sfn "$ext" "$dir/_json$suffix"
+    [[ $(readlink "$link" || true) == "$ext" ]] || ln -sfn "$ext" "$link"
     if "$VENV/bin/python" -c 'import sys, ovs.json; sys.exit(ovs.json.PARSER != ovs.json.PARSER_C)' 2>/dev/null; then
         say "ovs_json: the venv's ovs uses $ext"
     else
-        rm -f "$dir/_json$suffix"
+        rm -f "$link"
         say "ovs_json: $ext does not load here (ovs parses JSON in Python)"
     fi
 }
