@@ -1,6 +1,7 @@
 """Redfish BMCs: scheduling, the plan, Ironic's driver_info, whole-node
 requests on fake drivers, and the sushy-tools driver's own files."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -308,6 +309,27 @@ def test_systems_removed_at_once_take_the_emulator_with_the_last(
     assert removed == [path] and not os.path.exists(path)
     # Asked again once it is gone: nothing to remove, no error.
     assert driver.remove_system('n0', owner) is False
+
+
+def test_a_removal_during_the_emulators_removal_finds_it_gone(
+        conf, monkeypatch):
+    """Another thread is removing the emulator with its last system: its
+    owner file is gone, the rest not yet. A removal (of a node whose BMC
+    it never served, say) waits for that to end, then has nothing to do,
+    instead of calling the directory somebody else's."""
+    driver = sushy.SushyDriver(conf)
+    owner = 'tenks:c1:uuid'
+    path = driver._dirs.path(owner)
+    os.makedirs(os.path.join(path, 'domains'))
+    real_locked = driver._dirs.locked
+
+    @contextlib.contextmanager
+    def locked():
+        with real_locked():
+            shutil.rmtree(path, ignore_errors=True)  # the other's removal
+            yield
+    monkeypatch.setattr(driver._dirs, 'locked', locked)
+    assert driver.remove_system('n9', owner) is False
 
 
 def test_a_removal_keeps_the_emulator_a_new_system_joined(conf,

@@ -148,9 +148,12 @@ class SushyDriver(base.RedfishDriver):
         try:
             self._dirs.check_owner(path, owner)
         except exceptions.ResourceConflict:
-            if not os.path.isdir(path):
-                return False  # gone with its last system meanwhile
-            raise
+            # Maybe being removed with its last system (its owner file
+            # gone first): once that is done, gone; else truly not ours.
+            with self._dirs.locked():
+                if not os.path.isdir(path):
+                    return False
+                self._dirs.check_owner(path, owner)
         if os.path.exists(os.path.join(path, 'systems')):
             with self._dirs.locked():
                 self._upgrade(path)
