@@ -250,15 +250,22 @@ def test_the_allow_list_follows_its_directory(tmp_path):
         assert bad not in allowed
 
 
-def test_a_system_added_or_removed_touches_its_own_files_only(
-        conf, monkeypatch):
-    """The emulator's allow-list costs the same per node in a cluster
-    of any size: no file of all the systems is read or rewritten."""
+def emulator(conf):
+    """(driver, owner, directory) of an emulator directory of cluster c1,
+    made and marked, serving nothing yet."""
     driver = sushy.SushyDriver(conf)
     owner = 'tenks:c1:uuid'
     path = driver._dirs.path(owner)
     os.makedirs(path)
     daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    return driver, owner, path
+
+
+def test_a_system_added_or_removed_touches_its_own_files_only(
+        conf, monkeypatch):
+    """The emulator's allow-list costs the same per node in a cluster
+    of any size: no file of all the systems is read or rewritten."""
+    driver, owner, path = emulator(conf)
     for i in range(200):
         sushy._serve(path, 'n%d' % i, 'u%d' % i, None)
     monkeypatch.setattr(driver, '_pid', lambda path: 1)
@@ -292,11 +299,7 @@ def test_systems_removed_at_once_take_the_emulator_with_the_last(
         conf, monkeypatch):
     """Removals run side by side (each under its node's lock only): every
     system goes, and the emulator with the last one, once."""
-    driver = sushy.SushyDriver(conf)
-    owner = 'tenks:c1:uuid'
-    path = driver._dirs.path(owner)
-    os.makedirs(path)
-    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    driver, owner, path = emulator(conf)
     for i in range(64):
         sushy._serve(path, 'n%d' % i, 'u%d' % i, None)
     removed = []
@@ -336,11 +339,7 @@ def test_a_removal_keeps_the_emulator_a_new_system_joined(conf,
                                                           monkeypatch):
     """The last system's removal finds, under the emulator's lock, the
     system an ensure served meanwhile: the emulator stays."""
-    driver = sushy.SushyDriver(conf)
-    owner = 'tenks:c1:uuid'
-    path = driver._dirs.path(owner)
-    os.makedirs(path)
-    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    driver, owner, path = emulator(conf)
     sushy._serve(path, 'n0', 'u0', None)
     real_empty = sushy._empty
     looks = []
@@ -363,11 +362,7 @@ def test_a_removal_keeps_the_emulator_a_new_system_joined(conf,
 
 def test_an_emulator_of_one_systems_file_is_upgraded(conf):
     """Before issue 23 an emulator's allow-list was one JSON file."""
-    driver = sushy.SushyDriver(conf)
-    owner = 'tenks:c1:uuid'
-    path = driver._dirs.path(owner)
-    os.makedirs(path)
-    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    driver, owner, path = emulator(conf)
     daemon_dirs.write(os.path.join(path, 'systems'),
                       json.dumps({'n0': 'u0', 'n1': 'u1'}))
     assert driver.marked()[0]['systems'] == {'n0': 'u0', 'n1': 'u1'}
@@ -412,11 +407,7 @@ def test_the_emulator_configuration_and_htpasswd(tmp_path, conf):
 
 def test_a_cheaper_htpasswd_hash_is_drift_and_an_ensure_rehashes_it(conf):
     import bcrypt
-    driver = sushy.SushyDriver(conf)
-    owner = 'tenks:c1:uuid'
-    path = driver._dirs.path(owner)
-    os.makedirs(path)
-    daemon_dirs.write(os.path.join(path, 'owner'), owner)
+    driver, owner, path = emulator(conf)
     daemon_dirs.write(os.path.join(path, 'systems'), json.dumps({'n0': UUID}))
     # As Tenks hashed it before issue 19 (bcrypt cost 5).
     cheap = bcrypt.hashpw(b'pw', bcrypt.gensalt(5)).decode()
