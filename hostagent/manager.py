@@ -235,6 +235,11 @@ class HostAgentManager:
         # (kind, name...) -> [lock, requests holding or awaiting it]
         self._things = {}
 
+    def running(self):
+        """The ids of the requests that run now."""
+        with self._lock:
+            return sorted(self._running)
+
     @contextlib.contextmanager
     def _serialised(self, things):
         """Hold the locks of ``things``, taken in sorted order so that

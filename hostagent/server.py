@@ -37,7 +37,29 @@ class HostAgent:
         self._heartbeat.start()
 
     def stop(self):
+        """Take no more requests and let those running finish, for at
+        most graceful_shutdown_timeout seconds. True if some did not (or
+        the bus did not let go): the process must exit without them."""
         self._stopping.set()
+        grace = self.conf.hostagent.graceful_shutdown_timeout
+        stopper = threading.Thread(target=self._stop_server,
+                                   name='stop-server', daemon=True)
+        stopper.start()
+        stopper.join(grace)
+        if not stopper.is_alive():
+            return False
+        running = self.manager.running()
+        if running:
+            LOG.warning('Exiting with %d request(s) still running after '
+                        'graceful_shutdown_timeout (%d s): %s; their '
+                        'conductors see them unanswered', len(running),
+                        grace, ', '.join(running))
+        else:
+            LOG.warning('Exiting: the message bus did not close within '
+                        'graceful_shutdown_timeout (%d s)', grace)
+        return True
+
+    def _stop_server(self):
         self.server.stop()
         self.server.wait()
 

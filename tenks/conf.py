@@ -225,6 +225,12 @@ hostagent_opts = [
                default=10, min=1,
                help='Seconds between the registrations a hostagent sends '
                     'the conductors, with its current facts.'),
+    cfg.IntOpt('graceful_shutdown_timeout',
+               default=60, min=0,
+               help='Seconds a stopping hostagent lets the requests it runs '
+                    'finish. Then it exits without those still running: '
+                    'their conductors see them unanswered, as from a '
+                    'hostagent that was killed, and retry or roll back.'),
     cfg.DictOpt('physnet_mappings',
                 default={},
                 help="physnet:interface mappings of this hypervisor; they "

@@ -1,5 +1,11 @@
 """Run a Tenks service in the foreground until SIGTERM or SIGINT.
 
+A stopping service has its graceful_shutdown_timeout ([conductor] or
+[hostagent]) to finish its work, and STOP_MARGIN seconds more to close
+its connections; then it exits with status 1 whatever still runs (a
+message bus connection that never closes must not keep it alive). A
+second signal makes it exit at once.
+
 A service checks its configuration before it starts anything: every
 option must parse, the state directory must be usable, the drivers must
 exist and a message bus must be configured. Otherwise it prints every
@@ -23,6 +29,8 @@ from oslo_log import log as logging  # noqa: E402
 from tenks import conf as tenks_conf  # noqa: E402
 from tenks import exceptions  # noqa: E402
 from tenks import rpc  # noqa: E402
+
+STOP_MARGIN = 30
 
 # [hostagent] option -> entry point group of its drivers.
 DRIVER_OPTIONS = {'virt_driver': 'tenks.virt_drivers',
@@ -54,8 +62,16 @@ def run(name, factory, argv=None):
         bus.cleanup()
         sys.exit('tenks-%s: not starting: %s' % (name, e))
     stopping = threading.Event()
+
+    def on_signal(*_):
+        if stopping.is_set():
+            os.write(2, b'tenks-%s: signalled again, exiting now\n'
+                     % name.encode())
+            os._exit(1)
+        stopping.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stopping.set())
+        signal.signal(signum, on_signal)
     try:
         service.start()
     except exceptions.JobboardError as e:
@@ -65,12 +81,50 @@ def run(name, factory, argv=None):
         'tenks-%s started as %s on %s', name, conf[name].host,
         bus.url.split('@')[-1])
     stopping.wait()
-    if service.stop():
-        # Operations handed back still run in threads that would keep
-        # the process alive: their flows are persisted, so just go.
-        logging.getLogger(__name__).info('tenks-%s stopped', name)
+    log = logging.getLogger(__name__)
+    limit = conf[name].graceful_shutdown_timeout + STOP_MARGIN
+    outcome = stop(service, bus, limit)
+    if outcome == STOPPED:
+        log.info('tenks-%s stopped', name)
+        return
+    if outcome == LEFT_RUNNING:
+        # Work handed back (a conductor's operations, persisted) or cut
+        # off (a hostagent's requests) still runs in threads that would
+        # keep the process alive: just go.
+        log.info('tenks-%s stopped', name)
         os._exit(0)
-    bus.cleanup()
+    if outcome is None:
+        log.error('tenks-%s did not stop within %d s; exiting', name, limit)
+    os._exit(1)
+
+
+STOPPED, LEFT_RUNNING, FAILED = 'stopped', 'left running', 'failed'
+
+
+def stop(service, bus, limit):
+    """Stop ``service``, then close ``bus``, within ``limit`` seconds.
+
+    Returns STOPPED; LEFT_RUNNING if the service's stop says work still
+    runs in its threads; FAILED if its stop raised (logged); None if
+    the stop still runs after ``limit``.
+    """
+    outcome = []
+
+    def stopping():
+        try:
+            if service.stop():
+                outcome.append(LEFT_RUNNING)
+                return
+            bus.cleanup()
+            outcome.append(STOPPED)
+        except Exception:
+            logging.getLogger(__name__).exception('Could not stop cleanly')
+            outcome.append(FAILED)
+
+    stopper = threading.Thread(target=stopping, name='stop', daemon=True)
+    stopper.start()
+    stopper.join(limit)
+    return outcome[0] if outcome else None
 
 
 def validate(conf, name):

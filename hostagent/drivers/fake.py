@@ -48,6 +48,7 @@ def simulate(conf, action):
     """Simulate the cost of ``action`` and, at [fake] failure_rate, its
     failure (before anything changed)."""
     if conf.fake.latency:
+        LOG.debug('Simulating %s: %s s', action, conf.fake.latency)
         time.sleep(conf.fake.latency)
     if conf.fake.failure_rate and random.random() < conf.fake.failure_rate:
         raise exceptions.DriverError(

@@ -53,6 +53,14 @@ def rabbitmqctl(*args):
     SHARED.ctl(*args)
 
 
+def wait_for_text(path, text, timeout=60):
+    """Until the file ``path`` (a pathlib.Path) holds ``text``."""
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.1)
+
+
 class Service:
     """One tenks-conductor or tenks-hostagent process; ``memory``: the
     report file of a memory_probe to run it in (None: none)."""

@@ -22,10 +22,12 @@ class SimulatedCluster:
     pathlib.Path). ``conductor_options`` and ``agent_options``: lines
     added to their [conductor] and [hostagent] sections; ``fake``:
     lines of the hostagents' [fake] section. ``openstack``: the
-    endpoints of the cloud the conductor uses (openstack_fixtures)."""
+    endpoints of the cloud the conductor uses (openstack_fixtures);
+    ``agent_defaults``: lines of the hostagents' [DEFAULT] section."""
 
     def __init__(self, tmp, agents, broker=df.SHARED, conductor_options='',
-                 agent_options='', fake='', threads=None, openstack=None):
+                 agent_options='', fake='', threads=None, openstack=None,
+                 agent_defaults=''):
         self.token = secrets.token_hex(3)
         self.tmp = tmp
         self.broker = broker
@@ -63,7 +65,7 @@ physnet_mappings = physnet1:lo
 %s
 [fake]
 %s''' % (host, n, tmp / host / 'pools', tmp / host / 'deployments',
-         agent_options, fake), pool)
+         agent_options, fake), pool + agent_defaults)
             for n, host in enumerate(self.hosts)]
 
     def _service(self, name, host, section, defaults=''):

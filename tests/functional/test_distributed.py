@@ -247,17 +247,10 @@ def _kill_agent_mid_deploy(d, env):
         assert operation['state'] == 'succeeded', operation['error']
 
 
-def wait_for_text(path, text, timeout=60):
-    deadline = time.monotonic() + timeout
-    while text not in path.read_text():
-        assert time.monotonic() < deadline, path.read_text()
-        time.sleep(0.1)
-
-
 def followed(path):
     """The id of the operation a CLI run with -v and its stderr in
     ``path`` follows, once it does."""
-    wait_for_text(path, 'Following operation ')
+    df.wait_for_text(path, 'Following operation ')
     return path.read_text().split('Following operation ')[1].split()[0]
 
 
@@ -292,7 +285,7 @@ def test_stopped_conductor_hands_back_and_resumes(tmp_path):
                         'SELECT state FROM tenks_operations WHERE id = ?',
                         (operation_id,)).fetchall()
                 assert state == 'running'
-                wait_for_text(err, 'No answer from the conductor about '
+                df.wait_for_text(err, 'No answer from the conductor about '
                                    'operation %s' % operation_id)
                 d.conductor.start()
                 out, _ = cli.communicate(timeout=300)
@@ -345,7 +338,7 @@ def test_cli_follows_its_operation_through_a_broker_outage(
     try:
         operation_id = followed(err)
         proxy.stop()
-        wait_for_text(err, 'No answer from the conductor about operation '
+        df.wait_for_text(err, 'No answer from the conductor about operation '
                            '%s' % operation_id)
         time.sleep(5)
         proxy.start()

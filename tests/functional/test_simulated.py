@@ -3,7 +3,10 @@ tenks-hostagent processes, many nodes, and Ironic managing a simulated
 node over real Redfish."""
 
 import collections
+import pathlib
+import signal
 import sqlite3
+import time
 
 from tests.functional import distributed_fixtures as df
 from tests.functional import openstack_fixtures as of
@@ -76,3 +79,45 @@ def test_ironic_manages_a_simulated_node_over_redfish(
                             .glob('simrf-*'))
         finally:
             of.remove_ironic_nodes(cloud, prefix)
+
+
+def _first_change_runs(cluster, cluster_name):
+    """Deploy one node on a hypervisor whose changes take minutes, and
+    return once the hostagent runs the deploy's first change."""
+    cluster.api.deploy_cluster(ADMIN, cluster.spec(cluster_name, 1))
+    df.wait_for_text(pathlib.Path(cluster.agents[0].log), 'Simulating ')
+
+
+def test_a_stopping_hostagent_exits_after_its_grace(tmp_path):
+    # Each simulated change takes 300 s: the stop finds one running.
+    with sf.SimulatedCluster(
+            tmp_path, 1, agent_options='graceful_shutdown_timeout = 2',
+            fake='latency = 300', agent_defaults='debug = True\n',
+            conductor_options='graceful_shutdown_timeout = 0\n') as cluster:
+        _first_change_runs(cluster, 'simstop')
+        agent = cluster.agents[0]
+        started = time.monotonic()
+        agent.process.send_signal(signal.SIGTERM)
+        assert agent.process.wait(60) == 0
+        assert time.monotonic() - started < 30
+        log = pathlib.Path(agent.log).read_text()
+        assert ('request(s) still running after graceful_shutdown_timeout '
+                '(2 s)') in log, log
+
+
+def test_a_second_signal_stops_a_draining_conductor_at_once(tmp_path):
+    with sf.SimulatedCluster(
+            tmp_path, 1, agent_options='graceful_shutdown_timeout = 0',
+            fake='latency = 300', agent_defaults='debug = True\n',
+            conductor_options='graceful_shutdown_timeout = 600\n'
+            ) as cluster:
+        _first_change_runs(cluster, 'simsig')
+        conductor = cluster.conductor
+        conductor.process.send_signal(signal.SIGTERM)
+        # It drains: the deploy waits for the hostagent's change.
+        time.sleep(2)
+        assert conductor.process.poll() is None
+        conductor.process.send_signal(signal.SIGTERM)
+        assert conductor.process.wait(30) == 1
+        assert 'tenks-conductor: signalled again, exiting now' in (
+            pathlib.Path(conductor.log).read_text())
