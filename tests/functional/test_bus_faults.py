@@ -279,7 +279,7 @@ def test_deploy_completes_after_a_short_broker_outage(broker, tmp_path):
                     with broker.down():
                         # The agents finish the nodes meanwhile.
                         held.close()
-                        td.wait_for_text(
+                        df.wait_for_text(
                             err, 'No answer from the conductor about '
                                  'operation %s' % operation_id)
                         time.sleep(5)
