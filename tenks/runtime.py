@@ -26,11 +26,44 @@ def hide_eventlet():
 
 
 def use_threads():
-    """Select oslo.service's threading backend; hide eventlet."""
+    """Select oslo.service's threading backend; hide eventlet; stop idle
+    worker threads at once."""
     hide_eventlet()
     from oslo_service import backend
     if backend.get_backend_type() is None:
         backend.init_backend(backend.BackendType.THREADING)
+    _wake_stopped_workers()
+
+
+def _wake_stopped_workers():
+    """Make a stopped futurist worker that waits for work stop at once.
+
+    oslo.messaging's RPC servers run requests on futurist thread pools,
+    whose idle workers wait for work a second at a time and notice a stop
+    only then: stopping a server, which joins its workers, took a second.
+    Embedded mode used to shorten that wait to 10 ms instead, and its two
+    servers' 128 idle workers then woke 12,800 times a second: a quarter
+    of the CPU of a 1,000-node deploy, a third of a teardown's. Now a
+    stopped worker is also handed an empty work item, which wakes it (a
+    busy one exits after its work, as before, and leaves the item).
+    """
+    import futurist
+    from futurist import _thread
+    from futurist import _utils
+    stop = _thread.ThreadWorker.stop
+    if getattr(stop, 'wakes', False):
+        return
+
+    def stop_and_wake(worker):
+        stop(worker)
+        worker.work_queue.put(_utils.WorkItem(futurist.Future(), _nothing))
+
+    stop_and_wake.wakes = True
+    _thread.ThreadWorker.stop = stop_and_wake
+
+
+def _nothing():
+    pass
 
 
 def tune_malloc():

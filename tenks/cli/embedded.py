@@ -9,7 +9,6 @@ over RabbitMQ in distributed mode.
 
 import contextlib
 
-from futurist import _thread as futurist_thread
 from oslo_log import log as logging
 
 from conductor import conductor as tenks_conductor
@@ -32,10 +31,6 @@ def embedded(conf, exits=False, check_policy=False):
     is left to do: the RPC servers are not stopped, which would only
     wait for their listeners' next polls.
     """
-    # The RPC servers' idle worker threads poll for work every second,
-    # and stopping a server (and exiting the process) joins them: that
-    # second would be most of a short command's run time.
-    futurist_thread.ThreadWorker.MAX_IDLE_FOR = 0.01
     bus = rpc.Bus(conf, url=rpc.EMBEDDED_TRANSPORT_URL)
     agent = hostagent_server.HostAgent(conf, bus)
     conductor = tenks_conductor.Conductor(conf, bus, check_policy)
