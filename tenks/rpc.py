@@ -211,6 +211,13 @@ class Bus:
             self.transport, target, endpoints,
             access_policy=messaging.DefaultRPCAccessPolicy)
 
+    def stopping(self):
+        """A context in which this bus's servers stop at once (see
+        memory_transport.stopping; nothing over a broker)."""
+        if self.embedded:
+            return memory_transport.stopping()
+        return contextlib.nullcontext()
+
     def cleanup(self):
         self.transport.cleanup()
         for name in ('notification_transport', 'delivery_transport'):

@@ -49,9 +49,10 @@ def embedded(conf, exits=False, check_policy=False):
         if exits:
             conductor.drain()
         else:
-            conductor.stop()
-            agent.stop()
-            bus.cleanup()
+            with bus.stopping():
+                conductor.stop()
+                agent.stop()
+                bus.cleanup()
 
 
 def _register(conductor, agent, host):
