@@ -3,6 +3,7 @@ these machines have no openvswitch kernel module), libvirt, virtualbmc
 and a standalone Ironic."""
 
 import contextlib
+import logging
 import subprocess
 import threading
 
@@ -313,4 +314,24 @@ def test_ports_made_at_once_share_transactions_and_keep_their_marks(env):
         vsctl('--if-exists', 'del-port', taps[3])
         for tap in taps[:3] + taps[4:]:
             driver.remove_port(tap, owner)
+        driver.remove_bridge(bridge, owner)
+
+
+def test_an_interface_ovs_vswitchd_cannot_open_is_logged(env, caplog):
+    """A port's request waits for ovs-vswitchd to apply it and logs the
+    interfaces it could not add, as ovs-vsctl does (here: no such
+    device)."""
+    driver = openvswitch.OpenvSwitchDriver(env.conf)
+    owner = 'tenks:%s:x' % env.cluster
+    bridge = env.bridge_prefix + '0'
+    missing = 'p-%s0-9' % env.node_prefix
+    driver.ensure_bridge(bridge, owner)
+    try:
+        with caplog.at_level(logging.ERROR, logger=openvswitch.__name__):
+            driver._transaction(*driver._add_port(bridge, missing, owner))
+        assert int(ovs_get('interface', missing, 'ofport')) == -1
+        assert ('ovs-vswitchd failed to add the interfaces %s' % missing
+                in caplog.text)
+    finally:
+        vsctl('--if-exists', 'del-port', missing)
         driver.remove_bridge(bridge, owner)

@@ -343,14 +343,27 @@ class OpenvSwitchDriver(base.NetworkDriver):
                 return
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
-        added = [uuid for uuid in txn.interfaces if uuid is not None]
-        failed = [row['name'] for row in (api.db_list(
-            'Interface', added, columns=['name', 'ofport'],
-            if_exists=True).execute(check_error=True) if added else [])
-            if row['ofport'] in ([], -1, [-1])]
+        failed = self._failed_interfaces(
+            [uuid for uuid in txn.interfaces if uuid is not None])
         if failed:
             LOG.error('ovs-vswitchd failed to add the interfaces %s',
                       ', '.join(failed))
+
+    def _failed_interfaces(self, uuids):
+        """The names of the interfaces ``uuids`` that ovs-vswitchd could
+        not add (OpenFlow port -1).
+
+        Through the IDL's rows by UUID: ovsdbapp's db_list matches the
+        records it is given with the table's index, the interfaces'
+        names, so given UUIDs it read every interface of the bridge and
+        found none, for each request."""
+        from ovsdbapp.backend.ovs_idl import idlutils
+        api = self._api()
+        with api.ovsdb_connection.lock:
+            rows = api.idl.tables['Interface'].rows
+            return [row.name for row in map(rows.get, uuids)
+                    if row is not None and idlutils.get_column_value(
+                        row, 'ofport') in ([], -1, [-1])]
 
     def _add_port(self, bridge, name, owner, **interface):
         """Commands adding the marked port ``name`` to ``bridge``."""
