@@ -74,6 +74,16 @@ def config(largest):
                 -(-largest * NODE_MEMORY_MB // memory_mb)))
 
 
+def rcu_expedited():
+    """Whether the kernel expedites RCU grace periods: ovs-vswitchd
+    waits one for each port it removes (README, Scale)."""
+    try:
+        with open('/sys/kernel/rcu_expedited') as f:
+            return 'on' if f.read().strip() == '1' else 'off'
+    except OSError:
+        return 'unknown'
+
+
 def available_kib():
     with open('/proc/meminfo') as f:
         for line in f:
@@ -185,9 +195,10 @@ def main():
             f.write(config(largest))
         print('Options (%s):\n  %s' % (conf_path, re.sub(
             '\n', '\n  ', config(largest).strip())))
-        print('%d vCPU, %d MiB of memory' % (
-            os.cpu_count(), os.sysconf('SC_PHYS_PAGES') * os.sysconf(
-                'SC_PAGE_SIZE') // 1024 ** 2))
+        print('%d vCPU, %d MiB of memory; the kernel\'s expedited RCU '
+              'grace periods %s' % (
+                  os.cpu_count(), os.sysconf('SC_PHYS_PAGES') * os.sysconf(
+                      'SC_PAGE_SIZE') // 1024 ** 2, rcu_expedited()))
         print()
         print('%-6s %-12s %9s %9s %12s %8s' % (
             'nodes', 'phase', 'command s', 'inside s', 'ms per node',

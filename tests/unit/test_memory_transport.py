@@ -96,3 +96,36 @@ def test_messages_still_arrive_while_stopping(consumer):
             _drain(connection, 1)
         publisher.join()
     assert received == [{'n': 3}]
+
+
+def test_a_fanout_message_wakes_the_consumers_of_every_bound_queue():
+    exchange = kombu.Exchange('test-%s' % uuid.uuid4().hex, type='fanout')
+    received = {}
+    with kombu.Connection('memory://') as first, \
+            kombu.Connection('memory://') as second:
+        consumers = []
+        for n, connection in enumerate((first, second)):
+            queue = kombu.Queue('test-%s' % uuid.uuid4().hex, exchange)
+            consumers.append(connection.Consumer(
+                queue, callbacks=[lambda body, message, n=n: (
+                    received.setdefault(n, body), message.ack())]))
+            consumers[-1].consume()
+
+        def publish():
+            time.sleep(0.2)
+            with kombu.Connection('memory://') as connection:
+                connection.Producer().publish({'n': 4}, exchange=exchange)
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        outcome = {}
+        drainers = [threading.Thread(target=lambda n=n, c=c: outcome.update(
+            {n: _drain(c, 30)})) for n, c in enumerate((first, second))]
+        for drainer in drainers:
+            drainer.start()
+        for drainer in drainers + [publisher]:
+            drainer.join(30)
+        for consumer in consumers:
+            consumer.cancel()
+    assert received == {0: {'n': 4}, 1: {'n': 4}}
+    assert all(not timed_out and took < 10
+               for took, timed_out in outcome.values())
