@@ -90,28 +90,26 @@ def _nothing(self, *args):
     return False
 
 
-def _null(driver_class, **methods):
-    """``driver_class`` with each of its abstract methods doing nothing
-    but ``methods``."""
-    body = dict.fromkeys(driver_class.__abstractmethods__, _nothing)
-    body.update(methods)
-    return type('Null' + driver_class.__name__, (driver_class,), body)
+def _null(driver_class):
+    """``driver_class`` with each of its abstract methods doing nothing."""
+    return type('Null' + driver_class.__name__, (driver_class,),
+                dict.fromkeys(driver_class.__abstractmethods__, _nothing))
 
 
-def _null_virt_init(self, conf):
-    base.VirtDriver.__init__(self, conf)
-    self.handled = Counter()
+class NullVirt(_null(base.VirtDriver)):
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        self.handled = Counter()
+
+    def facts(self):
+        return {'libvirt_version': '0', 'cpus': 1, 'memory_mb': 1}
+
+    def ensure_volume(self, pool, name, capacity, fmt, owner):
+        self.handled.add()
+        return base.ensured(True)
 
 
-def _null_ensure_volume(self, pool, name, capacity, fmt, owner):
-    self.handled.add()
-    return base.ensured(True)
-
-
-NullVirt = _null(base.VirtDriver, __init__=_null_virt_init,
-                 facts=lambda self: {'libvirt_version': '0', 'cpus': 1,
-                                     'memory_mb': 1},
-                 ensure_volume=_null_ensure_volume)
 NullNetwork = _null(base.NetworkDriver)
 NullBmc = _null(base.BmcDriver)
 NullRedfish = _null(base.RedfishDriver)
