@@ -386,22 +386,34 @@ class StateDB:
         record."""
         if not nodes:
             return []
+        things = {}
+        for _, hypervisor, resources in nodes:
+            things.setdefault(hypervisor, []).extend(resources)
+        uuids = [uuid for uuid, _, _ in nodes]
 
         def forget():
-            events = []
+            # A few statements for all the nodes, not a few for each: the
+            # writer's lock is held while each one runs, and a thousand
+            # nodes' teardown held it for ten seconds statement by
+            # statement, each waiting for its thread's turn to run.
             with writing(self.engine) as conn:
-                for uuid, hypervisor, resources in nodes:
-                    if resources:
-                        conn.execute(*self._deleting(hypervisor, resources))
-                    # Not DELETE ... RETURNING: MySQL has none.
-                    node = models.Node.from_row(conn.execute(
-                        sa.select(NODES).where(NODES.c.uuid == uuid)).first())
-                    if node is None or not conn.execute(sa.delete(
-                            NODES).where(NODES.c.uuid == uuid)).rowcount:
-                        events.append(None)
-                        continue
-                    events.append(event(node))
-                    conn.execute(sa.insert(EVENTS).values(**events[-1]))
+                for hypervisor, keys in things.items():
+                    if keys:
+                        conn.execute(*self._deleting(hypervisor, keys))
+                # Locked until the commit on a database server: a node
+                # another transaction forgets meanwhile is either found
+                # and deleted here, or not found (no second event).
+                found = {row.uuid: models.Node.from_row(row)
+                         for row in conn.execute(sa.select(NODES).where(
+                             NODES.c.uuid.in_(uuids)).with_for_update())}
+                if found:
+                    conn.execute(sa.delete(NODES).where(
+                        NODES.c.uuid.in_(list(found))))
+                events = [event(found[uuid]) if uuid in found else None
+                          for uuid in uuids]
+                recorded = [e for e in events if e is not None]
+                if recorded:
+                    conn.execute(sa.insert(EVENTS), recorded)
             return events
         return reconnecting(self.engine, forget)
 

@@ -194,6 +194,39 @@ def test_nodes_are_forgotten_with_their_events_in_one_transaction(
     engine.dispose()
 
 
+def test_forgetting_more_nodes_runs_no_more_statements(tmp_path):
+    """A batch of nodes is forgotten in the same few statements as one
+    node: each statement holds the writers' lock (a thousand nodes'
+    teardown held it for ten seconds, statement by statement)."""
+    from tests.unit.test_node_listing import node
+    engine = upgraded_engine(tmp_path)
+    db = db_api.StateDB(engine)
+    statements = []
+    sa.event.listen(engine, 'before_cursor_execute',
+                    lambda *args: statements.append(1))
+
+    def forget(indexes):
+        records = [node('c', i) for i in indexes]
+        db.add_nodes(records)
+        for record in records:
+            db.begin_resources('c', 'hv1', 'op', [
+                (kind, record['name'], {}) for kind in ('domain', 'bmc')],
+                node=record['uuid'], new=True)
+        statements.clear()
+        events = db.forget_nodes([
+            (record['uuid'], 'hv1', [(kind, record['name'])
+                                     for kind in ('domain', 'bmc')])
+            for record in records], delete_end)
+        assert [e['payload'] for e in events] == [
+            {'name': r['name']} for r in records]
+        return len(statements)
+
+    assert forget(range(1, 17)) == forget([20])
+    assert db.list_resources('c') == [] and db.list_nodes() == []
+    assert len(db.list_events('c')) == 17
+    engine.dispose()
+
+
 def test_a_node_is_forgotten_with_its_last_records(tmp_path):
     """A teardown's node: the records of what its hostagent removed go
     in the commit that forgets it, also when its record has gone; other
