@@ -51,11 +51,15 @@ class AgentClient:
             raise answer
         return answer
 
-    def request_all(self, host, method, calls, operation=None):
+    def request_all(self, host, method, calls, operation=None,
+                    answered=None):
         """Run ``method`` on ``host``'s agent once for each of ``calls``
         ([(request id, late, keyword arguments)]), all cast at once and
         awaited together by the calling thread; each as ``request``.
-        Returns, in order, each call's result or the error it got."""
+        Returns, in order, each call's result or the error it got.
+        ``answered(i, answer)``, if given, is called in the calling
+        thread as the answer to ``calls[i]`` comes (its result, or the
+        error it brought)."""
         started = time.time()
         deadline = started + self.timeout * (self.retries + 1)
         waits = [self.waiters.register(request_id)
@@ -70,8 +74,7 @@ class AgentClient:
                     unsent[i] = self._send(
                         waits[i], ends, host, method, request_id,
                         operation=operation, deadline=deadline, **kwargs)
-                futures.wait([waits[i] for i in waiting],
-                             max(0, ends - time.time()))
+                _await(waits, waiting, ends, answered)
                 waiting = [i for i in waiting if not waits[i].done()]
                 if not waiting:
                     break
@@ -121,3 +124,19 @@ class AgentClient:
             pause = min(rpc.RESEND_INTERVAL, until - time.time())
             if pause <= 0 or futures.wait([future], pause).done:
                 return why
+
+
+def _await(waits, indexes, until, answered):
+    """Wait until the futures ``waits[i]`` (i in ``indexes``) are done
+    or ``until`` passes; ``answered(i, result or error)`` as each one
+    is (None: no call)."""
+    timeout = max(0, until - time.time())
+    if answered is None:
+        futures.wait([waits[i] for i in indexes], timeout)
+        return
+    index = {waits[i]: i for i in indexes}
+    try:
+        for done in futures.as_completed(index, timeout):
+            answered(index[done], done.exception() or done.result())
+    except futures.TimeoutError:
+        pass

@@ -5,8 +5,10 @@ TaskFlow tables of the state database; the flow detail records the
 factory and every atom's state and result.
 """
 
+import threading
 from concurrent import futures
 
+from oslo_log import log as logging
 from taskflow import engines
 from taskflow import exceptions as tf_exceptions
 from taskflow import states
@@ -14,7 +16,10 @@ from taskflow.persistence import models
 
 from conductor import faults
 from conductor import flow_store
+from flows import context
 from tenks import exceptions
+
+LOG = logging.getLogger(__name__)
 
 
 def stage(atom_name):
@@ -46,6 +51,37 @@ class RunReport:
         for name, count in steps.items():
             self.progress.setdefault(stage(name), [0, 0])[1] += count
         self.on_progress = on_progress
+        # Steps of running tasks told before they ended (see step): the
+        # engine's thread and the tasks' threads both count.
+        self._told = {}
+        self._lock = threading.Lock()
+
+    def step(self, name, count=1):
+        """Task ``name`` did ``count`` more of its steps; what it ends
+        with counts what it did not tell (flows.context.step)."""
+        with self._lock:
+            told = self._told.get(name, 0)
+            count = min(count, self.steps.get(name, 0) - told)
+            if count <= 0:
+                return
+            self._told[name] = told + count
+            self.progress[stage(name)][0] += count
+        try:
+            self._report()
+        except Exception as e:
+            # A progress not written costs the task nothing (as a
+            # failing listener of the engine's does).
+            LOG.warning('Could not record the progress of %s: %s', name, e)
+
+    def _report(self, failure=None):
+        # Outside the lock: the progress is written to the database
+        # (conductor.progress), which may wait for other writers.
+        if self.on_progress is None:
+            return
+        if failure is None:
+            self.on_progress(self.progress)
+        else:
+            self.on_progress(self.progress, failure=failure)
 
     def on_atom(self, state, details):
         name = details['task_name']
@@ -57,14 +93,14 @@ class RunReport:
                 elif result.get('changed'):
                     self.changed.append(name)
                 self.warnings += result.get('warnings', [])
-            self.progress[stage(name)][0] += self.steps[name]
-            if self.on_progress is not None:
-                self.on_progress(self.progress)
+            with self._lock:
+                self.progress[stage(name)][0] += (
+                    self.steps[name] - self._told.pop(name, 0))
+            self._report()
         elif state == states.FAILURE:
             self.failures.append((name, details['result']))
-            if self.on_progress is not None:
-                self.on_progress(self.progress, failure='%s: %s' % (
-                    name, details['result'].exception_str))
+            self._report(failure='%s: %s' % (
+                name, details['result'].exception_str))
 
 
 class FlowRunner:
@@ -85,7 +121,7 @@ class FlowRunner:
         engine = engines.load_from_factory(
             factory, factory_kwargs=factory_kwargs, store=store, book=book,
             backend=self.backend, **self._options())
-        return self._run(engine, on_progress, resumed=False)
+        return self._run(operation_id, engine, on_progress, resumed=False)
 
     def _flow_detail(self, operation_id):
         try:
@@ -110,21 +146,22 @@ class FlowRunner:
                 'it stopped, before recording why')
         engine = engines.load_from_detail(flow_detail, backend=self.backend,
                                           **self._options())
-        return self._run(engine, on_progress, resumed=True)
+        return self._run(operation_id, engine, on_progress, resumed=True)
 
     def _options(self):
         # TaskFlow's parallel engine, quicker to compile (conductor.engine).
         return {'engine': 'tenks-parallel', 'executor': self.executor}
 
-    def _run(self, engine, on_progress, resumed):
+    def _run(self, operation_id, engine, on_progress, resumed):
         try:
-            return self._run_engine(engine, on_progress, resumed)
+            return self._run_engine(operation_id, engine, on_progress,
+                                    resumed)
         finally:
             # Its records stay in the database; the store's memory of
             # them goes.
             self.backend.get_connection().forget(engine.storage.flow_uuid)
 
-    def _run_engine(self, engine, on_progress, resumed):
+    def _run_engine(self, operation_id, engine, on_progress, resumed):
         engine.compile()
         engine.prepare()
         graph = engine.compilation.execution_graph
@@ -146,7 +183,8 @@ class FlowRunner:
         if fault is not None:
             fault.arm(engine, resumed)
         try:
-            engine.run()
+            with context.reporting(operation_id, outcome):
+                engine.run()
         except tf_exceptions.WrappedFailure as e:
             raise self._failed(outcome, e) from None
         except Exception as e:

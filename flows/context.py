@@ -13,6 +13,9 @@ import threading
 _installed = None
 # Clients that replace the installed ones in one thread (see replaced).
 _local = threading.local()
+# The progress of the flows this process runs, by operation id (see
+# reporting).
+_reports = {}
 
 
 @dataclasses.dataclass
@@ -58,3 +61,26 @@ def reading(db):
         yield
     finally:
         _local.clients = before
+
+
+@contextlib.contextmanager
+def reporting(operation_id, report):
+    """Within the block, ``report`` (with a method ``step(atom name,
+    count)``) hears of the steps the tasks of operation
+    ``operation_id`` do before they end (see step)."""
+    _reports[operation_id] = report
+    try:
+        yield
+    finally:
+        _reports.pop(operation_id, None)
+
+
+def step(operation_id, atom_name, count=1):
+    """Tell the progress of operation ``operation_id`` that its task
+    ``atom_name`` did ``count`` more of its steps (a node of a batch):
+    a big cluster's batches all run at once and end together, so their
+    ends alone said nothing until the last moments. Nothing when the
+    operation's flow is not running here (a task run on its own)."""
+    report = _reports.get(operation_id)
+    if report is not None:
+        report.step(atom_name, count)

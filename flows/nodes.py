@@ -189,8 +189,10 @@ class ConvergeNodes(task.Task):
             calls.append(self._ensure_call(
                 operation_id, cluster, 'execute', entry['uuid'], new,
                 entry['old'], wanted))
-        answers = svc.agents.request_all(self.host, 'ensure_node', calls,
-                                         operation=operation_id)
+        answers = svc.agents.request_all(
+            self.host, 'ensure_node', calls, operation=operation_id,
+            answered=lambda i, answer: _stepped(operation_id, self.name,
+                                                answer))
         done, failed = {}, []
         for entry, (wanted, before), answer in zip(
                 self.entries, begun, answers, strict=True):
@@ -326,6 +328,14 @@ class ConvergeNodes(task.Task):
 
 def _record(svc, uuid, record):
     svc.db.record_node(uuid, **{k: record[k] for k in records.RECORD_FIELDS})
+
+
+def _stepped(operation_id, task_name, answer, *fine):
+    """Count a node of task ``task_name`` done in the operation's
+    progress (flows.context.step) if the hostagent's ``answer`` is no
+    error, or one of the ``fine`` errors."""
+    if not isinstance(answer, Exception) or isinstance(answer, fine):
+        context.step(operation_id, task_name)
 
 
 def removal_tasks(entries, force=False):
@@ -466,10 +476,18 @@ class RemoveNodes(task.Task):
                 if node.error is None and turn < len(node.hosts):
                     by_host.setdefault(node.hosts[turn], []).append(node)
             for host, here in sorted(by_host.items()):
+                # A node is a step done once its last host answered.
+                last = [node.hosts[-1] == host for node in here]
+
+                def answered(i, answer, last=last):
+                    if last[i]:
+                        _stepped(operation_id, self.name, answer,
+                                 exceptions.ResourceConflict)
+
                 answers = svc.agents.request_all(
                     host, 'remove_node',
                     [node.call(operation_id, cluster, host) for node in here],
-                    operation=operation_id)
+                    operation=operation_id, answered=answered)
                 for node, answer in zip(here, answers, strict=True):
                     node.answered(svc, host, answer)
         failed = [node for node in nodes if node.error is not None]

@@ -86,6 +86,21 @@ def test_each_request_ends_on_its_own():
     assert late.kept == {'lost': {'effects': []}}
 
 
+def test_each_answer_is_told_as_it_comes():
+    answers = {'ok': {'changed': True},
+               'bad': {'type': 'DriverError', 'message': 'no disk'}}
+    agent_client, bus, _ = client(answers, answer_after=3, retries=0)
+    told = []
+    agent_client.request_all('hv1', 'remove_node', [
+        ('lost', {'effects': []}, {}), ('bad', None, {}), ('ok', None, {})],
+        operation='op', answered=lambda i, answer: told.append((i, answer)))
+    # Each answered one once, its error or result; the lost one never.
+    assert sorted(i for i, _ in told) == [1, 2]
+    answered = dict(told)
+    assert isinstance(answered[1], exceptions.DriverError)
+    assert answered[2] == {'changed': True}
+
+
 def test_one_request_raises_what_its_agent_reported():
     answers = {'bad': {'type': 'ResourceConflict', 'message': 'not ours'}}
     agent_client, _, _ = client(answers, answer_after=1, retries=0)

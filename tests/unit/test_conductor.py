@@ -577,8 +577,8 @@ def test_unanswered_request_keeps_its_record_for_the_revert(conductor,
     db = conductor.db
     real_request_all = conductor.agents.request_all
 
-    def lost_replies(host, method, calls, operation=None):
-        real_request_all(host, method, calls, operation=operation)
+    def lost_replies(host, method, calls, **kwargs):
+        real_request_all(host, method, calls, **kwargs)
         return [exceptions.AgentTimeout(host=host, method=method, timeout=0)
                 for _ in calls]
 

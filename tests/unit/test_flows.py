@@ -7,6 +7,7 @@ from taskflow.types import failure
 
 from conductor import planner
 from flows import base
+from flows import context
 from flows import deploy
 from flows import nodes
 from flows import post_deploy
@@ -198,9 +199,9 @@ def request_batches(conductor, monkeypatch):
     batches = []
     real = conductor.agents.request_all
 
-    def spy(host, method, calls, operation=None):
+    def spy(host, method, calls, **kwargs):
         batches.append((host, method, len(calls)))
-        return real(host, method, calls, operation=operation)
+        return real(host, method, calls, **kwargs)
 
     monkeypatch.setattr(conductor.agents, 'request_all', spy)
     return batches
@@ -219,8 +220,13 @@ def test_a_batch_keeps_its_good_nodes_and_names_the_failed_one(
     batches = request_batches(conductor, monkeypatch)
     hypervisor.fail[('domain', 'tk1')] = exceptions.DriverError(
         driver='fake', action='define tk1', reason='disk full')
-    with pytest.raises(exceptions.NodesNotDeployed) as raised:
-        run(converge, store)
+    told = types.SimpleNamespace(steps=[])
+    told.step = lambda name, count=1: told.steps.append((name, count))
+    with context.reporting(store[base.OPERATION_ID], told):
+        with pytest.raises(exceptions.NodesNotDeployed) as raised:
+            run(converge, store)
+    # The operation's progress heard of each good node as it was made.
+    assert told.steps == [(converge.name, 1)] * 2
     message = str(raised.value)
     assert 'tk1 (' in message and 'disk full' in message
     assert 'tk0' not in message and 'tk2' not in message

@@ -26,12 +26,17 @@ class Agents:
         self.conflicting = conflicting
         self.asked = []
 
-    def request_all(self, host, method, calls, operation=None):
+    def request_all(self, host, method, calls, operation=None,
+                    answered=None):
         assert method == 'remove_node'
         self.asked.append((host, [kwargs['node']['name']
                                   for _, _, kwargs in calls]))
-        return [self._answer(host, kwargs['node']['name'])
-                for _, _, kwargs in calls]
+        answers = [self._answer(host, kwargs['node']['name'])
+                   for _, _, kwargs in calls]
+        for i, answer in enumerate(answers):
+            if answered is not None:
+                answered(i, answer)
+        return answers
 
     def _answer(self, host, name):
         if host == self.failing and self.failing_node in (None, name):
@@ -176,6 +181,40 @@ def test_a_node_no_longer_ours_is_forgotten_with_a_warning(database):
     assert warning.startswith('Left parts of node c1 on hv2')
     assert database.list_resources('c') == []
     assert database.get_node(record['uuid']) is None
+
+
+class Steps:
+    """An operation's progress: the steps told, with the nodes still
+    recorded at each."""
+
+    def __init__(self, db):
+        self.db = db
+        self.told = []
+
+    def step(self, name, count=1):
+        self.told.append((name, count, len(self.db.list_nodes())))
+
+
+def test_each_node_removed_is_a_step_as_its_last_host_answers(database):
+    """Told before the batch ends (its records go then): a node moved
+    once its last host answered; a node not ours too; a failed one
+    not."""
+    moved = add_node(database, 0, ['hv1', 'hv2'])
+    records = [moved] + [add_node(database, i, ['hv2']) for i in (1, 2)]
+    rows = [r.as_dict() for r in database.list_resources('c')]
+    install(database, Agents('hv2', failing_node=records[2]['name']))
+    [task] = nodes.removal_tasks([entry(r, rows) for r in records])
+    steps = Steps(database)
+    with context.reporting('op2', steps):
+        with pytest.raises(exceptions.NodesNotRemoved):
+            task.execute('op2', 'c')
+    assert steps.told == [(task.name, 1, 3), (task.name, 1, 3)]
+    steps.told.clear()
+    install(database, Agents(conflicting='hv2'))
+    with context.reporting('op3', steps):
+        [task] = nodes.removal_tasks([entry(records[2], rows)])
+        task.execute('op3', 'c')
+    assert steps.told == [(task.name, 1, 1)]
 
 
 def test_nodes_are_split_by_host_and_batch():

@@ -204,6 +204,36 @@ def test_the_first_failure_is_recorded_at_once_as_the_error():
     assert written == [('op-1', {'node': [1, 2]}, 'node:tk1: boom')] * 2
 
 
+def test_a_progress_write_under_way_holds_no_other_thread_up(
+        monkeypatch):
+    """A task telling its steps does not wait while another thread's
+    write of the progress waits for the database; the next write has
+    the progress as it is then."""
+    written, writing, release = [], threading.Event(), threading.Event()
+
+    def write(operation_id, progress, failure):
+        writing.set()
+        release.wait(10)
+        written.append(progress)
+
+    recorder = progress.ProgressRecorder(
+        types.SimpleNamespace(set_operation_progress=write), 'op-1')
+    monkeypatch.setattr(recorder, 'INTERVAL', 0)
+    counts = {'remove': [1, 3]}
+    writer = threading.Thread(target=recorder, args=(counts,))
+    writer.start()
+    assert writing.wait(10)
+    counts['remove'][0] = 2
+    began = time.monotonic()
+    recorder(counts)
+    assert time.monotonic() - began < 1
+    release.set()
+    writer.join()
+    counts['remove'][0] = 3
+    recorder.flush()
+    assert written == [{'remove': [1, 3]}, {'remove': [3, 3]}]
+
+
 def test_a_pause_ends_with_the_operation_it_follows(registry):
     """The embedded CLI reads an operation's record after each pause: the
     pause ends as the operation does, not a whole interval later."""

@@ -11,6 +11,7 @@ from taskflow.persistence import models
 from taskflow.utils import iter_utils
 
 from conductor import runner as flow_runner
+from flows import context
 from flows import stages
 from tenks import exceptions
 from tenks.db import api as db_api
@@ -69,6 +70,56 @@ def test_a_run_reports_changes_warnings_and_progress(runner):
     assert outcome.warnings == ['slow disk']
     assert progress[-1] == {'domain': [2, 2], 'bmc': [1, 1]}
     assert len(progress) == 3
+
+
+class Batch(task.Task):
+    """A task of ``steps`` steps that tells the progress of operation
+    ``operation`` of the first ``told`` of them as it does them."""
+
+    def __init__(self, name, operation, steps, told):
+        super().__init__(name=name)
+        self.operation = operation
+        self.steps = steps
+        self.told = told
+
+    def execute(self):
+        for _ in range(self.told):
+            context.step(self.operation, self.name)
+        return {'changed': True}
+
+
+def two_batches(operation):
+    """remove:h:0 (3 nodes, told one by one) then remove:h:1 (3 nodes,
+    one told): a batch tells more than it has, the second."""
+    return linear_flow.Flow('teardown').add(
+        Batch('remove:h:0', operation, 3, 3),
+        Batch('remove:h:1', operation, 3, 1))
+
+
+def test_a_task_tells_its_steps_as_it_does_them(runner):
+    progress = []
+    outcome = runner.run('op-2', 'teardown:c1', two_batches,
+                         {'operation': 'op-2'}, {},
+                         on_progress=lambda p: progress.append(
+                             p['remove'][0]))
+    # Each step as it was told; an end adds what its task did not tell.
+    assert progress == [1, 2, 3, 3, 4, 6]
+    assert outcome.progress == {'remove': [6, 6]}
+    # Another operation's steps, or a step more than a task has, count
+    # for nothing.
+    report = flow_runner.RunReport({'remove:h:0': 2})
+    with context.reporting('op-3', report):
+        context.step('op-4', 'remove:h:0')
+        context.step('op-3', 'remove:h:0', 5)
+    assert report.progress == {'remove': [2, 2]}
+    context.step('op-3', 'remove:h:0')
+    assert report.progress == {'remove': [2, 2]}
+    # A progress that cannot be written costs the task nothing.
+    report = flow_runner.RunReport({'remove:h:0': 2},
+                                   on_progress=lambda p: 1 / 0)
+    with context.reporting('op-5', report):
+        context.step('op-5', 'remove:h:0')
+    assert report.progress == {'remove': [1, 2]}
 
 
 def test_a_failure_is_rolled_back_and_named(runner):
