@@ -12,22 +12,31 @@ command (the operation, from its record), the cost per node, and the
 hypervisor memory each node takes (MemAvailable before the deploy less
 after, over the nodes). Needs root and tools/setup.sh done.
 
+With --distributed, the command runs against a tenks-conductor and a
+tenks-hostagent on this machine's RabbitMQ instead (started as the
+functional tests start them, the options in their configuration files):
+no start-up in the command, and two processes' CPU.
+
 With --ipmi, the IPMI BMCs instead: tools/bench_ipmi.py at each size (one
 IPMI host serving them all, each BMC asked once), and from the growth
 between the sizes the memory and CPU each BMC costs and how many fit in
 a GiB ([hostagent] ipmi_bmc_memory_kib).
 
     .venv/bin/python tools/scale.py [--sizes 100 1000] [--redfish-port 8790]
+        [--distributed]
     .venv/bin/python tools/scale.py --ipmi [--sizes 100 1000]
 """
 
 import argparse
+import contextlib
 import os
+import pathlib
 import re
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import yaml
 from benchmark import operation_seconds
@@ -59,19 +68,24 @@ def spec(size, cluster, redfish_port, bridge_type):
     }
 
 
-def config(largest):
-    """The [hostagent] options a cluster of ``largest`` nodes needs on
-    this machine: its volumes counted thin, and ratios that let its
-    nodes' vCPUs and memory be allocated (they are defined, not run)."""
+def options(largest):
+    """{section: its lines} of the options a cluster of ``largest``
+    nodes needs on this machine: tasks in flight, its volumes counted
+    thin, and ratios that let its nodes' vCPUs and memory be allocated
+    (they are defined, not run)."""
     cpus = os.cpu_count()
     memory_mb = os.sysconf('SC_PHYS_PAGES') * os.sysconf(
         'SC_PAGE_SIZE') // 1024 ** 2
-    return ('[conductor]\nworkers = 64\n'
-            '[hostagent]\nthin_volumes = true\n'
-            'vcpu_inventory = allocation_ratio:%d\n'
-            'memory_mb_inventory = allocation_ratio:%d\n' % (
-                -(-largest // cpus),
-                -(-largest * NODE_MEMORY_MB // memory_mb)))
+    return {'conductor': 'workers = 64\n',
+            'hostagent': 'thin_volumes = true\n'
+                         'vcpu_inventory = allocation_ratio:%d\n'
+                         'memory_mb_inventory = allocation_ratio:%d\n' % (
+                             -(-largest // cpus),
+                             -(-largest * NODE_MEMORY_MB // memory_mb))}
+
+
+def config(largest):
+    return ''.join('[%s]\n%s' % item for item in options(largest).items())
 
 
 def rcu_expedited():
@@ -92,10 +106,66 @@ def available_kib():
     raise RuntimeError('no MemAvailable in /proc/meminfo')
 
 
-def run(*args):
-    """Wall-clock seconds of ``tenks args``."""
+class Embedded:
+    """The ``tenks`` command as a user runs it on its own: the options in
+    ``conf_path``, a state directory for each size under ``tmp``."""
+
+    def __init__(self, tmp, conf_path):
+        self.tmp = tmp
+        self.conf_path = conf_path
+        self.env = None
+
+    def state_dir(self, size):
+        return os.path.join(self.tmp, 'state-%d' % size)
+
+    def args(self, size):
+        return ['--config-file', self.conf_path, '--state-dir',
+                self.state_dir(size)]
+
+
+class Distributed:
+    """The ``tenks`` command against a running tenks-conductor and
+    tenks-hostagent (tests/functional/distributed_fixtures)."""
+
+    def __init__(self, deployment):
+        self.deployment = deployment
+        self.env = dict(os.environ, TENKS_TRANSPORT_URL=deployment.url)
+
+    def state_dir(self, size):
+        return str(self.deployment.tmp / self.deployment.conductor_host)
+
+    def args(self, size):
+        return []
+
+
+@contextlib.contextmanager
+def distributed(tmp, largest):
+    """A Distributed whose services have the ``options``."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    # futurist imports eventlet, which warns that it is deprecated
+    # although Tenks never uses it.
+    warnings.filterwarnings('ignore', message='(?s).*Eventlet is deprecated')
+    from tests.functional import distributed_fixtures as df
+    deployment = df.Deployment(pathlib.Path(tmp) / 'services', agents=1,
+                               agent_timeout=300)
+    for name, service in deployment.services.items():
+        # tenks-conductor's [conductor], tenks-hostagent's [hostagent].
+        section = name.split('-')[0]
+        header = '[%s]\n' % section
+        path = pathlib.Path(service.config)
+        path.write_text(path.read_text().replace(
+            header, header + options(largest)[section], 1))
+    with deployment:
+        yield Distributed(deployment)
+
+
+def run(tenks, *args):
+    """Wall-clock seconds of ``tenks args`` (``tenks``: an Embedded or a
+    Distributed)."""
     started = time.monotonic()
-    done = subprocess.run([TENKS, *args], capture_output=True, text=True)
+    done = subprocess.run([TENKS, *args], capture_output=True, text=True,
+                          env=tenks.env)
     elapsed = time.monotonic() - started
     if done.returncode:
         raise RuntimeError('tenks %s failed:\n%s%s' % (
@@ -103,11 +173,11 @@ def run(*args):
     return elapsed
 
 
-def measure(tmp, size, redfish_port, conf_path):
+def measure(tmp, size, redfish_port, tenks):
     """{phase: (wall s, inside s)} and memory KiB per node of ``size``."""
-    state_dir = os.path.join(tmp, 'state-%d' % size)
+    state_dir = tenks.state_dir(size)
     cluster = 'rscale-%d' % size
-    common = ['--config-file', conf_path, '--state-dir', state_dir]
+    common = tenks.args(size)
     paths = {}
     grown = size + int(size * GROWTH)
     # A Linux bridge holds 1,022 nodes (the kernel's limit on its ports).
@@ -130,11 +200,11 @@ def measure(tmp, size, redfish_port, conf_path):
                 ('teardown', ['teardown', cluster])):
             if phase == 'teardown':
                 memory = (before - available_kib()) / size
-            wall = run(*common, *args)
+            wall = run(tenks, *common, *args)
             figures[phase] = (wall, operation_seconds(state_dir))
     except BaseException:
         subprocess.run([TENKS, *common, 'teardown', cluster],
-                       capture_output=True)
+                       capture_output=True, env=tenks.env)
         raise
     return figures, memory
 
@@ -184,17 +254,28 @@ def main():
     parser.add_argument('--redfish-port', type=int, default=8790)
     parser.add_argument('--ipmi', action='store_true',
                         help='Measure IPMI BMCs instead.')
+    parser.add_argument('--distributed', action='store_true',
+                        help='Run the command against a tenks-conductor '
+                        'and a tenks-hostagent on RabbitMQ.')
     args = parser.parse_args()
     if args.ipmi:
         ipmi(args.sizes)
         return
     largest = max(args.sizes) + int(max(args.sizes) * GROWTH)
-    with tempfile.TemporaryDirectory(prefix='tenks-scale-') as tmp:
+    with tempfile.TemporaryDirectory(prefix='tenks-scale-') as tmp, (
+            distributed(tmp, largest) if args.distributed
+            else contextlib.nullcontext()) as services:
         conf_path = os.path.join(tmp, 'tenks.conf')
         with open(conf_path, 'w') as f:
             f.write(config(largest))
-        print('Options (%s):\n  %s' % (conf_path, re.sub(
-            '\n', '\n  ', config(largest).strip())))
+        tenks = services or Embedded(tmp, conf_path)
+        print('Options (%s%s):\n  %s' % (
+            conf_path, ', in the services\' configuration files'
+            if services else '', re.sub(
+                '\n', '\n  ', config(largest).strip())))
+        print('The command runs %s' % (
+            'against a tenks-conductor and a tenks-hostagent on RabbitMQ'
+            if services else 'in embedded mode'))
         print('%d vCPU, %d MiB of memory; the kernel\'s expedited RCU '
               'grace periods %s' % (
                   os.cpu_count(), os.sysconf('SC_PHYS_PAGES') * os.sysconf(
@@ -205,8 +286,7 @@ def main():
             'target'))
         per_node = {}
         for size in args.sizes:
-            figures, memory = measure(tmp, size, args.redfish_port,
-                                      conf_path)
+            figures, memory = measure(tmp, size, args.redfish_port, tenks)
             for phase, (wall, inside) in figures.items():
                 changed = (int(size * GROWTH) if '10 %' in phase
                            else size)
