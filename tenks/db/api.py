@@ -409,8 +409,11 @@ class StateDB:
                 if found:
                     conn.execute(sa.delete(NODES).where(
                         NODES.c.uuid.in_(list(found))))
-                events = [event(found[uuid]) if uuid in found else None
-                          for uuid in uuids]
+                events = []
+                for uuid in uuids:
+                    # Popped: a node named twice has one event.
+                    node = found.pop(uuid, None)
+                    events.append(None if node is None else event(node))
                 recorded = [e for e in events if e is not None]
                 if recorded:
                     conn.execute(sa.insert(EVENTS), recorded)
