@@ -12,6 +12,7 @@ from pyroute2 import IPRoute
 
 from hostagent.drivers.network import openvswitch
 from tenks import exceptions
+from tenks import states
 from tenks.cli import embedded
 from tests.functional import cluster_fixtures as cf
 from tests.functional import openstack_fixtures as of
@@ -335,3 +336,43 @@ def test_an_interface_ovs_vswitchd_cannot_open_is_logged(env, caplog):
     finally:
         vsctl('--if-exists', 'del-port', missing)
         driver.remove_bridge(bridge, owner)
+
+
+def test_what_a_reading_command_sees_is_what_the_idl_sees(env, monkeypatch):
+    """A process with no IDL yet (a re-run's inspection) reads ports and
+    bridges in one transaction and builds none; it finds what a driver
+    with an IDL finds: a bridge of one port (which OVSDB sends as a
+    bare UUID), of two, another owner's port, a port that is missing."""
+    driver = openvswitch.OpenvSwitchDriver(env.conf)
+    owner = 'tenks:%s:x' % env.cluster
+    one, two = env.bridge_prefix + '0', env.bridge_prefix + '1'
+    taps = ['p-%s%d-0' % (env.node_prefix, i) for i in range(4)]
+    wanted = [{'tap': taps[0], 'bridge': one}, {'tap': taps[1], 'bridge': two},
+              {'tap': taps[2], 'bridge': two}, {'tap': taps[3], 'bridge': one}]
+    driver.ensure_bridge(one, owner)
+    driver.ensure_bridge(two, owner)
+    try:
+        driver.ensure_port(one, taps[0], owner)
+        driver.ensure_port(two, taps[1], owner)
+        vsctl('add-port', two, taps[2], '--', 'set', 'interface', taps[2],
+              'type=internal')
+        seen = (driver.port_changes(wanted, owner),
+                driver.bridge_changes([one, two, env.bridge_prefix + '9'],
+                                      owner))
+        assert seen == ({taps[0]: [], taps[1]: [],
+                         taps[2]: states.PART_FOREIGN, taps[3]: None},
+                        {one: [], two: [], env.bridge_prefix + '9': None})
+        with monkeypatch.context() as m:
+            m.setattr(openvswitch, '_APIS', {})
+            m.setattr(openvswitch, '_connect', lambda *a: pytest.fail(
+                'a read built an IDL'))
+            fresh = openvswitch.OpenvSwitchDriver(env.conf)
+            assert (fresh.port_changes(wanted, owner), fresh.bridge_changes(
+                [one, two, env.bridge_prefix + '9'], owner)) == seen
+            assert openvswitch._APIS == {}
+    finally:
+        vsctl('--if-exists', 'del-port', taps[2])
+        for tap in taps[:2]:
+            driver.remove_port(tap, owner)
+        driver.remove_bridge(one, owner)
+        driver.remove_bridge(two, owner)

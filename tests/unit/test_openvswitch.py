@@ -3,7 +3,14 @@ through the conductor and the hostagent, and what the Open vSwitch
 driver reads (its writes meet the real Open vSwitch in
 tests/functional/test_openvswitch.py)."""
 
+import contextlib
+import json
 import os
+import socket
+import threading
+import time
+import types
+import uuid
 
 import pytest
 
@@ -234,6 +241,9 @@ def sysfs(tmp_path, monkeypatch):
 def driver(conf, monkeypatch, tables):
     ovs = openvswitch.OpenvSwitchDriver(conf)
     monkeypatch.setattr(ovs, '_rows', tables.rows)
+    # What it reads before it has an IDL (none here).
+    monkeypatch.setattr(openvswitch, '_select', lambda target, timeout, t: {
+        table: tables.rows(table) for table in t})
     monkeypatch.setattr(ovs, '_running', lambda: True)
     monkeypatch.setattr(ovs, '_api', lambda: None)
     return ovs
@@ -303,3 +313,104 @@ def test_without_open_vswitch_nothing_connects(conf, tmp_path):
         ovs.ensure_bridge('br0', OWNER)
     assert 'no OVSDB server listens there' in str(raised.value)
     assert str(tmp_path / 'db') in str(raised.value)
+
+
+@pytest.fixture
+def ovsdb(tmp_path):
+    """An OVSDB server's socket that answers a transaction with what
+    ``server.answer(request)`` returns, or not at all if it is None;
+    ``server.requests`` holds what it was asked."""
+    path = str(tmp_path / 'db.sock')
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen()
+    server = types.SimpleNamespace(target='unix:' + path, requests=[],
+                                   answer=None)
+
+    def serve():
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                received = b''
+                while True:
+                    received += conn.recv(65536)
+                    try:
+                        request = json.loads(received)
+                        break
+                    except ValueError:
+                        continue
+                server.requests.append(request)
+                if server.answer is None:
+                    conn.recv(1)
+                    return
+                conn.sendall(json.dumps({
+                    'id': request['id'], 'error': None,
+                    'result': server.answer(request)}).encode())
+                conn.recv(1)
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server
+    listener.close()
+    with contextlib.suppress(OSError):
+        socket.socket(socket.AF_UNIX).connect(path)
+    thread.join(5)
+
+
+def test_a_read_before_any_idl_is_one_transaction(conf, ovsdb):
+    """Rows read without an IDL look as ovsdbapp's db_list gives them:
+    maps as dicts, UUIDs as UUIDs, a set of one (which OVSDB sends bare)
+    as a list."""
+    ports = [str(uuid.uuid4()) for _ in range(2)]
+    ovsdb.answer = lambda request: [
+        {'rows': [{'name': 'p0', '_uuid': ['uuid', ports[0]],
+                   'external_ids': ['map', [[openvswitch.MARK, OWNER]]]},
+                  {'name': 'p1', '_uuid': ['uuid', ports[1]],
+                   'external_ids': ['map', []]}]},
+        {'rows': [{'name': 'one', 'external_ids': ['map', []],
+                   'ports': ['uuid', ports[0]]},
+                  {'name': 'two', 'external_ids': ['map', []],
+                   'ports': ['set', [['uuid', p] for p in ports]]},
+                  {'name': 'none', 'external_ids': ['map', []],
+                   'ports': ['set', []]}]}]
+    read = openvswitch._select(ovsdb.target, 5, {
+        'Port': ('name', 'external_ids', '_uuid'),
+        'Bridge': ('name', 'external_ids', 'ports')})
+    assert read == {
+        'Port': [{'name': 'p0', 'external_ids': {openvswitch.MARK: OWNER},
+                  '_uuid': uuid.UUID(ports[0])},
+                 {'name': 'p1', 'external_ids': {},
+                  '_uuid': uuid.UUID(ports[1])}],
+        'Bridge': [{'name': 'one', 'external_ids': {},
+                    'ports': [uuid.UUID(ports[0])]},
+                   {'name': 'two', 'external_ids': {},
+                    'ports': [uuid.UUID(p) for p in ports]},
+                   {'name': 'none', 'external_ids': {}, 'ports': []}]}
+    [request] = ovsdb.requests
+    assert request['method'] == 'transact'
+    assert request['params'] == ['Open_vSwitch', {
+        'op': 'select', 'table': 'Port', 'where': [],
+        'columns': ['name', 'external_ids', '_uuid']}, {
+        'op': 'select', 'table': 'Bridge', 'where': [],
+        'columns': ['name', 'external_ids', 'ports']}]
+
+
+def test_a_read_the_server_refuses_says_why(conf, ovsdb):
+    ovsdb.answer = lambda request: [
+        {'error': 'unknown column', 'details': 'no column nom in Port'}]
+    with pytest.raises(RuntimeError) as raised:
+        openvswitch._select(ovsdb.target, 5, {'Port': ('nom',)})
+    assert 'unknown column' in str(raised.value)
+
+
+def test_a_server_that_never_answers_fails_the_read_in_time(
+        conf, ovsdb, sysfs):
+    conf.set_override('ovsdb_connection', ovsdb.target, group='hostagent')
+    conf.set_override('ovsdb_timeout', 1, group='hostagent')
+    ovs = openvswitch.OpenvSwitchDriver(conf)
+    started = time.monotonic()
+    with pytest.raises(exceptions.DriverError) as raised:
+        ovs.port_changes([{'tap': 'p0', 'bridge': 'br0'}], OWNER)
+    assert time.monotonic() - started < 5
+    assert 'read Open vSwitch ports' in str(raised.value)
+    assert 'no answer from %s in 1 s' % ovsdb.target in str(raised.value)
+    assert ovsdb.target not in openvswitch._APIS
