@@ -242,7 +242,7 @@ def driver(conf, monkeypatch, tables):
     ovs = openvswitch.OpenvSwitchDriver(conf)
     monkeypatch.setattr(ovs, '_rows', tables.rows)
     # What it reads before it has an IDL (none here).
-    monkeypatch.setattr(openvswitch, '_select', lambda target, timeout, t: {
+    monkeypatch.setattr(openvswitch, '_select', lambda path, timeout, t: {
         table: tables.rows(table) for table in t})
     monkeypatch.setattr(ovs, '_running', lambda: True)
     monkeypatch.setattr(ovs, '_api', lambda: None)
@@ -324,8 +324,8 @@ def ovsdb(tmp_path):
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen()
-    server = types.SimpleNamespace(target='unix:' + path, requests=[],
-                                   answer=None)
+    server = types.SimpleNamespace(path=path, target='unix:' + path,
+                                   requests=[], answer=None)
 
     def serve():
         with contextlib.suppress(OSError):
@@ -343,9 +343,17 @@ def ovsdb(tmp_path):
                 if server.answer is None:
                     conn.recv(1)
                     return
-                conn.sendall(json.dumps({
+                # An echo first (a server may ask one any time), then
+                # the reply in two parts, cut inside a character.
+                reply = (json.dumps({'id': 'echo', 'method': 'echo',
+                                     'params': []}) + json.dumps({
                     'id': request['id'], 'error': None,
-                    'result': server.answer(request)}).encode())
+                    'result': server.answer(request)},
+                    ensure_ascii=False)).encode()
+                cut = reply.find('é'.encode()) + 1
+                conn.sendall(reply[:cut])
+                time.sleep(0.05)
+                conn.sendall(reply[cut:])
                 conn.recv(1)
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -359,26 +367,27 @@ def ovsdb(tmp_path):
 def test_a_read_before_any_idl_is_one_transaction(conf, ovsdb):
     """Rows read without an IDL look as ovsdbapp's db_list gives them:
     maps as dicts, UUIDs as UUIDs, a set of one (which OVSDB sends bare)
-    as a list."""
+    as a list; the reply is found after another message, and whole
+    when it comes in parts."""
     ports = [str(uuid.uuid4()) for _ in range(2)]
     ovsdb.answer = lambda request: [
         {'rows': [{'name': 'p0', '_uuid': ['uuid', ports[0]],
                    'external_ids': ['map', [[openvswitch.MARK, OWNER]]]},
                   {'name': 'p1', '_uuid': ['uuid', ports[1]],
-                   'external_ids': ['map', []]}]},
+                   'external_ids': ['map', [['note', 'café']]]}]},
         {'rows': [{'name': 'one', 'external_ids': ['map', []],
                    'ports': ['uuid', ports[0]]},
                   {'name': 'two', 'external_ids': ['map', []],
                    'ports': ['set', [['uuid', p] for p in ports]]},
                   {'name': 'none', 'external_ids': ['map', []],
                    'ports': ['set', []]}]}]
-    read = openvswitch._select(ovsdb.target, 5, {
+    read = openvswitch._select(ovsdb.path, 5, {
         'Port': ('name', 'external_ids', '_uuid'),
         'Bridge': ('name', 'external_ids', 'ports')})
     assert read == {
         'Port': [{'name': 'p0', 'external_ids': {openvswitch.MARK: OWNER},
                   '_uuid': uuid.UUID(ports[0])},
-                 {'name': 'p1', 'external_ids': {},
+                 {'name': 'p1', 'external_ids': {'note': 'café'},
                   '_uuid': uuid.UUID(ports[1])}],
         'Bridge': [{'name': 'one', 'external_ids': {},
                     'ports': [uuid.UUID(ports[0])]},
@@ -396,10 +405,10 @@ def test_a_read_before_any_idl_is_one_transaction(conf, ovsdb):
 
 def test_a_read_the_server_refuses_says_why(conf, ovsdb):
     ovsdb.answer = lambda request: [
-        {'error': 'unknown column', 'details': 'no column nom in Port'}]
+        {'error': 'unknown column', 'details': 'no column nom in Port é'}]
     with pytest.raises(RuntimeError) as raised:
-        openvswitch._select(ovsdb.target, 5, {'Port': ('nom',)})
-    assert 'unknown column' in str(raised.value)
+        openvswitch._select(ovsdb.path, 5, {'Port': ('nom',)})
+    assert str(raised.value) == 'unknown column (no column nom in Port é)'
 
 
 def test_a_server_that_never_answers_fails_the_read_in_time(
