@@ -135,17 +135,28 @@ class _FailingAgents:
                                 'replaced' % (host, method, self.task))
         return result
 
-    def request_all(self, host, method, calls, **kwargs):
-        answers = self.agents.request_all(host, method, calls, **kwargs)
-        self.asked = True
-        for i, answer in enumerate(answers):
-            if not isinstance(answer, Exception):
+    def request_all(self, host, method, calls, answered=None, **kwargs):
+        # The first good answer to come is replaced as it comes, so that
+        # the caller's ``answered`` (the operation's progress) sees the
+        # error the task gets, not the answer it replaces.
+        replaced, good = {}, []
+
+        def replace(i, answer):
+            if not isinstance(answer, Exception) and not good:
+                good.append(i)
                 if self.fault._take(self.task):
-                    answers[i] = InjectedFault(
+                    answer = replaced[i] = InjectedFault(
                         what='the answer of %s to %s (request %s) of task '
                         '%s replaced' % (host, method, calls[i][0],
                                          self.task))
-                break
+            if answered is not None:
+                answered(i, answer)
+
+        answers = self.agents.request_all(host, method, calls,
+                                          answered=replace, **kwargs)
+        self.asked = True
+        for i, error in replaced.items():
+            answers[i] = error
         return answers
 
 

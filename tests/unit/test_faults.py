@@ -188,3 +188,28 @@ def test_a_node_whose_removal_failed_is_marked_failed(conductor, hypervisor,
     assert [n['name'] for n in conductor.records.list_nodes('unit')] == ['tk0']
     assert conductor.records.get_cluster('unit')['state'] == 'deployed'
     assert ('domain', 'tk1') not in hypervisor.things
+
+
+def test_the_progress_sees_the_error_that_replaces_an_answer():
+    """The first good answer to come is the one replaced, and whoever
+    follows the answers as they come (the operation's progress) gets
+    the error the task gets."""
+    class Agents:
+        def request_all(self, host, method, calls, answered=None, **kw):
+            answers = [RuntimeError('down'), {'changed': True},
+                       {'changed': False}]
+            for i in (0, 2, 1):
+                answered(i, answers[i])
+            return answers
+
+    fault = faults.Fault(fail='node:*')
+    seen = {}
+    answers = faults._FailingAgents(fault, 'node:a', Agents()).request_all(
+        'hv1', 'ensure_node', [('r0',), ('r1',), ('r2',)],
+        answered=seen.__setitem__)
+    assert isinstance(answers[2], faults.InjectedFault)
+    assert seen[2] is answers[2]
+    assert 'request r2' in str(answers[2])
+    assert seen[1] == answers[1] == {'changed': True}
+    assert isinstance(seen[0], RuntimeError)
+    assert fault.failed == 'node:a'
