@@ -683,10 +683,10 @@ class OpenvSwitchDriver(base.NetworkDriver):
         if not self._running():
             return found
         with self._errors('read Open vSwitch marks'):
-            ports = self._rows('Port', columns=('name', 'external_ids',
-                                                '_uuid'))
-            bridges = self._rows('Bridge', columns=('name', 'external_ids',
-                                                    'ports'))
+            read = self._tables({
+                'Port': ('name', 'external_ids', '_uuid'),
+                'Bridge': ('name', 'external_ids', 'ports')})
+        ports, bridges = read['Port'], read['Bridge']
         named = {row['_uuid']: row['name'] for row in ports}
         holder = {uuid: br['name'] for br in bridges for uuid in br['ports']}
         found += [{'kind': 'bridge', 'bridge_type': DRIVER,
@@ -762,14 +762,14 @@ class OpenvSwitchDriver(base.NetworkDriver):
         if not names or not self._running():
             return {}
         try:
-            self._api()
+            with self._errors('read Open vSwitch marks'):
+                read = self._tables({'Port': ('name', 'external_ids'),
+                                     'Bridge': ('name', 'external_ids')})
         except exceptions.DriverError as e:
             LOG.warning('Not reading Open vSwitch marks: %s', e)
             return {}
-        with self._errors('read Open vSwitch marks'):
-            wanted = set(names)
-            # A bridge's own port has its name: the bridge's mark wins.
-            return {row['name']: row['external_ids'].get(MARK, '')
-                    for table in ('Port', 'Bridge')
-                    for row in self._rows(table)
-                    if row['name'] in wanted}
+        wanted = set(names)
+        # A bridge's own port has its name: the bridge's mark wins.
+        return {row['name']: row['external_ids'].get(MARK, '')
+                for table in ('Port', 'Bridge') for row in read[table]
+                if row['name'] in wanted}
