@@ -323,6 +323,22 @@ def test_the_console_log_goes_where_the_request_says(driver, conf):
     with pytest.raises(exceptions.DriverError) as error:
         xml(driver, console_log='/etc/passwd')
     assert 'is not a file of this hypervisor' in str(error.value)
+    # Links are resolved as os.path.realpath does: one out of the
+    # directory, a way up, a linked directory are refused; a link that
+    # stays in it is fine.
+    os.makedirs(log_dir, exist_ok=True)
+    os.symlink('/etc/passwd', os.path.join(log_dir, 'escape.log'))
+    os.symlink('/etc', os.path.join(log_dir, 'etc'))
+    os.symlink(os.path.join(log_dir, 'n1.log'),
+               os.path.join(log_dir, 'inside.log'))
+    for name in ('escape.log', os.path.join('..', 'up.log'),
+                 os.path.join('etc', 'x.log')):
+        with pytest.raises(exceptions.DriverError) as error:
+            xml(driver, console_log=os.path.join(log_dir, name))
+        assert 'is not a file of this hypervisor' in str(error.value)
+    inside = os.path.join(log_dir, 'inside.log')
+    assert xml(driver, console_log=inside).find(
+        'devices/serial/log').get('file') == inside
 
 
 def test_libvirt_versioned_machine_types_are_no_change(driver):
