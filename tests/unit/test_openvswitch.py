@@ -420,7 +420,7 @@ def test_a_read_the_server_refuses_says_why(conf, ovsdb):
     assert str(raised.value) == 'unknown column (no column nom in Port é)'
 
 
-def test_a_server_that_never_answers_fails_the_read_in_time(
+def test_a_server_that_never_answers_fails_each_request_in_time(
         conf, ovsdb, sysfs, caplog):
     conf.set_override('ovsdb_connection', ovsdb.target, group='hostagent')
     conf.set_override('ovsdb_timeout', 1, group='hostagent')
@@ -435,4 +435,11 @@ def test_a_server_that_never_answers_fails_the_read_in_time(
     with caplog.at_level(logging.WARNING, logger=openvswitch.__name__):
         assert ovs.marks(['br0']) == {}
     assert 'Not reading Open vSwitch marks' in caplog.text
+    # Nor does a change wait for ever for the schema to connect with.
+    started = time.monotonic()
+    with pytest.raises(exceptions.DriverError) as raised:
+        ovs.ensure_bridge('br0', OWNER)
+    assert time.monotonic() - started < 5
+    assert 'connect to %s' % ovsdb.target in str(raised.value)
+    assert 'no answer from %s in 1 s' % ovsdb.target in str(raised.value)
     assert ovsdb.target not in openvswitch._APIS

@@ -70,7 +70,12 @@ def _connect(target, timeout):
     with _APIS_LOCK:
         api = _APIS.get(target)
         if api is None:
-            helper = idlutils.get_schema_helper(target, 'Open_vSwitch')
+            if target.startswith('unix:'):
+                helper = idlutils.create_schema_helper(_rpc(
+                    target[len('unix:'):], timeout, 'get_schema',
+                    ['Open_vSwitch']))
+            else:
+                helper = idlutils.get_schema_helper(target, 'Open_vSwitch')
             for table, columns in COLUMNS.items():
                 helper.register_columns(table, columns)
             idl = _threaded_idl_class()(target, helper)
@@ -88,40 +93,22 @@ def _connect(target, timeout):
 _SETS = frozenset({'bridges', 'ports', 'interfaces'})
 
 
-def _select(path, timeout, tables):
-    """{table: rows (dicts, as ovsdbapp's db_list gives them)}: every row
-    of ``tables`` ({table: columns}), read in one OVSDB transaction on
-    the unix socket ``path``, within ``timeout`` seconds.
-
-    What an IDL would read first, without the IDL: its replica of a
-    thousand nodes' ports and interfaces costs a fifth of a second of
-    the interpreter to build and index (and the ovs library's RPC
-    modules a twentieth to import), which a command that only reads (a
-    re-run's inspection) never uses again.
-    """
+def _rpc(path, timeout, method, params):
+    """The result of JSON-RPC request ``method`` to the OVSDB server on
+    the unix socket ``path``, answered within ``timeout`` seconds;
+    TimeoutError if it is not (the ovs library's blocking calls, which
+    ovsdbapp fetches the schema with, wait for ever on a server that has
+    stopped)."""
     import json
     import socket
-    import uuid
 
-    def value(column, datum):
-        kind = datum[0] if isinstance(datum, list) else None
-        if kind == 'map':
-            return {k: value(None, v) for k, v in datum[1]}
-        if kind == 'set':
-            return [value(None, v) for v in datum[1]]
-        if kind == 'uuid':
-            datum = uuid.UUID(datum[1])
-        return [datum] if column in _SETS else datum
-
-    request = {'id': 0, 'method': 'transact', 'params': ['Open_vSwitch'] + [
-        {'op': 'select', 'table': table, 'where': [],
-         'columns': list(columns)} for table, columns in tables.items()]}
     deadline = time.monotonic() + timeout
     decoder = json.JSONDecoder()
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
-        sock.sendall(json.dumps(request).encode())
+        sock.sendall(json.dumps({'id': 0, 'method': method,
+                                 'params': params}).encode())
         received, reply = b'', None
         while reply is None:
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -149,17 +136,48 @@ def _select(path, timeout, tables):
                     break  # the rest is still coming
                 if message.get('id') == 0 and 'method' not in message:
                     reply = message
-    if reply.get('error') or not isinstance(reply.get('result'), list):
+    if reply.get('error') or 'result' not in reply:
         raise RuntimeError(str(reply.get('error')))
+    return reply['result']
+
+
+def _select(path, timeout, tables):
+    """{table: rows (dicts, as ovsdbapp's db_list gives them)}: every row
+    of ``tables`` ({table: columns}), read in one OVSDB transaction on
+    the unix socket ``path``, within ``timeout`` seconds.
+
+    What an IDL would read first, without the IDL: its replica of a
+    thousand nodes' ports and interfaces costs a fifth of a second of
+    the interpreter to build and index (and the ovs library's RPC
+    modules a twentieth to import), which a command that only reads (a
+    re-run's inspection) never uses again.
+    """
+    import uuid
+
+    def value(column, datum):
+        kind = datum[0] if isinstance(datum, list) else None
+        if kind == 'map':
+            return {k: value(None, v) for k, v in datum[1]}
+        if kind == 'set':
+            return [value(None, v) for v in datum[1]]
+        if kind == 'uuid':
+            datum = uuid.UUID(datum[1])
+        return [datum] if column in _SETS else datum
+
+    results = _rpc(path, timeout, 'transact', ['Open_vSwitch'] + [
+        {'op': 'select', 'table': table, 'where': [],
+         'columns': list(columns)} for table, columns in tables.items()])
+    if not isinstance(results, list):
+        raise RuntimeError('not a transaction\'s result: %r' % (results,))
     failed = ['%s (%s)' % (r['error'], r.get('details', ''))
-              for r in reply['result'] if 'error' in r]
+              for r in results if 'error' in r]
     if failed:
         raise RuntimeError('; '.join(failed))
     return {table: [{column: value(column, row[column])
                      for column in columns}
                     for row in result['rows']]
-            for (table, columns), result in zip(tables.items(),
-                                                reply['result'], strict=True)}
+            for (table, columns), result in zip(tables.items(), results,
+                                                strict=True)}
 
 
 @functools.cache
