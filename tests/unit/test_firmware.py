@@ -324,17 +324,20 @@ def test_the_console_log_goes_where_the_request_says(driver, conf):
         xml(driver, console_log='/etc/passwd')
     assert 'is not a file of this hypervisor' in str(error.value)
     # Links are resolved as os.path.realpath does: one out of the
-    # directory, a way up, a linked directory are refused; a link that
-    # stays in it is fine.
+    # directory, a way up, a linked directory, the directory itself are
+    # refused; a link that stays in it is fine.
     os.makedirs(log_dir, exist_ok=True)
     os.symlink('/etc/passwd', os.path.join(log_dir, 'escape.log'))
     os.symlink('/etc', os.path.join(log_dir, 'etc'))
     os.symlink(os.path.join(log_dir, 'n1.log'),
                os.path.join(log_dir, 'inside.log'))
-    for name in ('escape.log', os.path.join('..', 'up.log'),
-                 os.path.join('etc', 'x.log')):
+    for path in (os.path.join(log_dir, 'escape.log'),
+                 os.path.join(log_dir, '..', 'up.log'),
+                 os.path.join(log_dir, 'etc', 'x.log'),
+                 log_dir + '/', os.path.join(log_dir, '.'),
+                 os.path.join(log_dir, 'etc', '..')):
         with pytest.raises(exceptions.DriverError) as error:
-            xml(driver, console_log=os.path.join(log_dir, name))
+            xml(driver, console_log=path)
         assert 'is not a file of this hypervisor' in str(error.value)
     inside = os.path.join(log_dir, 'inside.log')
     assert xml(driver, console_log=inside).find(
