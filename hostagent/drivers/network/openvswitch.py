@@ -88,8 +88,8 @@ def _connect(target, timeout):
         return api
 
 
-# The set-valued columns among those read: OVSDB's JSON gives a set of
-# one as its bare element.
+# The set-valued columns of COLUMNS: OVSDB's JSON gives a set of one as
+# its bare element, which _select reads as a list of one.
 _SETS = frozenset({'bridges', 'ports', 'interfaces'})
 
 
