@@ -14,9 +14,11 @@ problem and exits with status 1, instead of failing later over and over.
 
 import os
 import re
+import select
 import signal
 import sys
 import threading
+import time
 from importlib import metadata
 
 from tenks import runtime
@@ -61,17 +63,8 @@ def run(name, factory, argv=None):
     except exceptions.StateDatabaseError as e:
         bus.cleanup()
         sys.exit('tenks-%s: not starting: %s' % (name, e))
-    stopping = threading.Event()
-
-    def on_signal(*_):
-        if stopping.is_set():
-            os.write(2, b'tenks-%s: signalled again, exiting now\n'
-                     % name.encode())
-            os._exit(1)
-        stopping.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
+    signals = Signals()
+    signals.install()
     try:
         service.start()
     except exceptions.JobboardError as e:
@@ -80,10 +73,14 @@ def run(name, factory, argv=None):
     logging.getLogger(__name__).info(
         'tenks-%s started as %s on %s', name, conf[name].host,
         bus.url.split('@')[-1])
-    stopping.wait()
+    signals.wait()
     log = logging.getLogger(__name__)
     limit = conf[name].graceful_shutdown_timeout + STOP_MARGIN
-    outcome = stop(service, bus, limit)
+    outcome = stop(service, bus, limit, signals)
+    if outcome == SIGNALLED:
+        os.write(2, b'tenks-%s: signalled again, exiting now\n'
+                 % name.encode())
+        os._exit(1)
     if outcome == STOPPED:
         log.info('tenks-%s stopped', name)
         return
@@ -98,15 +95,62 @@ def run(name, factory, argv=None):
     os._exit(1)
 
 
-STOPPED, LEFT_RUNNING, FAILED = 'stopped', 'left running', 'failed'
+class Signals:
+    """SIGTERM and SIGINT, for the main thread to wait for.
+
+    Python runs a signal's handler in the main thread only, but the
+    kernel may hand a signal to any thread that does not block it (one
+    that just unblocked signals, as a thread creating another does). A
+    main thread blocked on a lock is then not interrupted: the kernel
+    restarts its wait, and the handler never runs. The interpreter's
+    own handler, though, writes the signal's number to the wakeup fd
+    from whichever thread took it; the main thread waits on that pipe.
+    """
+
+    NUMBERS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def install(self):
+        """Take SIGTERM and SIGINT (in the main thread, before the
+        service starts threads)."""
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        for signum in self.NUMBERS:
+            # The pipe says it: the handler has nothing left to do.
+            signal.signal(signum, lambda *_: None)
+
+    def wake(self):
+        """End a wait() with no signal: it returns 0."""
+        os.write(self._write, b'\0')
+
+    def wait(self, timeout=None):
+        """The number of the next SIGTERM or SIGINT (0 after a wake());
+        None if ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(
+                0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._read], [], [], left)
+            if not ready:
+                return None
+            number = os.read(self._read, 1)[0]
+            if number == 0 or number in self.NUMBERS:
+                return number
 
 
-def stop(service, bus, limit):
+STOPPED, LEFT_RUNNING, FAILED, SIGNALLED = (
+    'stopped', 'left running', 'failed', 'signalled again')
+
+
+def stop(service, bus, limit, signals):
     """Stop ``service``, then close ``bus``, within ``limit`` seconds.
 
     Returns STOPPED; LEFT_RUNNING if the service's stop says work still
     runs in its threads; FAILED if its stop raised (logged); None if
-    the stop still runs after ``limit``.
+    the stop still runs after ``limit``; SIGNALLED if ``signals`` (a
+    Signals) gets another signal first.
     """
     outcome = []
 
@@ -120,11 +164,19 @@ def stop(service, bus, limit):
         except Exception:
             logging.getLogger(__name__).exception('Could not stop cleanly')
             outcome.append(FAILED)
+        finally:
+            signals.wake()
 
     stopper = threading.Thread(target=stopping, name='stop', daemon=True)
     stopper.start()
-    stopper.join(limit)
-    return outcome[0] if outcome else None
+    deadline = time.monotonic() + limit
+    while not outcome:
+        woken = signals.wait(max(0, deadline - time.monotonic()))
+        if woken is None:
+            return None
+        if woken:
+            return SIGNALLED
+    return outcome[0]
 
 
 def validate(conf, name):
