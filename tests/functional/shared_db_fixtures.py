@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import subprocess
+import time
 
 import sqlalchemy as sa
 
@@ -48,10 +49,28 @@ def database(server, **settings):
     try:
         yield base.set(database=name).render_as_string(hide_password=False)
     finally:
-        force = ' WITH (FORCE)' if server == 'postgresql' else ''
-        with admin.connect() as connection:
-            connection.exec_driver_sql('DROP DATABASE %s%s' % (name, force))
+        _drop(admin, server, name)
         admin.dispose()
+
+
+def _drop(admin, server, name, timeout=30):
+    """Drop database ``name``. On PostgreSQL, FORCE ends the sessions
+    still on it, but fails while an autovacuum worker (no role of ours)
+    is on it: the worker ends soon, so try again."""
+    force = ' WITH (FORCE)' if server == 'postgresql' else ''
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with admin.connect() as connection:
+                connection.exec_driver_sql('DROP DATABASE %s%s'
+                                           % (name, force))
+            return
+        except sa.exc.ProgrammingError as e:
+            # 42501: insufficient_privilege.
+            if (getattr(e.orig, 'sqlstate', None) != '42501'
+                    or time.monotonic() > deadline):
+                raise
+        time.sleep(0.2)
 
 
 def count(url, query, **params):
