@@ -104,7 +104,8 @@ class Signals:
     main thread blocked on a lock is then not interrupted: the kernel
     restarts its wait, and the handler never runs. The interpreter's
     own handler, though, writes the signal's number to the wakeup fd
-    from whichever thread took it; the main thread waits on that pipe.
+    from whichever thread took it; the main thread waits on that pipe
+    (as cotyledon's service manager does, for CPython issue 5315).
     """
 
     NUMBERS = (signal.SIGTERM, signal.SIGINT)
