@@ -90,7 +90,8 @@ class VirtDriver(abc.ABC):
     @abc.abstractmethod
     def remove_pool(self, name, path, owner, pool_type='dir', devices=()):
         """Destroy and undefine the pool and remove its directory, or its
-        volume group and the physical volumes on ``devices``."""
+        volume group and the physical volumes on ``devices``; DriverError
+        while it holds volumes of ``owner``'s deployment."""
 
     @abc.abstractmethod
     def ensure_volume(self, pool, name, capacity, fmt, owner, source=None):

@@ -151,6 +151,54 @@ def test_remove_pool_keeps_foreign_files(driver, left):
     assert os.listdir(path) == ['not-ours']
 
 
+def test_a_pool_holding_volumes_of_its_deployment_is_not_removed(
+        driver, conn, left):
+    """A node whose removal failed keeps its volumes, and their records:
+    its pool stays with them, so that the next teardown reaches them."""
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    driver.ensure_pool(name, path, fx.OWNER)
+    # Marked by one hostagent of the deployment: any of them holds it.
+    driver.ensure_volume(name, 'hx-held', GIB, 'qcow2', fx.OWNER + '/hv')
+    with pytest.raises(exceptions.DriverError,
+                       match='still holds volume.s. hx-held of this '
+                             'deployment'):
+        driver.remove_pool(name, path, fx.OWNER)
+    assert conn.storagePoolLookupByName(name).isActive()
+    assert os.listdir(path) == ['hx-held']
+    assert driver.remove_volume(name, 'hx-held', fx.OWNER + '/hv') is True
+    assert driver.remove_pool(name, path, fx.OWNER) is True
+    assert not os.path.exists(path)
+
+
+def test_a_pool_libvirt_lost_goes_with_the_volumes_of_its_deployment(
+        driver, conn, left):
+    """Undefined by hand with volumes in it: what lists the marked
+    things shows them, and the pool's removal takes its deployment's
+    files, and only those."""
+    name = left.name('-pool')
+    path = os.path.join(left.directory(), 'pool')
+    driver.ensure_pool(name, path, fx.OWNER)
+    driver.ensure_volume(name, 'hx-ours', GIB, 'qcow2', fx.OWNER)
+    driver.ensure_volume(name, 'hx-theirs', GIB, 'qcow2', fx.OTHER)
+    with open(os.path.join(path, 'not-marked'), 'w') as f:
+        f.write('x')
+    lvpool = conn.storagePoolLookupByName(name)
+    lvpool.destroy()
+    lvpool.undefine()
+    # The pool's directory: named for what its name adds to the prefix.
+    pool_conf = fx.make_conf(
+        left.directory(), pool_dir=os.path.dirname(path))
+    lost = 'tenks-pool'
+    listed = [(t['kind'], t['name'], t.get('pool'))
+              for t in libvirt_driver.LibvirtDriver(pool_conf).marked()
+              if lost in (t['name'], t.get('pool'))]
+    assert listed == [('pool', lost, None), ('volume', 'hx-ours', lost),
+                      ('volume', 'hx-theirs', lost)]
+    assert driver.remove_pool(name, path, fx.OWNER) is True
+    assert sorted(os.listdir(path)) == ['hx-theirs', 'not-marked']
+
+
 def test_volume_lifecycle(driver, conn, pool):
     assert driver.ensure_volume(pool, 'hx-v.qcow2', GIB, 'qcow2',
                                 fx.OWNER) == fx.CREATED

@@ -134,6 +134,29 @@ def _marked_files(directory, directories=False):
     return found
 
 
+def _deployment_volumes(pool, path, owner, logical):
+    """The names of the volumes of ``owner``'s deployment (whichever of
+    its hostagents marked them) in a pool: the files of its directory
+    ``path``, or the logical volumes of its group ``pool``."""
+    if logical:
+        found = [(name, _tenks_mark(tags))
+                 for name, tags in storage.lv_tags(pool).items()]
+    else:
+        found = _marked_files(path)
+    deployment = tenks_names.deployment_mark(owner)
+    return [name for name, mark in found
+            if mark and tenks_names.deployment_mark(mark) == deployment]
+
+
+def _remove_marked_file(path, owner):
+    """Remove the file at ``path``, found carrying the mark of
+    ``owner``'s deployment, unless it has gone since."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+        LOG.info('Removed volume file %s of %s, in a storage pool libvirt '
+                 'no longer defines', path, owner)
+
+
 def _set_mark(path, owner):
     os.setxattr(path, OWNER_XATTR, owner.encode(), follow_symlinks=False)
 
@@ -726,13 +749,32 @@ class LibvirtDriver(base.VirtDriver):
 
     def remove_pool(self, name, path, owner, pool_type='dir', devices=()):
         """Remove the pool; a dir pool's directory too, but only when
-        empty; a logical pool's volume group and physical volumes."""
+        empty; a logical pool's volume group and physical volumes.
+
+        Refused while libvirt's pool holds volumes of ``owner``'s
+        deployment (a node whose removal failed): they would be left
+        where no request reaches them, or go with the group, while their
+        records stay. Once libvirt defines no such pool (undefined by
+        hand, or by a Tenks before this check), nothing else can reach
+        the files of the deployment in its directory: they go with it.
+        """
         logical = pool_type == 'logical'
         path = os.path.normpath(os.path.abspath(path))
         with self._pool_lock, \
                 self._libvirt('remove storage pool %s' % name) as conn:
             changed = False
             pool = self._pool_conflict(conn, name, path, owner, logical)
+            held = _deployment_volumes(name, path, owner, logical)
+            if pool is not None and held:
+                raise exceptions.DriverError(
+                    driver='libvirt', action='remove storage pool %s' % name,
+                    reason='it still holds volume(s) %s of this deployment: '
+                           'remove them (their nodes) first'
+                           % ', '.join(held))
+            if not logical:
+                for volume in held:
+                    _remove_marked_file(os.path.join(path, volume), owner)
+                    changed = True
             # What this agent noted of the pool's volumes (_intent): none
             # is being made once the pool goes.
             with contextlib.suppress(OSError):
@@ -1516,7 +1558,8 @@ class LibvirtDriver(base.VirtDriver):
                 pools.append({'kind': 'pool', 'name': tenks_names.pool(name),
                               'mark': mark, 'path': path,
                               'pool_type': 'dir', 'devices': [],
-                              'active': False, 'defined': False})
+                              'active': False, 'defined': False,
+                              'volumes': _marked_files(path)})
         for pool in pools:
             found.append(pool)
             found += [{'kind': 'volume', 'name': name, 'mark': mark,
