@@ -148,6 +148,21 @@ hostagent_opts = [
     cfg.StrOpt('libvirt_uri',
                default='qemu:///system',
                help='libvirt connection URI of this hypervisor.'),
+    cfg.IntOpt('libvirt_keepalive_interval', default=0, min=0,
+               help='Seconds between the keepalive messages the hostagent '
+                    'sends libvirtd when it has heard nothing from it; after '
+                    'libvirt_keepalive_count of them go unanswered, the '
+                    'connection is closed and the requests waiting on it '
+                    'fail ("connection closed due to keepalive timeout"), '
+                    'rather than waiting for a hung libvirtd until the '
+                    'conductor gives up (agent_timeout). It needs libvirt\'s '
+                    'event loop, which wakes on every libvirt call: a '
+                    '1,000-node re-run takes about 5 % longer. 0 (the '
+                    'default): none.'),
+    cfg.IntOpt('libvirt_keepalive_count', default=5, min=1,
+               help='Unanswered keepalive messages after which the '
+                    'connection to libvirtd counts as dead (see '
+                    'libvirt_keepalive_interval).'),
     cfg.StrOpt('virt_driver', default='libvirt',
                help='Virtualisation driver (tenks.virt_drivers entry '
                     'point).'),

@@ -117,6 +117,38 @@ def test_reconnects_after_connection_died(driver):
     assert driver.facts()['cpus'] >= 1
 
 
+def _libvirt_daemon():
+    """The pid of the daemon that serves qemu:///system here."""
+    for name in ('virtqemud', 'libvirtd'):
+        found = subprocess.run(['pgrep', '-x', name], capture_output=True,
+                               text=True).stdout.split()
+        if found:
+            [pid] = found
+            return int(pid)
+    raise AssertionError('no libvirt daemon runs')
+
+
+def test_a_hung_libvirtd_fails_a_call_once_the_keepalive_gives_up(
+        tmp_path):
+    """libvirtd stopped (SIGSTOP): a call fails within seconds, naming
+    the keepalive, rather than waiting for as long as the daemon hangs;
+    once it answers again, the next call reconnects."""
+    driver = libvirt_driver.LibvirtDriver(fx.make_conf(
+        tmp_path, libvirt_keepalive_interval=1, libvirt_keepalive_count=2))
+    assert driver.facts()['cpus'] >= 1
+    pid = _libvirt_daemon()
+    with futures.ThreadPoolExecutor(1) as pool:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            call = pool.submit(driver.facts)
+            with pytest.raises(exceptions.HypervisorUnavailable,
+                               match='keepalive timeout'):
+                call.result(timeout=20)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert driver.facts()['cpus'] >= 1
+
+
 def test_pool_lifecycle(driver, conn, left):
     name = left.name('-pool')
     path = os.path.join(left.directory(), 'pool')

@@ -71,6 +71,27 @@ def _ignore_error(ctx, err):
 
 libvirt.registerErrorHandler(_ignore_error, None)
 
+_EVENT_LOOP_LOCK = threading.Lock()
+_event_loop_running = False
+
+
+def _events():
+    while True:
+        libvirt.virEventRunDefaultImpl()
+
+
+def _run_event_loop():
+    """libvirt's default event loop, in a thread of its own, once per
+    process: a connection's keepalive messages need one, registered
+    before the connection opens."""
+    global _event_loop_running
+    with _EVENT_LOOP_LOCK:
+        if not _event_loop_running:
+            libvirt.virEventRegisterDefaultImpl()
+            threading.Thread(target=_events, name='libvirt-events',
+                             daemon=True).start()
+            _event_loop_running = True
+
 
 def _lookup(func, name, missing_code):
     """``func(name)``, or None when libvirt says ``missing_code``."""
@@ -493,12 +514,30 @@ class LibvirtDriver(base.VirtDriver):
                 self._conn = None
             if self._conn is None:
                 self._daemon = None
+                interval = self.conf.hostagent.libvirt_keepalive_interval
+                if interval:
+                    _run_event_loop()
                 try:
                     self._conn = libvirt.open(self._uri)
                 except libvirt.libvirtError as e:
                     raise exceptions.HypervisorUnavailable(
                         uri=self._uri, reason=e.get_error_message()) from e
+                if interval:
+                    self._keep_alive(interval)
             return self._conn
+
+    def _keep_alive(self, interval):
+        """A libvirtd that stops answering closes the connection after
+        interval * libvirt_keepalive_count seconds, failing the calls
+        that wait on it (libvirt's calls have no timeout of their own)."""
+        try:
+            self._conn.setKeepAlive(
+                interval, self.conf.hostagent.libvirt_keepalive_count)
+        except libvirt.libvirtError as e:
+            # A driver libvirt runs in this process (test:///) has no
+            # daemon to hang.
+            LOG.debug('No keepalive on %s: %s', self._uri,
+                      e.get_error_message())
 
     @staticmethod
     def _alive(conn):
