@@ -263,9 +263,15 @@ def _wait(ironic, node, target, timeout):
 
 
 def _transient(error):
-    """Ironic busy (node locked) or failing for a moment (5xx)."""
-    return isinstance(error, connection.sdk_exceptions().HttpException) and (
-        error.status_code == 409 or (error.status_code or 0) >= 500)
+    """Ironic busy (a node locked, a state change under way) or failing
+    for a moment (5xx); not a conflict that stays: a MAC or name that
+    another port or node has "already exists" (openstacksdk has already
+    tried such a request again for 15 s)."""
+    if not isinstance(error, connection.sdk_exceptions().HttpException):
+        return False
+    if error.status_code == 409:
+        return 'already exists' not in (error.details or '')
+    return (error.status_code or 0) >= 500
 
 
 # ensure_node is idempotent: an attempt that failed half way can run again.

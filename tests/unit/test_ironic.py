@@ -125,3 +125,27 @@ def test_provision_states_come_from_one_list():
     assert ironic.provision_states(conn, ['u1', 'u2']) == {
         'u1': 'active', 'u2': None}
     assert calls == [{'fields': ('uuid', 'provision_state')}]
+
+
+def sdk_error(status, details):
+    from openstack import exceptions as sdk
+    return sdk.HttpException(
+        message='%d: Client Error' % status, details=details,
+        http_status=status)
+
+
+@pytest.mark.parametrize('status, details, transient', [
+    (409, 'Node 1f2e is locked by host c1, please retry after the current '
+          'operation is completed.', True),
+    (409, 'Node 1f2e is in state deploying', True),
+    (503, 'Service Unavailable', True),
+    (500, None, True),
+    # Tried again for as long, it would still be there.
+    (409, 'A port with MAC address 52:54:00:aa:bb:01 already exists.',
+     False),
+    (409, 'A node with name tk0 already exists.', False),
+    (400, 'Invalid input', False),
+])
+def test_what_enrolment_tries_again(status, details, transient):
+    assert ironic._transient(sdk_error(status, details)) is transient
+    assert ironic._transient(ValueError('not from Ironic')) is False
