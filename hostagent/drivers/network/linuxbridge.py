@@ -501,11 +501,13 @@ class LinuxBridgeDriver(base.NetworkDriver):
         return marked_links()
 
     def port_changes(self, ports, owner):
-        """See base; read from sysfs."""
-        changes = {}
+        """See base; read from sysfs, each bridge once."""
+        changes, bridges = {}, {}
         for port in ports:
-            tap, bridge = port['tap'], _sysfs_link(port['bridge'])
-            link = _sysfs_link(tap)
+            tap, name = port['tap'], port['bridge']
+            if name not in bridges:
+                bridges[name] = _sysfs_link(name)
+            bridge, link = bridges[name], _sysfs_link(tap)
             if link is None:
                 changes[tap] = None
             elif _not_marked(link['ifalias'], link['kind'], owner, 'tun'):
