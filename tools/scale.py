@@ -10,7 +10,9 @@ allocation ratios that let the cluster's nodes be defined on this
 machine. Prints each phase's wall-clock time and the time inside the
 command (the operation, from its record), the cost per node, and the
 hypervisor memory each node takes (MemAvailable before the deploy less
-after, over the nodes). Needs root and tools/setup.sh done.
+after, over the nodes). On Open vSwitch, also the teardown's floor:
+ovs-vswitchd removing as many ports with no Tenks (taps and a bridge of
+the benchmark's own). Needs root and tools/setup.sh done.
 
 With --distributed, the command runs against a tenks-conductor and a
 tenks-hostagent on this machine's RabbitMQ instead (started as the
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent import futures
 
 import yaml
 from benchmark import operation_seconds
@@ -96,6 +99,56 @@ def rcu_expedited():
             return 'on' if f.read().strip() == '1' else 'off'
     except OSError:
         return 'unknown'
+
+
+def ovs_floor(size):
+    """Seconds ovs-vswitchd takes, with no Tenks, to remove a bridge of
+    ``size`` tap ports (``ovs-vsctl del-br``, which waits for it): the
+    floor of a teardown on Open vSwitch. Its userspace datapath closes
+    each port's packet socket in turn, and each close waits for a grace
+    period of the kernel's RCU (README, Scale). The taps and the bridge
+    are made here, and refused if their names are taken."""
+    bridge = 'brtkfloor'
+    taps = ['tkfloor%d' % i for i in range(size)]
+    taken = [name for name in (bridge, *taps)
+             if os.path.exists('/sys/class/net/' + name)]
+    if taken or subprocess.run(['ovs-vsctl', 'br-exists', bridge]
+                               ).returncode != 2:
+        raise RuntimeError('%s exists already: not measuring the Open '
+                           'vSwitch floor' % (taken or [bridge])[0])
+    try:
+        ip_batch('tuntap add dev %s mode tap' % tap for tap in taps)
+        add = ['add-br', bridge, '--', 'set', 'bridge', bridge,
+               'datapath_type=netdev']
+        for tap in taps:
+            add += ['--', 'add-port', bridge, tap]
+        vsctl(*add)
+        started = time.monotonic()
+        vsctl('del-br', bridge)
+        return time.monotonic() - started
+    finally:
+        subprocess.run(['ovs-vsctl', '--if-exists', 'del-br', bridge],
+                       check=True)
+        # Sixteen at a time: each deletion waits for a grace period too,
+        # and those waiting together share one.
+        with futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda some: ip_batch(
+                ('link del %s' % tap for tap in some), force=True),
+                [taps[i::16] for i in range(16)]))
+
+
+def vsctl(*args):
+    subprocess.run(['ovs-vsctl', '--timeout=300', *args], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def ip_batch(commands, force=False):
+    """``ip -batch`` of ``commands``; with ``force``, on past errors
+    (a tap that is not there) and quietly."""
+    subprocess.run(['ip', *(['-force'] if force else []), '-batch', '-'],
+                   input='\n'.join(commands) + '\n', text=True,
+                   check=not force,
+                   stderr=subprocess.DEVNULL if force else None)
 
 
 def available_kib():
@@ -174,7 +227,8 @@ def run(tenks, *args):
 
 
 def measure(tmp, size, redfish_port, tenks):
-    """{phase: (wall s, inside s)} and memory KiB per node of ``size``."""
+    """{phase: (wall s, inside s)}, memory KiB per node of ``size`` and,
+    on Open vSwitch, the teardown's floor (ovs_floor)."""
     state_dir = tenks.state_dir(size)
     cluster = 'rscale-%d' % size
     common = tenks.args(size)
@@ -206,7 +260,8 @@ def measure(tmp, size, redfish_port, tenks):
         subprocess.run([TENKS, *common, 'teardown', cluster],
                        capture_output=True, env=tenks.env)
         raise
-    return figures, memory
+    floor = ovs_floor(size) if bridge_type == 'openvswitch' else None
+    return figures, memory, floor
 
 
 def ipmi_figures(size):
@@ -286,7 +341,8 @@ def main():
             'target'))
         per_node = {}
         for size in args.sizes:
-            figures, memory = measure(tmp, size, args.redfish_port, tenks)
+            figures, memory, floor = measure(tmp, size, args.redfish_port,
+                                             tenks)
             for phase, (wall, inside) in figures.items():
                 changed = (int(size * GROWTH) if '10 %' in phase
                            else size)
@@ -299,6 +355,10 @@ def main():
             per_node[size] = figures['deploy'][0] / size
             print('%-6d hypervisor memory per node: %.0f KiB' % (size,
                                                                  memory))
+            if floor is not None:
+                print('%-6d Open vSwitch alone removing %d ports (ovs-vsctl '
+                      'del-br, no Tenks): %.2f s, the teardown\'s floor' % (
+                          size, size, floor))
         if len(per_node) > 1:
             smallest, biggest = min(per_node), max(per_node)
             print()
