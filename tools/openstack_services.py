@@ -23,11 +23,14 @@ stop     SIGTERM each service's process group (SIGKILL after a while) and
 status   print each service: up or down, URL, pid; exit 3 unless all
          (with --full-nova: the full Nova too) are up
 
-Ironic is the all-in-one ``ironic`` (API and conductor in one process),
-its database on the MariaDB that tools/setup.sh starts (one database per
+Ironic is its API and ``ironic-conductor``, which the API calls over
+JSON-RPC on 127.0.0.1, as Ironic is deployed: the all-in-one ``ironic``
+is one interpreter, whose lock bounded enrolling a thousand nodes. Its
+database is on the MariaDB that tools/setup.sh starts (one database per
 state directory: SQLite serializes its conductor's writes, which made
 enrolling a hundred nodes take minutes); Placement, Nova and Glance keep
-SQLite. Placement, Nova API and Glance are served by gunicorn.
+SQLite. The Ironic API, Placement, Nova API and Glance are served by
+gunicorn.
 None checks credentials: Ironic noauth, Placement noauth2 (send
 ``X-Auth-Token: admin``), Nova's paste pipeline without authtoken (send
 ``X-User-Id``, ``X-Project-Id`` and ``X-Roles: admin``), Glance without
@@ -47,6 +50,7 @@ Environment:
   TENKS_OPENSTACK_VENV     the services' venv (default <repo>/.venv-openstack)
   TENKS_GLANCE_VENV        Glance's venv (default <repo>/.venv-glance)
   TENKS_IRONIC_PORT        default 6385
+  TENKS_IRONIC_RPC_PORT    default 8089 (the conductor's JSON-RPC)
   TENKS_PLACEMENT_PORT     default 8778
   TENKS_NOVA_PORT          default 8774
   TENKS_GLANCE_PORT        default 9292
@@ -84,11 +88,13 @@ REQUIREMENTS = ['ironic==39.0.0', 'openstack-placement==16.0.0',
 GLANCE_REQUIREMENTS = ['glance==33.0.0', 'gunicorn==27.0.1']
 TERM_TIMEOUT = 15  # s a service gets to exit on SIGTERM before SIGKILL
 PORTS = {'ironic': ('TENKS_IRONIC_PORT', 6385),
+         'ironic-conductor': ('TENKS_IRONIC_RPC_PORT', 8089),
          'placement': ('TENKS_PLACEMENT_PORT', 8778),
          'nova': ('TENKS_NOVA_PORT', 8774),
          'glance': ('TENKS_GLANCE_PORT', 9292),
          'neutron': ('TENKS_NEUTRON_PORT', 9696)}
-SERVICES = ['ironic', 'placement', 'nova']  # in start order
+# In start order; the conductor is up once the Ironic API lists it.
+SERVICES = ['ironic', 'ironic-conductor', 'placement', 'nova']
 # The full Nova: HTTP services first, then the Nova services without a
 # port, which report to the Nova API (os-services) instead.
 FULL_NOVA = ['glance', 'neutron', 'nova-conductor', 'nova-scheduler',
@@ -221,7 +227,9 @@ def ironic_conf(d):
     return ini({
         'DEFAULT': {
             'auth_strategy': 'noauth',
-            'rpc_transport': 'none',
+            'rpc_transport': 'json-rpc',
+            # The API calls the conductor at its name: an address.
+            'host': conductor_host(),
             'state_path': d,
             'tempdir': os.path.join(d, 'tmp'),
             'enabled_hardware_types': 'ipmi,redfish,fake-hardware',
@@ -237,6 +245,7 @@ def ironic_conf(d):
             'enabled_network_interfaces': 'noop',
             'enabled_inspect_interfaces': 'no-inspect',
         },
+        # Where the API listens (gunicorn binds it: see configure).
         'api': {'host_ip': HOST, 'port': port('ironic')},
         # A power change the BMC acknowledges and does not make (Tenks'
         # power-stuck BMC fault) fails after this, not after 60 s; real
@@ -253,6 +262,8 @@ def ironic_conf(d):
         # 30 s since it also bounds each ipmitool run, which on a loaded
         # machine can take over 10 s against a healthy BMC.
         'ipmi': {'min_command_interval': 1, 'command_retry_timeout': 30},
+        'json_rpc': {'auth_strategy': 'noauth', 'host_ip': HOST,
+                     'port': port('ironic-conductor')},
         'nova': {'send_power_notifications': 'false'},
         # A Redfish BMC that drops connections fails after sushy's own
         # ten tries (~27 s), not five times that with 4 s between.
@@ -264,6 +275,10 @@ def ironic_conf(d):
                 'images_path': os.path.join(d, 'images'),
                 'instance_master_path': os.path.join(d, 'master_images')},
     })
+
+
+def conductor_host():
+    return '%s:%d' % (HOST, port('ironic-conductor'))
 
 
 def placement_conf(d):
@@ -409,13 +424,15 @@ def glance_conf(d, venv):
 GLANCE_POLICY = json.dumps({'context_is_admin': '@'}) + '\n'
 
 
-def gunicorn_conf(name, app):
+def gunicorn_conf(name, app, workers=1, threads=1):
     # No arguments: gunicorn reads ./gunicorn.conf.py, and Nova parses
     # sys.argv as its own (it fails on gunicorn's options).
-    return ('bind = %r\nworkers = 1\nwsgi_app = %r\nproc_name = %r\n'
+    return ('bind = %r\nworkers = %d\nthreads = %d\nwsgi_app = %r\n'
+            'proc_name = %r\n'
             # Else both share $HOME/.gunicorn/gunicorn.ctl.
             'control_socket_disable = True\n'
-            % ('%s:%d' % (HOST, port(name)), app, 'tenks-' + name))
+            % ('%s:%d' % (HOST, port(name)), workers, threads, app,
+               'tenks-' + name))
 
 
 def ironic_database(d):
@@ -464,10 +481,19 @@ def configure(state):
     d = os.path.join(state, 'ironic')
     os.makedirs(os.path.join(d, 'tmp'), exist_ok=True)
     conf('ironic', 'sitecustomize.py', IRONIC_SITECUSTOMIZE)
-    commands = {'ironic': ([os.path.join(bin_dir, 'ironic'), '--config-file',
-                            conf('ironic', 'ironic.conf', ironic_conf(d))],
-                           d, {'PYTHONPATH': d},
-                           ['ironic.conf', 'sitecustomize.py'])}
+    ironic = conf('ironic', 'ironic.conf', ironic_conf(d))
+    conf('ironic', 'gunicorn.conf.py',
+         gunicorn_conf('ironic', 'ironic.wsgi.api:application', 2, 8))
+    # gunicorn, since Ironic 39's ironic-api runs one process: each of
+    # its workers binds the port itself, and all but the first fail.
+    # HOME: the API finds ~/ironic.conf (gunicorn passes no arguments).
+    commands = {
+        'ironic': ([os.path.join(bin_dir, 'gunicorn')], d,
+                   {'PYTHONPATH': d, 'HOME': d},
+                   ['ironic.conf', 'gunicorn.conf.py', 'sitecustomize.py']),
+        'ironic-conductor': ([os.path.join(bin_dir, 'ironic-conductor'),
+                              '--config-file', ironic], d, {'PYTHONPATH': d},
+                             ['ironic.conf', 'sitecustomize.py'])}
     d = os.path.join(state, 'placement')
     conf('placement', 'placement.conf', placement_conf(d))
     conf('placement', 'gunicorn.conf.py',
@@ -759,10 +785,31 @@ def nova_services():
         return {}
 
 
+def conductor_alive(since=None):
+    """Whether the Ironic API lists our conductor alive (until then it
+    refuses nodes: no conductor for their driver), by a registration or
+    heartbeat after ``since`` (a naive UTC datetime) if given."""
+    request = urllib.request.Request(
+        url('ironic') + '/v1/conductors/' + conductor_host(),
+        headers={'X-OpenStack-Ironic-API-Version': '1.49'})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            conductor = json.load(response)
+        seen = datetime.datetime.fromisoformat(
+            conductor['updated_at'] or conductor['created_at'])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    seen = seen.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return conductor.get('alive') and (since is None or seen >= since)
+
+
 def is_up(name, since=None):
-    """Whether the service answers HTTP; a Nova service without a port:
-    whether the Nova API lists it up, by a report after ``since`` (a
-    naive UTC datetime) if given."""
+    """Whether the service answers HTTP (Ironic's conductor: whether the
+    Ironic API lists it); a Nova service without a port: whether the
+    Nova API lists it up, by a report after ``since`` (a naive UTC
+    datetime) if given."""
+    if name == 'ironic-conductor':
+        return conductor_alive(since)
     if port(name):
         # Glance answers / with 300 Multiple Choices.
         return answers(port(name), '/versions' if name == 'glance' else '/')
@@ -916,7 +963,7 @@ def status(path=None, full=False):
         up = pid and is_up(name)
         where = ('http://%s:%d' % (HOST, number or port(name))
                  if port(name) else 'rabbit vhost ' + RABBIT['vhost'])
-        print('%-14s %-4s %s%s' % (name, 'up' if up else 'down', where,
+        print('%-16s %-4s %s%s' % (name, 'up' if up else 'down', where,
                                    ' pid %d' % pid if pid else ''))
         result[name] = bool(up)
     return result

@@ -161,9 +161,10 @@ def test_node_behind_virtualbmc_becomes_available(conn, bmc, make_node,
 
     conn.baremetal.delete_node(node.id)
     assert conn.baremetal.find_node(node.id) is None
-    log = os.path.join(osf.services.state_dir(), 'logs', 'ironic.log')
-    with open(log) as f:
-        assert password not in f.read()
+    for name in ('ironic', 'ironic-conductor'):  # the API, the conductor
+        log = os.path.join(osf.services.state_dir(), 'logs', name + '.log')
+        with open(log) as f:
+            assert password not in f.read(), log
     with capsys.disabled():
         print('\nopenstack services: start %.1f s (started: %s); manage '
               '%.2f s; provide -> available %.2f s'
