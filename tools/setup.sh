@@ -374,13 +374,7 @@ step_postgresql() {
 step_mariadb() {
     local conf=/etc/mysql/mariadb.conf.d/99-tenks.cnf
     local want
-    # Loopback only. Each commit written to the log at once and flushed
-    # to disk once a second (not at each commit): a killed server loses
-    # nothing, a crash of the machine the last second, which test
-    # databases can afford; the test Ironic's conductor mostly waits on
-    # its commits (400 nodes to available in 75 s instead of 84).
-    want=$(printf '%s\n' '[mysqld]' 'bind-address = 127.0.0.1' \
-        'innodb_flush_log_at_trx_commit = 2')
+    want=$(printf '%s\n' '[mysqld]' 'bind-address = 127.0.0.1')
     local changed=""
     if [[ ! -f $conf || $(<"$conf") != "$want" ]]; then
         printf '%s\n' "$want" >"$conf"
@@ -390,7 +384,7 @@ step_mariadb() {
     if [[ -n $changed ]] && port_open 3306; then
         run_logged mariadb-admin shutdown
         wait_for "MariaDB's shutdown" 60 bash -c '! (exec 3<>/dev/tcp/127.0.0.1/3306)'
-        state="restarted (its config changed)"
+        state="restarted (bind-address)"
     fi
     if ! port_open 3306; then
         install -d -o mysql -g mysql /run/mysqld
