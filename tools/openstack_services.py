@@ -799,8 +799,9 @@ def conductor_alive(since=None):
             conductor['updated_at'] or conductor['created_at'])
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    seen = seen.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-    return conductor.get('alive') and (since is None or seen >= since)
+    if seen.tzinfo is not None:  # Ironic gives UTC, with or without +00:00
+        seen = seen.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return bool(conductor.get('alive')) and (since is None or seen >= since)
 
 
 def is_up(name, since=None):
