@@ -103,11 +103,11 @@ class Cloud:
             from keystoneauth1 import session as ksa_session
             session = ksa_session.Session(
                 auth=noauth.NoAuth(), additional_headers=STANDALONE_HEADERS)
-            return openstack.connection.Connection(
+            return resend_when_dropped(openstack.connection.Connection(
                 session=session,
                 **{'%s_endpoint_override' % service: self.conf[option]
                    for service, (_, option) in SERVICES.items()
-                   if self.conf[option]})
+                   if self.conf[option]}))
         config, name = what
         try:
             if config is None:
@@ -119,13 +119,14 @@ class Cloud:
             parser = argparse.ArgumentParser(add_help=False)
             config.register_argparse_arguments(parser, argv)
             options, _ = parser.parse_known_args(argv)
-            return openstack.connection.Connection(
+            conn = openstack.connection.Connection(
                 config=config.get_one(argparse=options))
         except Exception as e:
             # ConfigException (no such cloud) or keystoneauth's
             # MissingRequiredOptions (an openrc without a password...).
             raise exceptions.ConfigError(
                 reason='cannot use %s: %s' % (described, e)) from e
+        return resend_when_dropped(conn)
 
     def endpoint(self, service):
         """The endpoint of ``service``, or None when the catalogue has none.
@@ -188,6 +189,40 @@ class Cloud:
                     '%s (%s)' % (d, exceptions.first_of(where, 3, ', '))
                     for d, where in sorted(missing.items())),
                 enabled=', '.join(enabled) or 'none')
+
+
+# A server closes a kept-alive connection once it has been idle for a
+# while (gunicorn after 2 s, Apache after 5). A request sent on it just
+# then fails with "Connection aborted" although the server never read it.
+DROPPED_RESENDS = 2
+
+
+def resend_when_dropped(conn):
+    """``conn``, whose requests of an idempotent method (GET, PUT,
+    DELETE...) are sent again, up to DROPPED_RESENDS times, when the
+    connection closes under them. A POST or PATCH is not: its caller
+    knows whether sending it again is safe (see ironic.enrol)."""
+    from urllib3 import exceptions as urllib3_exceptions
+    from urllib3.util import retry
+
+    class Resend(retry.Retry):
+        def increment(self, method=None, url=None, response=None,
+                      error=None, _pool=None, _stacktrace=None):
+            # Not after a read timeout: the server may still be at the
+            # request, and the caller's timeout means what it says.
+            if isinstance(error, urllib3_exceptions.ReadTimeoutError):
+                raise error
+            return super().increment(method, url, response, error, _pool,
+                                     _stacktrace)
+
+    # Nothing else changes: no retry on refused connections (keystoneauth's
+    # connect_retries says that), on statuses or after a Retry-After
+    # (keystoneauth retries 409 and 503 itself).
+    policy = Resend(total=None, connect=0, read=DROPPED_RESENDS, redirect=0,
+                    status=0, other=0, respect_retry_after_header=False)
+    for adapter in conn.session.session.adapters.values():
+        adapter.max_retries = policy
+    return conn
 
 
 def sdk_exceptions():

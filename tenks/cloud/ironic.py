@@ -264,9 +264,14 @@ def _wait(ironic, node, target, timeout):
 
 def _transient(error):
     """Ironic busy (a node locked, a state change under way) or failing
-    for a moment (5xx); not a conflict that stays: a MAC or name that
-    another port or node has "already exists" (openstacksdk has already
-    tried such a request again for 15 s)."""
+    for a moment (5xx), or the connection closed under a request (a
+    POST or PATCH: connection.resend_when_dropped sends only idempotent
+    ones again); not a conflict that stays: a MAC or name that another
+    port or node has "already exists" (openstacksdk has already tried
+    such a request again for 15 s)."""
+    from keystoneauth1 import exceptions as ksa_exceptions
+    if isinstance(error, ksa_exceptions.ConnectFailure):
+        return True
     if not isinstance(error, connection.sdk_exceptions().HttpException):
         return False
     if error.status_code == 409:
@@ -302,7 +307,7 @@ def ensure_node(conn, conf, node, traits, ports, adopt,
     """
     ironic = client(conn, conf)
     bm = ironic.baremetal
-    current = _create(bm, node)
+    current = _find_or_create(bm, node, expected=adopt)
     if current is None:
         try:
             if traits:
@@ -340,6 +345,18 @@ def ensure_node(conn, conf, node, traits, ports, adopt,
                         current.provision_state) or changed
 
 
+def _find_or_create(bm, node, expected):
+    """The node Ironic already has with the node's UUID, or None when
+    this call created it. Looked up first when ``expected`` there: a
+    create would meet a 409, which openstacksdk tries again for 15 s."""
+    if expected:
+        try:
+            return bm.get_node(node['id'])
+        except connection.sdk_exceptions().NotFoundException:
+            pass
+    return _create(bm, node)
+
+
 def _create(bm, node):
     """Create the node; None, or the node Ironic already has with its
     UUID (a 409 says so: no look before). CloudError when the 409 is
@@ -371,9 +388,11 @@ def enrol(conn, conf, name, node, traits, ports, adopt,
         return ensure_node(conn, conf, node, traits, ports,
                            adopt or len(attempts) > 1, password_changed)
 
+    from keystoneauth1 import exceptions as ksa_exceptions
     try:
         return attempt() or len(attempts) > 1
-    except connection.sdk_exceptions().SDKException as e:
+    except (connection.sdk_exceptions().SDKException,
+            ksa_exceptions.ConnectionError) as e:
         raise exceptions.CloudError(
             service='Ironic', action='enrol node %s' % name,
             reason=str(e)) from e

@@ -59,9 +59,20 @@ def ensure_flavor(conn, flavor, adopt):
 
 def make_flavor(conn, flavor, adopt):
     """ensure_flavor; CloudError naming the flavor when Nova refuses."""
+    from keystoneauth1 import exceptions as ksa_exceptions
     try:
-        return ensure_flavor(conn, flavor, adopt)
-    except connection.sdk_exceptions().SDKException as e:
+        try:
+            return ensure_flavor(conn, flavor, adopt)
+        except ksa_exceptions.ConnectFailure:
+            # The connection closed under a POST (connection.
+            # resend_when_dropped sends only idempotent requests again):
+            # Nova may have made the flavor, which is then ours.
+            LOG.info('Nova connection dropped while making flavor %s; '
+                     'trying again', flavor['name'])
+            ensure_flavor(conn, flavor, adopt=True)
+            return True
+    except (connection.sdk_exceptions().SDKException,
+            ksa_exceptions.ConnectionError) as e:
         raise exceptions.CloudError(
             service='Nova', action='create flavor %s' % flavor['name'],
             reason=str(e)) from e

@@ -22,6 +22,8 @@ import pytest
 from keystoneauth1 import noauth
 from keystoneauth1 import session
 
+from tenks.cloud import connection as tenks_connection
+
 _PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'tools', 'openstack_services.py')
 _spec = importlib.util.spec_from_file_location('openstack_services', _PATH)
@@ -107,12 +109,14 @@ def connection():
     (when it runs)."""
     endpoints = services.endpoints()
     sess = session.Session(auth=noauth.NoAuth(), additional_headers=HEADERS)
-    return openstack.connection.Connection(
+    # As Tenks' own: gunicorn closes idle connections after 2 s.
+    conn = openstack.connection.Connection(
         session=sess,
         baremetal_endpoint_override=endpoints['baremetal'],
         placement_endpoint_override=endpoints['placement'],
         compute_endpoint_override=endpoints['compute'],
         image_endpoint_override=endpoints['image'])
+    return tenks_connection.resend_when_dropped(conn)
 
 
 def wait_for_node(conn, node_id, timeout=60):

@@ -3,6 +3,9 @@ endpoints, then what the openstack CLI would use (OS_CLOUD, the openrc
 variables, the only cloud of clouds.yaml)."""
 
 import os
+import socket
+import struct
+import threading
 import types
 
 import pytest
@@ -119,6 +122,109 @@ def test_unreachable_keystone_is_named(password_cloud):
                        match=r'Cannot reach Keystone at '
                              r'http://127\.0\.0\.1:9/: .*cloud mycloud'):
         make_cloud().check(['baremetal'])
+
+
+class DroppingServer:
+    """An HTTP server on loopback that answers the first request of each
+    connection and keeps it open, then closes it (a reset) under the
+    next one without answering: a server that closes an idle kept-alive
+    connection just as a request is sent on it. ``seen``: (method,
+    answered) of each request it read."""
+
+    def __init__(self):
+        self.sock = socket.create_server(('127.0.0.1', 0))
+        self.url = 'http://127.0.0.1:%d' % self.sock.getsockname()[1]
+        self.seen = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,),
+                             daemon=True).start()
+
+    @staticmethod
+    def _request(stream):
+        head = stream.readline()
+        if not head:
+            return None
+        length = 0
+        while (line := stream.readline()) not in (b'\r\n', b''):
+            name, _, value = line.decode().partition(':')
+            if name.lower() == 'content-length':
+                length = int(value)
+        stream.read(length)
+        return head.split()[0].decode()
+
+    def _connection(self, conn):
+        with conn, conn.makefile('rb') as stream:
+            method = self._request(stream)
+            self.seen.append((method, True))
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: '
+                         b'application/json\r\nContent-Length: 2\r\n'
+                         b'\r\n{}')
+            method = self._request(stream)
+            if method is not None:
+                self.seen.append((method, False))
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                struct.pack('ii', 1, 0))
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def dropping(environ):
+    server = DroppingServer()
+    yield server
+    server.close()
+
+
+def dropping_cloud(environ, server, how):
+    if how == 'standalone':
+        return make_cloud(ironic_url=server.url)
+    path = os.environ['OS_CLIENT_CONFIG_FILE']
+    with open(path, 'w') as f:
+        yaml.safe_dump({'clouds': {'dropping': {
+            'auth_type': 'none',
+            'baremetal_endpoint_override': server.url}}}, f)
+    return make_cloud(cloud='dropping')
+
+
+@pytest.mark.parametrize('how', ['standalone', 'clouds.yaml'])
+def test_a_get_is_sent_again_when_the_connection_drops_under_it(
+        environ, dropping, how):
+    session = dropping_cloud(environ, dropping, how).connection.session
+    for _ in range(2):
+        assert session.get(dropping.url + '/v1/nodes').json() == {}
+    assert dropping.seen == [('GET', True), ('GET', False), ('GET', True)]
+
+
+@pytest.mark.parametrize('how', ['standalone', 'clouds.yaml'])
+def test_a_post_is_not_sent_again_its_caller_decides(environ, dropping,
+                                                      how):
+    from keystoneauth1 import exceptions as ksa_exceptions
+    session = dropping_cloud(environ, dropping, how).connection.session
+    # Read: the connection goes back to the pool, for the POST.
+    assert session.get(dropping.url + '/v1/nodes').json() == {}
+    with pytest.raises(ksa_exceptions.ConnectFailure,
+                       match='Connection aborted'):
+        session.post(dropping.url + '/v1/nodes', json={'name': 'tk0'})
+    assert dropping.seen == [('GET', True), ('POST', False)]
+
+
+def test_a_refused_connection_is_not_tried_again(environ):
+    """Only keystoneauth's connect_retries would: an unreachable
+    service is reported at once."""
+    from keystoneauth1 import exceptions as ksa_exceptions
+    with socket.create_server(('127.0.0.1', 0)) as sock:
+        url = 'http://127.0.0.1:%d' % sock.getsockname()[1]
+    session = make_cloud(ironic_url=url).connection.session
+    with pytest.raises(ksa_exceptions.ConnectFailure, match='refused'):
+        session.get(url + '/v1/nodes')
 
 
 class FakeConnection:

@@ -386,6 +386,44 @@ def test_a_flavor_whose_extra_specs_fail_is_not_left_behind():
     assert conn.compute.flavors == {}
 
 
+@pytest.mark.parametrize('made', [True, False])
+def test_a_flavor_whose_connection_dropped_is_made_once(made):
+    """A POST is not sent again under a dropped connection: Nova may or
+    may not have made the flavor; the next attempt takes it as ours."""
+    from keystoneauth1 import exceptions as ksa_exceptions
+    from openstack import exceptions as sdk
+    made_flavors = {}
+    dropped = [ksa_exceptions.ConnectFailure('Connection aborted.')]
+
+    def find_flavor(name, ignore_missing=True):
+        if name not in made_flavors:
+            raise sdk.NotFoundException('no flavor %s' % name)
+        return made_flavors[name]
+
+    def create_flavor(name, **sizes):
+        if dropped and not made:
+            raise dropped.pop()
+        made_flavors[name] = types.SimpleNamespace(name=name, specs={},
+                                                   **sizes)
+        if dropped:
+            raise dropped.pop()
+        return made_flavors[name]
+
+    def create_flavor_extra_specs(flavor, specs):
+        flavor.specs.update(specs)
+
+    conn = types.SimpleNamespace(compute=types.SimpleNamespace(
+        find_flavor=find_flavor, create_flavor=create_flavor,
+        create_flavor_extra_specs=create_flavor_extra_specs,
+        fetch_flavor_extra_specs=lambda f: types.SimpleNamespace(
+            extra_specs=dict(f.specs))))
+    flavor = {'name': 'gold', 'vcpus': 1, 'ram': 128, 'disk': 0,
+              'extra_specs': {'resources:CUSTOM_GOLD': '1'}}
+    assert nova.make_flavor(conn, flavor, adopt=False) is True
+    assert list(made_flavors) == ['gold']
+    assert made_flavors['gold'].specs == {'resources:CUSTOM_GOLD': '1'}
+
+
 class Placement:
     """Providers that offer one unit of a class with some traits,
     answering the wait's class, trait and provider queries."""

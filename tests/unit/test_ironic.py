@@ -149,3 +149,11 @@ def sdk_error(status, details):
 def test_what_enrolment_tries_again(status, details, transient):
     assert ironic._transient(sdk_error(status, details)) is transient
     assert ironic._transient(ValueError('not from Ironic')) is False
+
+
+def test_a_connection_closed_under_a_request_is_tried_again():
+    from keystoneauth1 import exceptions as ksa_exceptions
+    assert ironic._transient(ksa_exceptions.ConnectFailure(
+        "('Connection aborted.', ConnectionResetError(104))")) is True
+    # Not an answer that would stay the same.
+    assert ironic._transient(ksa_exceptions.SSLError('bad cert')) is False

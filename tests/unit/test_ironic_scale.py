@@ -29,7 +29,7 @@ class FakeBaremetal:
     def __init__(self, fail_verify=(), move_seconds=0.05):
         self.move_seconds = move_seconds
         self.nodes_by_id = {}
-        self.ports = []
+        self.port_list = []
         self.calls = collections.Counter()
         self.fail_verify = set(fail_verify)
         self.in_flight = self.most_in_flight = 0
@@ -78,6 +78,21 @@ class FakeBaremetal:
         for uuid in list(self.nodes_by_id):
             yield types.SimpleNamespace(**vars(self._node(uuid)))
 
+    def get_driver(self, name):
+        self._call('get_driver')
+        return types.SimpleNamespace(name=name)
+
+    def patch_node(self, node, ops):
+        self._call('patch_node')
+        for op in ops:
+            setattr(self._node(node.id), op['path'].lstrip('/'),
+                    op.get('value'))
+
+    def ports(self, node_id, details=False):
+        self._call('ports')
+        return [types.SimpleNamespace(**p) for p in self.port_list
+                if p['node_id'] == node_id]
+
     def set_node_traits(self, uuid, traits):
         self._call('set_node_traits')
         self._node(uuid).traits = traits
@@ -85,7 +100,7 @@ class FakeBaremetal:
     def create_port(self, node_id, **port):
         self._call('create_port')
         self._node(node_id)
-        self.ports.append(dict(port, node_id=node_id))
+        self.port_list.append(dict(port, node_id=node_id))
 
     def put(self, path, json, microversion):
         """PUT nodes/<uuid>/states/provision only."""
@@ -117,7 +132,7 @@ class FakeBaremetal:
             raise sdk.ConflictException('Node %s is locked' % uuid,
                                         http_status=409)
         del self.nodes_by_id[uuid]
-        self.ports = [p for p in self.ports if p['node_id'] != uuid]
+        self.port_list = [p for p in self.port_list if p['node_id'] != uuid]
 
 
 class FakeConnection:
@@ -155,7 +170,7 @@ def test_many_nodes_reach_available_with_five_calls_each_and_bulk_polls():
     assert results == [True] * count
     assert {n.provision_state for n in fake.nodes_by_id.values()} == {
         'available'}
-    assert len(fake.ports) == count
+    assert len(fake.port_list) == count
     # create, traits, port, manage, provide; nobody looks at one node.
     per_node = {name: n / count for name, n in fake.calls.items()
                 if name != 'nodes'}
@@ -190,6 +205,51 @@ def test_a_node_already_there_is_learnt_from_the_409_and_refused():
     assert fake.calls == {'create_node': 1, 'get_node': 1}
 
 
+@pytest.mark.parametrize('made', [True, False])
+def test_a_create_whose_connection_dropped_is_tried_again_and_adopted(made):
+    """A POST is not sent again under a dropped connection (see
+    connection.resend_when_dropped): Ironic may or may not have made the
+    node; the next attempt adopts it, and leaves one node."""
+    from keystoneauth1 import exceptions as ksa_exceptions
+    fake = FakeBaremetal()
+    create = fake.create_node
+    dropped = [ksa_exceptions.ConnectFailure(
+        "('Connection aborted.', ConnectionResetError(104))")]
+
+    def create_node(**fields):
+        if dropped and made:
+            create(**fields)
+        if dropped:
+            raise dropped.pop()
+        return create(**fields)
+    fake.create_node = create_node
+    conn = FakeConnection(fake)
+    assert ironic.enrol(conn, CONF, 'tk0', node(0), ['CUSTOM_GOLD'],
+                        [port(0)], adopt=False) is True
+    [made_node] = fake.nodes_by_id.values()
+    assert (made_node.provision_state, made_node.traits) == (
+        'available', ['CUSTOM_GOLD'])
+    assert [p['address'] for p in fake.port_list] == [port(0)['address']]
+
+
+def test_a_recorded_node_is_looked_up_not_created_again():
+    """A create would meet a 409 that openstacksdk tries again for 15 s;
+    a recorded node gone from Ironic is made again."""
+    fake = FakeBaremetal()
+    conn = FakeConnection(fake)
+    ironic.ensure_node(conn, CONF, node(0), [], [port(0)], adopt=False)
+    fake.calls.clear()
+    assert ironic.ensure_node(conn, CONF, node(0), ['CUSTOM_GOLD'],
+                              [port(0)], adopt=True) is True
+    assert 'create_node' not in fake.calls
+    assert fake.nodes_by_id[node(0)['id']].traits == ['CUSTOM_GOLD']
+    del fake.nodes_by_id[node(0)['id']]
+    assert ironic.ensure_node(conn, CONF, node(0), [], [port(0)],
+                              adopt=True) is True
+    assert fake.calls['create_node'] == 1
+    assert fake.nodes_by_id[node(0)['id']].provision_state == 'available'
+
+
 def test_a_taken_name_is_an_error_at_once_not_tried_again():
     fake = FakeBaremetal()
     conn = FakeConnection(fake)
@@ -217,7 +277,7 @@ def test_a_node_that_fails_verification_is_named_and_deleted():
                        'manageable: Failed to get power state: no BMC', True]
     # What this call created is gone again, ports and all.
     assert sorted(fake.nodes_by_id) == [node(0)['id'], node(2)['id']]
-    assert {p['node_id'] for p in fake.ports} == {node(0)['id'],
+    assert {p['node_id'] for p in fake.port_list} == {node(0)['id'],
                                                   node(2)['id']}
 
 
