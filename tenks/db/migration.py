@@ -76,18 +76,22 @@ def upgrade(engine):
     version = db_api.schema_version(engine)
     if version is not None and version not in known_revisions():
         raise schema_error(engine, version, None)
-    with engine.begin() as connection:
+    with engine.connect() as connection:
         tables = sa.inspect(connection).get_table_names()
-        if VERSION_TABLE not in tables and any(
-                t.startswith(TABLE_PREFIX) for t in tables):
-            raise exceptions.ConfigError(
-                reason='the state database %s was made by a Tenks older '
-                       'than its migrations: tear its clusters down with '
-                       'that Tenks, then remove the database'
-                       % engine.url.render_as_string())
-        from alembic import command
-        command.upgrade(alembic_config(connection), 'head')
+    if VERSION_TABLE not in tables and any(
+            t.startswith(TABLE_PREFIX) for t in tables):
+        raise exceptions.ConfigError(
+            reason='the state database %s was made by a Tenks older '
+                   'than its migrations: tear its clusters down with '
+                   'that Tenks, then remove the database'
+                   % engine.url.render_as_string())
+    # TaskFlow's tables first: a process that finds the version at head
+    # takes the schema as whole without the lock (a conductor starting
+    # beside this process's first use prunes the flows at once).
     upgrade_taskflow(engine)
+    from alembic import command
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), 'head')
 
 
 def upgrade_taskflow(engine):

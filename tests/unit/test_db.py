@@ -85,6 +85,25 @@ def test_upgrade_again_changes_nothing(tmp_path):
     assert db_api.StateDB(engine).get_cluster('c').spec == {'k': 'v'}
 
 
+def test_the_version_reaches_head_only_once_the_schema_is_whole(
+        tmp_path, monkeypatch):
+    """A process that finds the version at head uses the schema without
+    waiting for the lock: TaskFlow's tables are there by then."""
+    engine = db_api.create_engine(
+        'sqlite:///%s' % (tmp_path / 'state.sqlite'))
+    seen = []
+    upgrade_taskflow = migration.upgrade_taskflow
+
+    def watched(engine):
+        seen.append(db_api.schema_version(engine))
+        upgrade_taskflow(engine)
+    monkeypatch.setattr(migration, 'upgrade_taskflow', watched)
+    with migration.schema_lock(str(tmp_path)):
+        migration.upgrade(engine)
+    assert seen == [None]
+    assert db_api.schema_version(engine) == migrations.HEAD
+
+
 def test_database_older_than_the_migrations_is_refused(tmp_path):
     engine = db_api.create_engine(
         'sqlite:///%s' % (tmp_path / 'state.sqlite'))
