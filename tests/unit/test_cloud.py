@@ -216,15 +216,18 @@ def test_a_post_is_not_sent_again_its_caller_decides(environ, dropping,
     assert dropping.seen == [('GET', True), ('POST', False)]
 
 
-def test_a_refused_connection_is_not_tried_again(environ):
+def test_a_refused_connection_is_not_tried_again(environ, caplog):
     """Only keystoneauth's connect_retries would: an unreachable
     service is reported at once."""
     from keystoneauth1 import exceptions as ksa_exceptions
     with socket.create_server(('127.0.0.1', 0)) as sock:
         url = 'http://127.0.0.1:%d' % sock.getsockname()[1]
     session = make_cloud(ironic_url=url).connection.session
-    with pytest.raises(ksa_exceptions.ConnectFailure, match='refused'):
-        session.get(url + '/v1/nodes')
+    with caplog.at_level('DEBUG', logger='urllib3'):
+        with pytest.raises(ksa_exceptions.ConnectFailure, match='refused'):
+            session.get(url + '/v1/nodes')
+    # urllib3 logs each request it sends again.
+    assert not [r for r in caplog.records if 'Retrying' in r.getMessage()]
 
 
 class FakeConnection:
