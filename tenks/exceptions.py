@@ -293,6 +293,13 @@ class CloudError(TenksError):
     msg_fmt = '%(service)s refused to %(action)s: %(reason)s'
 
 
+class CloudUnreachable(CloudError):
+    """The request got no answer: the service could not be reached, or
+    closed the connection under it."""
+
+    msg_fmt = 'Could not reach %(service)s to %(action)s: %(reason)s'
+
+
 class PlacementTimeout(TenksError):
     msg_fmt = ('Placement did not report the nodes within %(timeout)d s: '
                '%(short)s')

@@ -389,13 +389,15 @@ def enrol(conn, conf, name, node, traits, ports, adopt,
                            adopt or len(attempts) > 1, password_changed)
 
     from keystoneauth1 import exceptions as ksa_exceptions
+    action = 'enrol node %s' % name
     try:
         return attempt() or len(attempts) > 1
-    except (connection.sdk_exceptions().SDKException,
-            ksa_exceptions.ConnectionError) as e:
+    except ksa_exceptions.ConnectionError as e:
+        raise exceptions.CloudUnreachable(
+            service='Ironic', action=action, reason=str(e)) from e
+    except connection.sdk_exceptions().SDKException as e:
         raise exceptions.CloudError(
-            service='Ironic', action='enrol node %s' % name,
-            reason=str(e)) from e
+            service='Ironic', action=action, reason=str(e)) from e
 
 
 # Properties Ironic fills in itself unless a node has them: the vendor its

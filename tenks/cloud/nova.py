@@ -71,8 +71,11 @@ def make_flavor(conn, flavor, adopt):
                      'trying again', flavor['name'])
             ensure_flavor(conn, flavor, adopt=True)
             return True
-    except (connection.sdk_exceptions().SDKException,
-            ksa_exceptions.ConnectionError) as e:
+    except ksa_exceptions.ConnectionError as e:
+        raise exceptions.CloudUnreachable(
+            service='Nova', action='create flavor %s' % flavor['name'],
+            reason=str(e)) from e
+    except connection.sdk_exceptions().SDKException as e:
         raise exceptions.CloudError(
             service='Nova', action='create flavor %s' % flavor['name'],
             reason=str(e)) from e

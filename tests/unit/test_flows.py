@@ -424,6 +424,28 @@ def test_a_flavor_whose_connection_dropped_is_made_once(made):
     assert made_flavors['gold'].specs == {'resources:CUSTOM_GOLD': '1'}
 
 
+def test_a_nova_that_stays_unreachable_is_named_as_such():
+    """Not "refused": Nova never answered, the second try neither."""
+    from keystoneauth1 import exceptions as ksa_exceptions
+    tries = []
+
+    def find_flavor(name, ignore_missing=True):
+        tries.append(name)
+        raise ksa_exceptions.ConnectFailure(
+            'Unable to establish connection to http://127.0.0.1:8774')
+
+    conn = types.SimpleNamespace(compute=types.SimpleNamespace(
+        find_flavor=find_flavor))
+    flavor = {'name': 'gold', 'vcpus': 1, 'ram': 128, 'disk': 0,
+              'extra_specs': {}}
+    with pytest.raises(exceptions.CloudUnreachable) as raised:
+        nova.make_flavor(conn, flavor, adopt=False)
+    assert str(raised.value) == (
+        'Could not reach Nova to create flavor gold: Unable to establish '
+        'connection to http://127.0.0.1:8774')
+    assert tries == ['gold', 'gold']
+
+
 class Placement:
     """Providers that offer one unit of a class with some traits,
     answering the wait's class, trait and provider queries."""
