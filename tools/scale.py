@@ -279,7 +279,9 @@ def ipmi_figures(size):
     for line in done.stdout.splitlines():
         label, _, value = line.strip().rpartition('  ')
         if label.strip() in wanted:
-            figures[wanted[label.strip()]] = float(value.split()[0])
+            # '113 ms', '0.02% of a core'
+            figures[wanted[label.strip()]] = float(
+                value.split()[0].rstrip('%'))
     return figures
 
 
