@@ -11,6 +11,7 @@ StatePoller watches every node in transition with one node list per
 create, its traits (if any), its ports, manage and provide.
 """
 
+import copy
 import threading
 import time
 import types
@@ -77,16 +78,36 @@ def nodes_and_ports(conn):
 LOOKUP_SECONDS = 60
 
 
+def _conflicts_not_retried(proxy):
+    """``proxy`` with openstacksdk's retries of a 409 taken off, for
+    creating nodes.
+
+    Ironic answers a node's create with 409 only when its UUID or name
+    is taken, which no retry mends, but openstacksdk tries every 409 of
+    the baremetal service again for 15.5 s (for a node locked by a
+    state change, where it helps). A copy of the adapter, sharing its
+    session and endpoint, with the other codes (503...) kept."""
+    codes = getattr(proxy, 'retriable_status_codes', None)
+    if not codes or 409 not in codes:
+        return proxy
+    creating = copy.copy(proxy)
+    creating.retriable_status_codes = [c for c in codes if c != 409]
+    return creating
+
+
 class Bounded:
     """A proxy (conn.baremetal) with at most ``limit`` calls in flight;
-    a list is read whole inside its call."""
+    a list is read whole inside its call. A node's create is not tried
+    again on a 409 (_conflicts_not_retried)."""
 
     def __init__(self, proxy, limit):
         self._proxy = proxy
+        self._creating = _conflicts_not_retried(proxy)
         self._slots = threading.BoundedSemaphore(limit)
 
     def __getattr__(self, name):
-        method = getattr(self._proxy, name)
+        method = getattr(self._creating if name == 'create_node'
+                         else self._proxy, name)
 
         def call(*args, **kwargs):
             with self._slots:
@@ -359,8 +380,8 @@ def _find_or_create(bm, node, expected):
 
 def _create(bm, node):
     """Create the node; None, or the node Ironic already has with its
-    UUID (a 409 says so: no look before). CloudError when the 409 is
-    for something else (another node has its name)."""
+    UUID (a 409 says so at once: no look before, no retry). CloudError
+    when the 409 is for something else (another node has its name)."""
     sdk = connection.sdk_exceptions()
     try:
         bm.create_node(**node)

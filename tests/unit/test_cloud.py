@@ -2,6 +2,8 @@
 endpoints, then what the openstack CLI would use (OS_CLOUD, the openrc
 variables, the only cloud of clouds.yaml)."""
 
+import http.server
+import json
 import os
 import socket
 import struct
@@ -228,6 +230,92 @@ def test_a_refused_connection_is_not_tried_again(environ, caplog):
             session.get(url + '/v1/nodes')
     # urllib3 logs each request it sends again.
     assert not [r for r in caplog.records if 'Retrying' in r.getMessage()]
+
+
+class ScriptedIronic(http.server.ThreadingHTTPServer):
+    """An Ironic API on loopback that answers each POST or PUT with the
+    next status of ``statuses`` (then 202), and its version documents
+    to openstacksdk's discovery. ``seen``: (method, path, status)."""
+
+    def __init__(self, statuses):
+        super().__init__(('127.0.0.1', 0), ScriptedHandler)
+        self.url = 'http://127.0.0.1:%d' % self.server_address[1]
+        self.statuses = list(statuses)
+        self.seen = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class ScriptedHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    FAULTS = {409: 'A node with name tk0 already exists.',
+              503: 'No free conductor workers available'}
+
+    def _answer(self, status, body=None):
+        data = json.dumps(body).encode() if body is not None else b''
+        self.send_response(status)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        version = {'id': 'v1', 'status': 'CURRENT', 'version': '1.81',
+                   'min_version': '1.1', 'links': [
+                       {'href': self.server.url + '/v1/', 'rel': 'self'}]}
+        self._answer(200, {'versions': [version],
+                           'default_version': version})
+
+    def _act(self):
+        self.rfile.read(int(self.headers['Content-Length'] or 0))
+        status = (self.server.statuses.pop(0) if self.server.statuses
+                  else 202)
+        self.server.seen.append((self.command, self.path, status))
+        if status in self.FAULTS:
+            self._answer(status, {'error_message': json.dumps(
+                {'faultstring': self.FAULTS[status]})})
+        else:
+            self._answer(status)
+
+    do_POST = do_PUT = _act
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted(environ):
+    servers = []
+
+    def start(*statuses):
+        servers.append(ScriptedIronic(statuses))
+        cloud = make_cloud(ironic_url=servers[-1].url)
+        return servers[-1], ironic.client(cloud.connection, cloud.conf)
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_node_create_refused_with_409_is_not_sent_again(scripted):
+    """A taken name or UUID stays taken: the error comes at once, not
+    after openstacksdk's 15.5 s of retries; a 503 is still retried, and
+    so is a 409 of anything else (a node locked by a state change)."""
+    node = {'id': '00000000-0000-0000-0000-000000000000', 'name': 'tk0',
+            'driver': 'redfish'}
+    server, client = scripted(409)
+    with pytest.raises(sdk.ConflictException, match='already exists'):
+        client.baremetal.create_node(**node)
+    assert server.seen == [('POST', '/v1/nodes', 409)]
+
+    server, client = scripted(503, 201)
+    client.baremetal.create_node(**node)
+    assert server.seen == [('POST', '/v1/nodes', 503),
+                           ('POST', '/v1/nodes', 201)]
+
+    server, client = scripted(409)
+    ironic._provision(client.baremetal, node['id'], 'manage')
+    path = '/v1/nodes/%s/states/provision' % node['id']
+    assert server.seen == [('PUT', path, 409), ('PUT', path, 202)]
 
 
 class FakeConnection:
