@@ -78,15 +78,18 @@ def nodes_and_ports(conn):
 LOOKUP_SECONDS = 60
 
 
+# Ironic answers these with 409 only for what no retry mends: a node's
+# UUID or name taken, a port's MAC taken (a port is made under a shared
+# lock of its node, which a state change does not refuse).
+CREATES = ('create_node', 'create_port')
+
+
 def _conflicts_not_retried(proxy):
     """``proxy`` with openstacksdk's retries of a 409 taken off, for
-    creating nodes.
-
-    Ironic answers a node's create with 409 only when its UUID or name
-    is taken, which no retry mends, but openstacksdk tries every 409 of
-    the baremetal service again for 15.5 s (for a node locked by a
-    state change, where it helps). A copy of the adapter, sharing its
-    session and endpoint, with the other codes (503...) kept."""
+    CREATES: openstacksdk tries every 409 of the baremetal service again
+    for 15.5 s (for a node locked by a state change, where it helps). A
+    copy of the adapter, sharing its session and endpoint, with the
+    other codes (503...) kept."""
     codes = getattr(proxy, 'retriable_status_codes', None)
     if not codes or 409 not in codes:
         return proxy
@@ -97,8 +100,8 @@ def _conflicts_not_retried(proxy):
 
 class Bounded:
     """A proxy (conn.baremetal) with at most ``limit`` calls in flight;
-    a list is read whole inside its call. A node's create is not tried
-    again on a 409 (_conflicts_not_retried)."""
+    a list is read whole inside its call. CREATES are not tried again
+    on a 409 (_conflicts_not_retried)."""
 
     def __init__(self, proxy, limit):
         self._proxy = proxy
@@ -106,7 +109,7 @@ class Bounded:
         self._slots = threading.BoundedSemaphore(limit)
 
     def __getattr__(self, name):
-        method = getattr(self._creating if name == 'create_node'
+        method = getattr(self._creating if name in CREATES
                          else self._proxy, name)
 
         def call(*args, **kwargs):

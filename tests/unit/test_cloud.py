@@ -186,6 +186,9 @@ def dropping(environ):
 
 
 def dropping_cloud(environ, server, how):
+    """A Cloud on ``server``. Keep it while its session is used: a
+    Connection that is collected closes its session's kept-alive
+    connections (openstacksdk's finalizer)."""
     if how == 'standalone':
         return make_cloud(ironic_url=server.url)
     path = os.environ['OS_CLIENT_CONFIG_FILE']
@@ -199,7 +202,8 @@ def dropping_cloud(environ, server, how):
 @pytest.mark.parametrize('how', ['standalone', 'clouds.yaml'])
 def test_a_get_is_sent_again_when_the_connection_drops_under_it(
         environ, dropping, how):
-    session = dropping_cloud(environ, dropping, how).connection.session
+    cloud = dropping_cloud(environ, dropping, how)
+    session = cloud.connection.session
     for _ in range(2):
         assert session.get(dropping.url + '/v1/nodes').json() == {}
     assert dropping.seen == [('GET', True), ('GET', False), ('GET', True)]
@@ -209,7 +213,8 @@ def test_a_get_is_sent_again_when_the_connection_drops_under_it(
 def test_a_post_is_not_sent_again_its_caller_decides(environ, dropping,
                                                       how):
     from keystoneauth1 import exceptions as ksa_exceptions
-    session = dropping_cloud(environ, dropping, how).connection.session
+    cloud = dropping_cloud(environ, dropping, how)
+    session = cloud.connection.session
     # Read: the connection goes back to the pool, for the POST.
     assert session.get(dropping.url + '/v1/nodes').json() == {}
     with pytest.raises(ksa_exceptions.ConnectFailure,
@@ -247,7 +252,7 @@ class ScriptedIronic(http.server.ThreadingHTTPServer):
 
 class ScriptedHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
-    FAULTS = {409: 'A node with name tk0 already exists.',
+    FAULTS = {409: 'tk0 already exists.',
               503: 'No free conductor workers available'}
 
     def _answer(self, status, body=None):
@@ -296,16 +301,23 @@ def scripted(environ):
         server.server_close()
 
 
-def test_a_node_create_refused_with_409_is_not_sent_again(scripted):
-    """A taken name or UUID stays taken: the error comes at once, not
-    after openstacksdk's 15.5 s of retries; a 503 is still retried, and
-    so is a 409 of anything else (a node locked by a state change)."""
+def test_a_create_refused_with_409_is_not_sent_again(scripted):
+    """A taken name, UUID or MAC stays taken: the error comes at once,
+    not after openstacksdk's 15.5 s of retries; a 503 is still retried,
+    and so is a 409 of anything else (a node locked by a state
+    change)."""
     node = {'id': '00000000-0000-0000-0000-000000000000', 'name': 'tk0',
             'driver': 'redfish'}
     server, client = scripted(409)
     with pytest.raises(sdk.ConflictException, match='already exists'):
         client.baremetal.create_node(**node)
     assert server.seen == [('POST', '/v1/nodes', 409)]
+
+    server, client = scripted(409)
+    with pytest.raises(sdk.ConflictException, match='already exists'):
+        client.baremetal.create_port(node_id=node['id'],
+                                     address='52:54:00:00:00:01')
+    assert server.seen == [('POST', '/v1/ports', 409)]
 
     server, client = scripted(503, 201)
     client.baremetal.create_node(**node)
