@@ -24,6 +24,7 @@ deploy that enrols nodes needs it.
 """
 
 import argparse
+import contextlib
 import functools
 import os
 import threading
@@ -223,6 +224,22 @@ def resend_when_dropped(conn):
     for adapter in conn.session.session.adapters.values():
         adapter.max_retries = policy
     return conn
+
+
+@contextlib.contextmanager
+def named_errors(service, action):
+    """openstacksdk's and keystoneauth's errors inside, as Tenks errors
+    naming ``service`` and ``action``: CloudUnreachable when no answer
+    came (refused, dropped), CloudError when the service refused."""
+    from keystoneauth1 import exceptions as ksa_exceptions
+    try:
+        yield
+    except ksa_exceptions.ConnectionError as e:
+        raise exceptions.CloudUnreachable(
+            service=service, action=action, reason=str(e)) from e
+    except sdk_exceptions().SDKException as e:
+        raise exceptions.CloudError(
+            service=service, action=action, reason=str(e)) from e
 
 
 def sdk_exceptions():

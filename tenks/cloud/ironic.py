@@ -412,16 +412,8 @@ def enrol(conn, conf, name, node, traits, ports, adopt,
         return ensure_node(conn, conf, node, traits, ports,
                            adopt or len(attempts) > 1, password_changed)
 
-    from keystoneauth1 import exceptions as ksa_exceptions
-    action = 'enrol node %s' % name
-    try:
+    with connection.named_errors('Ironic', 'enrol node %s' % name):
         return attempt() or len(attempts) > 1
-    except ksa_exceptions.ConnectionError as e:
-        raise exceptions.CloudUnreachable(
-            service='Ironic', action=action, reason=str(e)) from e
-    except connection.sdk_exceptions().SDKException as e:
-        raise exceptions.CloudError(
-            service='Ironic', action=action, reason=str(e)) from e
 
 
 # Properties Ironic fills in itself unless a node has them: the vendor its

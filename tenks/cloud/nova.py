@@ -60,7 +60,7 @@ def ensure_flavor(conn, flavor, adopt):
 def make_flavor(conn, flavor, adopt):
     """ensure_flavor; CloudError naming the flavor when Nova refuses."""
     from keystoneauth1 import exceptions as ksa_exceptions
-    try:
+    with connection.named_errors('Nova', 'create flavor %s' % flavor['name']):
         try:
             return ensure_flavor(conn, flavor, adopt)
         except ksa_exceptions.ConnectFailure:
@@ -71,14 +71,6 @@ def make_flavor(conn, flavor, adopt):
                      'trying again', flavor['name'])
             ensure_flavor(conn, flavor, adopt=True)
             return True
-    except ksa_exceptions.ConnectionError as e:
-        raise exceptions.CloudUnreachable(
-            service='Nova', action='create flavor %s' % flavor['name'],
-            reason=str(e)) from e
-    except connection.sdk_exceptions().SDKException as e:
-        raise exceptions.CloudError(
-            service='Nova', action='create flavor %s' % flavor['name'],
-            reason=str(e)) from e
 
 
 def delete_flavor(conn, name):
