@@ -230,14 +230,18 @@ def resend_when_dropped(conn):
 def named_errors(service, action):
     """openstacksdk's and keystoneauth's errors inside, as Tenks errors
     naming ``service`` and ``action``: CloudUnreachable when no answer
-    came (refused, dropped), CloudError when the service refused."""
+    came (refused, dropped, or no version document where the endpoint
+    should be: the first request of a connection discovers it),
+    CloudError when the service refused."""
     from keystoneauth1 import exceptions as ksa_exceptions
     try:
         yield
-    except ksa_exceptions.ConnectionError as e:
+    except (ksa_exceptions.ConnectionError,
+            ksa_exceptions.DiscoveryFailure) as e:
         raise exceptions.CloudUnreachable(
             service=service, action=action, reason=str(e)) from e
-    except sdk_exceptions().SDKException as e:
+    except (ksa_exceptions.ClientException,
+            sdk_exceptions().SDKException) as e:
         raise exceptions.CloudError(
             service=service, action=action, reason=str(e)) from e
 

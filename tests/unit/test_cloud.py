@@ -237,6 +237,29 @@ def test_a_refused_connection_is_not_tried_again(environ, caplog):
     assert not [r for r in caplog.records if 'Retrying' in r.getMessage()]
 
 
+def test_an_ironic_that_stays_unreachable_is_named_as_such(environ,
+                                                          monkeypatch):
+    """Not "refused": Ironic never answered (a port nothing listens on,
+    through openstacksdk and keystoneauth as they are)."""
+    import tenacity
+    monkeypatch.setattr(ironic, 'retrying', tenacity.retry(
+        retry=tenacity.retry_if_exception(ironic._transient), reraise=True,
+        stop=tenacity.stop_after_attempt(2)))
+    with socket.create_server(('127.0.0.1', 0)) as sock:
+        url = 'http://127.0.0.1:%d' % sock.getsockname()[1]
+    cloud = make_cloud(ironic_url=url)
+    node = {'id': '00000000-0000-0000-0000-000000000000', 'name': 'tk0',
+            'driver': 'redfish'}
+    with pytest.raises(exceptions.CloudUnreachable) as raised:
+        ironic.enrol(cloud.connection, cloud.conf, 'tk0', node, [], [],
+                     adopt=False)
+    # openstacksdk's first request looks for Ironic's version document.
+    assert str(raised.value).startswith(
+        'Could not reach Ironic to enrol node tk0: Unable to find a version '
+        'discovery document at %s' % url)
+    assert isinstance(raised.value, exceptions.CloudError)
+
+
 class ScriptedIronic(http.server.ThreadingHTTPServer):
     """An Ironic API on loopback that answers each POST or PUT with the
     next status of ``statuses`` (then 202), and its version documents

@@ -232,28 +232,6 @@ def test_a_create_whose_connection_dropped_is_tried_again_and_adopted(made):
     assert [p['address'] for p in fake.port_list] == [port(0)['address']]
 
 
-def test_an_ironic_that_stays_unreachable_is_named_as_such(monkeypatch):
-    """Not "refused": Ironic never answered."""
-    import tenacity
-    from keystoneauth1 import exceptions as ksa_exceptions
-    monkeypatch.setattr(ironic, 'retrying', tenacity.retry(
-        retry=tenacity.retry_if_exception(ironic._transient), reraise=True,
-        stop=tenacity.stop_after_attempt(2)))
-    fake = FakeBaremetal()
-
-    def create_node(**fields):
-        raise ksa_exceptions.ConnectFailure(
-            'Unable to establish connection to http://127.0.0.1:6385')
-    fake.create_node = create_node
-    with pytest.raises(exceptions.CloudUnreachable) as raised:
-        ironic.enrol(FakeConnection(fake), CONF, 'tk0', node(0), [], [],
-                     adopt=False)
-    assert str(raised.value) == (
-        'Could not reach Ironic to enrol node tk0: Unable to establish '
-        'connection to http://127.0.0.1:6385')
-    assert isinstance(raised.value, exceptions.CloudError)
-
-
 def test_a_recorded_node_is_looked_up_not_created_again():
     """A create would meet a 409 that openstacksdk tries again for 15 s;
     a recorded node gone from Ironic is made again."""
