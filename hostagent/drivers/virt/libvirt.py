@@ -506,11 +506,14 @@ class LibvirtDriver(base.VirtDriver):
         return self.conf.hostagent.libvirt_uri
 
     def _connection(self):
-        """The shared connection, (re)opened when missing or dead."""
+        """The shared connection, (re)opened when missing or dead.
+
+        A dead one is dropped, never closed here: another thread may be
+        inside a call on it still, and libvirt frees a closed connection
+        under that call. libvirt-python closes it when its last user lets
+        it go."""
         with self._conn_lock:
             if self._conn is not None and not self._alive(self._conn):
-                with contextlib.suppress(libvirt.libvirtError):
-                    self._conn.close()
                 self._conn = None
             if self._conn is None:
                 self._daemon = None
