@@ -8,6 +8,8 @@ import io
 import json
 import os
 import socket
+import time
+import types
 
 import pytest
 
@@ -138,7 +140,8 @@ def test_an_unreachable_ipmi_bmc_answers_nothing_until_cleared(
 def test_a_slow_ipmi_bmc_answers_each_packet_late(ipmi, monkeypatch):
     host, served, directory = ipmi
     slept = []
-    monkeypatch.setattr(ipmi_host.time, 'sleep', slept.append)
+    monkeypatch.setattr(ipmi_host, 'time', types.SimpleNamespace(
+        sleep=slept.append, monotonic=time.monotonic))
     shown(served, directory, {'kind': 'slow', 'delay': 2.5})
     served.answer(RMCP_PING, ('127.0.0.1', 2))
     assert slept == [2.5, 2.5]
@@ -280,7 +283,8 @@ def test_an_unreachable_redfish_bmc_closes_the_connection_unanswered(
 def test_a_slow_redfish_bmc_answers_late(redfish, monkeypatch):
     layer, calls, directory = redfish
     slept = []
-    monkeypatch.setattr(emulator_faults.time, 'sleep', slept.append)
+    monkeypatch.setattr(emulator_faults, 'time',
+                        types.SimpleNamespace(sleep=slept.append))
     fault_files.write(directory, 'n0', {'kind': 'slow', 'delay': 3})
     assert request(layer, 'GET', SYSTEM_PATH)[0] == '200 OK'
     assert slept == [3]

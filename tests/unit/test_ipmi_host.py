@@ -7,6 +7,8 @@ import os
 import socket
 import stat
 import struct
+import time
+import types
 
 import pytest
 from pyghmi.ipmi.private import session as ipmisession
@@ -230,7 +232,8 @@ def open_session_request(tag):
 
 def test_sessions_are_bounded_and_expire(host, monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(ipmi_host.time, 'monotonic', lambda: now[0])
+    monkeypatch.setattr(ipmi_host, 'time', types.SimpleNamespace(
+        monotonic=lambda: now[0], sleep=time.sleep))
     ask(host, {'op': 'add', 'bmc': definition(free_udp_port())})
     served = host._bmcs['test']
     clients = [('127.0.0.1', 40000 + i)

@@ -278,8 +278,9 @@ def test_a_system_added_or_removed_touches_its_own_files_only(
             touched.append(os.path.relpath(f, path)) or real(f, *a)))
     listed = []
     real_listdir = os.listdir
+    # os.listdir is every thread's: only the emulator directory counts.
     monkeypatch.setattr(os, 'listdir', lambda d: (
-        listed.append(d) or real_listdir(d)))
+        str(d).startswith(path) and listed.append(d) or real_listdir(d)))
     driver.ensure_system(owner, 'n200', 'u200', '127.0.0.1', 9100, 'admin',
                          'pw')
     # (systems: the file of an emulator from before issue 23, if any.)
