@@ -4,7 +4,9 @@ import errno
 import os
 import re
 import signal
+import socket
 import stat
+import struct
 import subprocess
 import sys
 import uuid
@@ -118,13 +120,16 @@ def test_reconnects_after_connection_died(driver):
 
 
 def _libvirt_daemon():
-    """The pid of the daemon that serves qemu:///system here."""
-    for name in ('virtqemud', 'libvirtd'):
-        found = subprocess.run(['pgrep', '-x', name], capture_output=True,
-                               text=True).stdout.split()
-        if found:
-            [pid] = found
-            return int(pid)
+    """The pid of the daemon that serves qemu:///system here: the one
+    listening on its socket (other libvirtds may run, a test's own)."""
+    for path in ('/run/libvirt/virtqemud-sock', '/run/libvirt/libvirt-sock'):
+        if os.path.exists(path):
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(path)
+                pid, _, _ = struct.unpack('3i', sock.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED,
+                    struct.calcsize('3i')))
+            return pid
     raise AssertionError('no libvirt daemon runs')
 
 
