@@ -1,11 +1,15 @@
 """Fixtures every functional test module may use."""
 
+import collections
+import contextlib
+import os
 import subprocess
 
 import pytest
 
 from tests.functional import cluster_fixtures
 from tests.functional import drivers_fixtures
+from tests.functional import openstack_fixtures
 from tests.functional.ironic_snmp_fixtures import ironic_snmp  # noqa
 from tests.functional.jobboard_fixtures import redis_url  # noqa
 from tests.functional.jobboard_fixtures import zookeeper_url  # noqa
@@ -34,7 +38,27 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if report.when == 'call':
         item.stash[cluster_fixtures.CALL_REPORT] = report
+    if report.failed:
+        _keep_failure(item, report)
     return report
+
+
+def _keep_failure(item, report):
+    """Append a failure's whole report to failures.txt in the run's base
+    temporary directory, which pytest keeps after the run: a CI log may
+    show only part of it, and CI's checkout is gone afterwards."""
+    factory = getattr(item.config, '_tmp_path_factory', None)
+    if factory is None:
+        return
+    with open(factory.getbasetemp() / 'failures.txt', 'a') as f:
+        f.write('=== %s (%s)\n%s\n' % (item.nodeid, report.when,
+                                       report.longreprtext))
+        if 'openstack_services' in item.fixturenames:
+            log = os.path.join(openstack_fixtures.services.state_dir(),
+                               'logs', 'ironic-conductor.log')
+            with contextlib.suppress(OSError), open(log) as conductor:
+                f.write('--- the end of %s\n%s\n' % (
+                    log, ''.join(collections.deque(conductor, 400))))
 
 
 @pytest.fixture
