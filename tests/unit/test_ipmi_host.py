@@ -4,6 +4,7 @@ UDP ports, no IPMI client."""
 
 import json
 import os
+import random
 import socket
 import stat
 import struct
@@ -15,14 +16,22 @@ from pyghmi.ipmi.private import session as ipmisession
 
 from hostagent.drivers.bmc import ipmi_host
 from hostagent.drivers.bmc import ipmi_store
+from tenks import netutils
 
 URI = 'test:///default'
 
 
 def free_udp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+    """A free UDP port of 127.0.0.1 below the kernel's ephemeral range.
+    A port from that range (bind to 0) may be handed to any process's
+    passing socket (an ipmitool, a DNS query) while a test has it free
+    between stopping and starting what binds it."""
+    with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
+        low = int(f.read().split()[0])
+    for port in random.sample(range(max(1024, low - 10000), low), 100):
+        if netutils.udp_port_free('127.0.0.1', port):
+            return port
+    raise RuntimeError('no free UDP port below %d' % low)
 
 
 def udp_free(port):

@@ -22,6 +22,7 @@ from tenks.cloud import ironic
 from tenks.db import models
 from tests.unit import test_nodes
 from tests.unit.conftest import make_spec
+from tests.unit.test_ipmi_host import free_udp_port
 from tests.unit.test_reconcile import deployed
 from tests.unit.test_reconcile import plan
 from tests.unit.test_scheduler import facts
@@ -180,13 +181,6 @@ def pdu_driver(conf, tmp_path, monkeypatch):
     yield driver
     for path in list(driver._procs):
         driver._stop(path)
-
-
-def free_udp_port():
-    import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def mode(path):
