@@ -35,12 +35,7 @@ def free_udp_port():
 
 
 def udp_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.bind(('127.0.0.1', port))
-        except OSError:
-            return False
-        return True
+    return netutils.udp_port_free('127.0.0.1', port)
 
 
 def definition(port, **fields):
