@@ -376,3 +376,75 @@ def test_what_a_reading_command_sees_is_what_the_idl_sees(env, monkeypatch):
             driver.remove_port(tap, owner)
         driver.remove_bridge(one, owner)
         driver.remove_bridge(two, owner)
+
+
+def test_a_process_without_an_idl_removes_ports_on_the_socket(env,
+                                                              monkeypatch):
+    """A process with no IDL yet (a teardown's) builds none to remove
+    ports: it deletes them in transactions on the server's socket,
+    several in one when they come together, and the taps with them.
+    Each holds only while the port has the mark read: a port marked for
+    another between the read and the deletion is kept, with its tap
+    (ResourceConflict)."""
+    driver = openvswitch.OpenvSwitchDriver(env.conf)
+    owner = 'tenks:%s:x' % env.cluster
+    bridge = env.bridge_prefix + '0'
+    taps = ['p-%s%d-0' % (env.node_prefix, i) for i in range(12)]
+    other = 'tenks:other:y'
+    driver.ensure_bridge(bridge, owner)
+    try:
+        for tap in taps:
+            driver.ensure_port(bridge, tap, owner)
+        with monkeypatch.context() as m:
+            m.setattr(openvswitch, '_APIS', {})
+            m.setattr(openvswitch, '_connect', lambda *a: pytest.fail(
+                'a removal built an IDL'))
+            fresh = openvswitch.OpenvSwitchDriver(env.conf)
+            commits = []
+            commit = fresh._direct_commits._commit
+
+            def counted(operations):
+                commits.append(len(operations))
+                return commit(operations)
+            m.setattr(fresh._direct_commits, '_commit', counted)
+            read = fresh._owned
+
+            def taken_after_read(table, name, *args):
+                row = read(table, name, *args)
+                if name == taps[0] and row['external_ids'][
+                        openvswitch.MARK] == owner:
+                    vsctl('set', 'port', name,
+                          'external_ids:%s=%s' % (openvswitch.MARK, other))
+                return row
+            m.setattr(fresh, '_owned', taken_after_read)
+
+            removed = {}
+
+            def remove(tap):
+                try:
+                    removed[tap] = fresh.remove_port(tap, owner)
+                except Exception as e:
+                    removed[tap] = e
+            threads = [threading.Thread(target=remove, args=(tap,))
+                       for tap in taps]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            kept = removed.pop(taps[0])
+            assert isinstance(kept, exceptions.ResourceConflict), kept
+            assert other in str(kept)
+            assert set(removed.values()) == {True}, removed
+            assert len(commits) < len(removed), commits
+            assert openvswitch._APIS == {}
+        assert bridge_ports()[bridge] == [taps[0]]
+        assert ovs_get('port', taps[0], 'external_ids:%s'
+                       % openvswitch.MARK) == other
+        with IPRoute() as ipr:
+            assert [tap for tap in taps if ipr.link_lookup(ifname=tap)] == [
+                taps[0]]
+    finally:
+        vsctl('--if-exists', 'del-port', taps[0])
+        for tap in taps:
+            driver.remove_port(tap, owner)
+        driver.remove_bridge(bridge, owner)

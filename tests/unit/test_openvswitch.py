@@ -435,11 +435,17 @@ def test_a_server_that_never_answers_fails_each_request_in_time(
     with caplog.at_level(logging.WARNING, logger=openvswitch.__name__):
         assert ovs.marks(['br0']) == {}
     assert 'Not reading Open vSwitch marks' in caplog.text
-    # Nor does a change wait for ever for the schema to connect with.
-    started = time.monotonic()
-    with pytest.raises(exceptions.DriverError) as raised:
-        ovs.ensure_bridge('br0', OWNER)
-    assert time.monotonic() - started < 5
-    assert 'connect to %s' % ovsdb.target in str(raised.value)
-    assert 'no answer from %s in 1 s' % ovsdb.target in str(raised.value)
+    # Nor does a change wait for ever, for its first read or removal
+    # (on the socket) or for the schema to connect an IDL with.
+    for change, action in (
+            (lambda: ovs.ensure_bridge('br0', OWNER),
+             'create Open vSwitch bridge br0'),
+            (lambda: ovs.remove_port('p0', OWNER), 'delete tap p0'),
+            (ovs._api, 'connect to %s' % ovsdb.target)):
+        started = time.monotonic()
+        with pytest.raises(exceptions.DriverError) as raised:
+            change()
+        assert time.monotonic() - started < 5
+        assert action in str(raised.value)
+        assert 'no answer from %s in 1 s' % ovsdb.target in str(raised.value)
     assert ovsdb.target not in openvswitch._APIS

@@ -3,10 +3,12 @@
 Bridges, patch ports and the ports of taps and veths are rows of the
 local OVSDB, written through ovsdbapp (one transaction per request, so a
 row never exists without its mark; requests made at the same time share
-one: group_commit); the taps and veths themselves are kernel links made
-over netlink, marked with the owner as their alias as the Linux bridge
-driver marks its links. OVS rows carry the owner in
-``external_ids`` under :data:`MARK`.
+one: group_commit), or read and their ports removed by transactions on
+the server's socket in a process that has built no IDL yet (a re-run's
+inspection, a teardown: OpenvSwitchDriver._direct); the taps and veths
+themselves are kernel links made over netlink, marked with the owner as
+their alias as the Linux bridge driver marks its links. OVS rows carry
+the owner in ``external_ids`` under :data:`MARK`.
 
 A node's NIC is a persistent tap (named as with Linux bridges) added as
 a port of the bridge, and its domain opens that tap as it opens it
@@ -141,6 +143,48 @@ def _rpc(path, timeout, method, params):
     return reply['result']
 
 
+class TransactionFailed(RuntimeError):
+    """An OVSDB transaction that failed; ``errors`` the names of its
+    operations' errors (RFC 7047: ``timed out`` for a ``wait`` whose
+    rows were not as given)."""
+
+    def __init__(self, results):
+        failed = [r for r in results if isinstance(r, dict) and 'error' in r]
+        self.errors = [r['error'] for r in failed]
+        super().__init__('; '.join('%s (%s)' % (r['error'],
+                                                r.get('details', ''))
+                                   for r in failed))
+
+
+def _transact(path, timeout, operations):
+    """The results of one OVSDB transaction of ``operations`` on the
+    unix socket ``path`` (see _rpc); TransactionFailed if it failed."""
+    results = _rpc(path, timeout, 'transact', ['Open_vSwitch', *operations])
+    if not isinstance(results, list):
+        raise RuntimeError('not a transaction\'s result: %r' % (results,))
+    # An operation after a failed one is not attempted (null), and a
+    # commit that fails adds an error of its own.
+    if any(r is None or 'error' in r for r in results):
+        raise TransactionFailed(results)
+    return results
+
+
+def _value(column, datum):
+    """An OVSDB JSON ``datum`` of ``column`` as ovsdbapp's db_list gives
+    it: maps as dicts, UUIDs as UUIDs, sets (a set of one, which OVSDB
+    sends bare, too) as lists."""
+    import uuid
+
+    kind = datum[0] if isinstance(datum, list) else None
+    if kind == 'map':
+        return {k: _value(None, v) for k, v in datum[1]}
+    if kind == 'set':
+        return [_value(None, v) for v in datum[1]]
+    if kind == 'uuid':
+        datum = uuid.UUID(datum[1])
+    return [datum] if column in _SETS else datum
+
+
 def _select(path, timeout, tables):
     """{table: rows (dicts, as ovsdbapp's db_list gives them)}: every row
     of ``tables`` ({table: columns}), read in one OVSDB transaction on
@@ -152,32 +196,24 @@ def _select(path, timeout, tables):
     modules a twentieth to import), which a command that only reads (a
     re-run's inspection) never uses again.
     """
-    import uuid
-
-    def value(column, datum):
-        kind = datum[0] if isinstance(datum, list) else None
-        if kind == 'map':
-            return {k: value(None, v) for k, v in datum[1]}
-        if kind == 'set':
-            return [value(None, v) for v in datum[1]]
-        if kind == 'uuid':
-            datum = uuid.UUID(datum[1])
-        return [datum] if column in _SETS else datum
-
-    results = _rpc(path, timeout, 'transact', ['Open_vSwitch'] + [
+    results = _transact(path, timeout, [
         {'op': 'select', 'table': table, 'where': [],
          'columns': list(columns)} for table, columns in tables.items()])
-    if not isinstance(results, list):
-        raise RuntimeError('not a transaction\'s result: %r' % (results,))
-    failed = ['%s (%s)' % (r['error'], r.get('details', ''))
-              for r in results if 'error' in r]
-    if failed:
-        raise RuntimeError('; '.join(failed))
-    return {table: [{column: value(column, row[column])
+    return {table: [{column: _value(column, row[column])
                      for column in columns}
                     for row in result['rows']]
             for (table, columns), result in zip(tables.items(), results,
                                                 strict=True)}
+
+
+def _select_named(path, timeout, table, names, columns):
+    """The rows of ``table`` called ``names`` (absent ones left out), as
+    _select gives them, read in one transaction."""
+    results = _transact(path, timeout, [
+        {'op': 'select', 'table': table, 'where': [['name', '==', name]],
+         'columns': list(columns)} for name in names])
+    return [{column: _value(column, row[column]) for column in columns}
+            for result in results for row in result['rows']]
 
 
 @functools.cache
@@ -315,6 +351,11 @@ class OpenvSwitchDriver(base.NetworkDriver):
         self._lock = threading.Lock()
         self._port_locks = lockutils.Semaphores()
         self._commits = group_commit.GroupCommit(self._commit)
+        # The same for transactions of OVSDB operations sent on the
+        # server's socket (_direct).
+        self._direct_commits = group_commit.GroupCommit(
+            lambda operations: _transact(self._socket(), self._timeout(),
+                                         operations))
 
     # -- OVSDB plumbing ----------------------------------------------------
 
@@ -340,6 +381,22 @@ class OpenvSwitchDriver(base.NetworkDriver):
         return not target.startswith('unix:') or os.path.exists(
             target[len('unix:'):])
 
+    def _direct(self):
+        """Whether to ask OVSDB on its socket rather than through an IDL:
+        a local server, and no IDL in this process yet. Building one
+        means a copy of every port and interface of the bridges, which a
+        process that only reads (a re-run's inspection) or only removes
+        (a teardown) never uses."""
+        target = self.conf.hostagent.ovsdb_connection
+        return (target.startswith('unix:') and target not in _APIS
+                and self._running())
+
+    def _socket(self):
+        return self.conf.hostagent.ovsdb_connection[len('unix:'):]
+
+    def _timeout(self):
+        return self.conf.hostagent.ovsdb_timeout
+
     @contextlib.contextmanager
     def _errors(self, action, *names):
         """Check interface names; turn failures into DriverError."""
@@ -363,6 +420,9 @@ class OpenvSwitchDriver(base.NetworkDriver):
         given (absent ones left out)."""
         if names is not None and not names:
             return []
+        if names is not None and self._direct():
+            return _select_named(self._socket(), self._timeout(), table,
+                                 names, columns)
         api = self._api()
         if names is None:
             return api.db_list(table, None, columns=list(columns),
@@ -381,15 +441,11 @@ class OpenvSwitchDriver(base.NetworkDriver):
         """{table: rows (dicts)}: every row of ``tables`` ({table:
         columns}). From this process's IDL once it has one for the
         server; before that, one transaction (_select) on a local
-        server's socket, so that a command that only reads builds no
-        IDL."""
-        target = self.conf.hostagent.ovsdb_connection
-        if (target in _APIS or not target.startswith('unix:')
-                or not self._running()):
+        server's socket (_direct)."""
+        if not self._direct():
             return {table: self._rows(table, columns=columns)
                     for table, columns in tables.items()}
-        return _select(target[len('unix:'):],
-                       self.conf.hostagent.ovsdb_timeout, tables)
+        return _select(self._socket(), self._timeout(), tables)
 
     def _row(self, table, name, columns=('name', 'external_ids')):
         rows = self._rows(table, [name], columns)
@@ -677,18 +733,59 @@ class OpenvSwitchDriver(base.NetworkDriver):
             return base.ensured(created, changed)
 
     def remove_port(self, name, owner):
-        """See base: the port and the tap, both checked first."""
+        """See base: the port and the tap, both checked first.
+
+        No wait for ovs-vswitchd: the tap goes next, and nothing needs
+        the port gone from the datapath first. A process with no IDL
+        yet (a teardown's) builds none for it (_direct): at a thousand
+        nodes, building it held up the first removal by most of a second
+        (while the hostagent's other threads were busy), and each second
+        counts, since ovs-vswitchd, which then removes the ports one at a
+        time, is what a teardown waits for."""
         with self._errors('delete tap %s' % name, name):
-            port = (self._owned('Port', name, owner) if self._running()
-                    else None)
+            direct = self._direct()
+            port = (self._owned('Port', name, owner,
+                                ('name', 'external_ids', '_uuid'))
+                    if self._running() else None)
             link = lb.sysfs_owned(name, owner, 'tun')
-            if port is not None:
-                # No wait for ovs-vswitchd: the tap goes next, and
-                # nothing needs the port gone from the datapath first.
+            if port is not None and direct:
+                port = self._delete_port(port, owner)
+            elif port is not None:
                 self._transaction(self._api().del_port(name), applied=False)
             if link is not None:
                 lb.delete_link(link)
         return port is not None or link is not None
+
+    def _delete_port(self, port, owner):
+        """Delete our Port row ``port`` (its interfaces go with it) in a
+        transaction on the server's socket, which holds only if the row
+        still has the mark read (an OVSDB ``wait``). A port changed
+        meanwhile is read again: another's is kept (ResourceConflict),
+        one gone is not ours to report. The port deleted, or None."""
+        for _ in range(3):
+            uuid = ['uuid', str(port['_uuid'])]
+            try:
+                self._direct_commits.run([
+                    {'op': 'wait', 'table': 'Port', 'timeout': 0,
+                     'where': [['_uuid', '==', uuid]],
+                     'columns': ['external_ids'], 'until': '==',
+                     'rows': [{'external_ids': [
+                         'map', sorted(port['external_ids'].items())]}]},
+                    # Ports are not a root table: a port no bridge
+                    # holds is deleted, with its interfaces.
+                    {'op': 'mutate', 'table': 'Bridge',
+                     'where': [['ports', 'includes', uuid]],
+                     'mutations': [['ports', 'delete', uuid]]}])
+                return port
+            except TransactionFailed as e:
+                if 'timed out' not in e.errors:
+                    raise
+            port = self._owned('Port', port['name'], owner,
+                               ('name', 'external_ids', '_uuid'))
+            if port is None:
+                return None
+        raise RuntimeError('port %s changed each time it was to be '
+                           'deleted' % port['name'])
 
     def remove_veth(self, name, owner):
         return lb.remove_veth(name, owner)
