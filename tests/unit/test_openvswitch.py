@@ -449,3 +449,51 @@ def test_a_server_that_never_answers_fails_each_request_in_time(
         assert action in str(raised.value)
         assert 'no answer from %s in 1 s' % ovsdb.target in str(raised.value)
     assert ovsdb.target not in openvswitch._APIS
+
+
+def test_a_removal_without_an_idl_holds_only_for_the_mark_read(
+        conf, ovsdb, sysfs):
+    """A process with no IDL deletes a port in one transaction that waits
+    for the row as read (its mark); if the port changed meanwhile it is
+    read again: gone, it is not reported removed; still changing after
+    three reads, the request fails and says so."""
+    conf.set_override('ovsdb_connection', ovsdb.target, group='hostagent')
+    port = str(uuid.uuid4())
+    mark = ['map', [[openvswitch.MARK, OWNER], ['note', 'é']]]
+    reads = []
+
+    def answer(request):
+        [operation, *rest] = request['params'][1:]
+        if operation['op'] == 'select':
+            present = reads.pop(0)
+            return [{'rows': [{'name': 'p0', '_uuid': ['uuid', port],
+                               'external_ids': mark}] if present else []}]
+        return [{'error': 'timed out',
+                 'details': '"wait" timed out after 0 ms'}, None]
+    ovsdb.answer = answer
+
+    reads[:] = [True, False]
+    assert openvswitch.OpenvSwitchDriver(conf).remove_port(
+        'p0', OWNER) is False
+    select, delete, again = [r['params'] for r in ovsdb.requests]
+    assert select == again == ['Open_vSwitch', {
+        'op': 'select', 'table': 'Port', 'where': [['name', '==', 'p0']],
+        'columns': ['name', 'external_ids', '_uuid']}]
+    assert delete == ['Open_vSwitch', {
+        'op': 'wait', 'table': 'Port', 'timeout': 0,
+        'where': [['_uuid', '==', ['uuid', port]]],
+        'columns': ['external_ids'], 'until': '==',
+        'rows': [{'external_ids': ['map', [['note', 'é'],
+                                           [openvswitch.MARK, OWNER]]]}]}, {
+        'op': 'mutate', 'table': 'Bridge',
+        'where': [['ports', 'includes', ['uuid', port]]],
+        'mutations': [['ports', 'delete', ['uuid', port]]]}]
+
+    ovsdb.requests.clear()
+    reads[:] = [True] * 4
+    with pytest.raises(exceptions.DriverError) as raised:
+        openvswitch.OpenvSwitchDriver(conf).remove_port('p0', OWNER)
+    assert 'port p0 changed each time it was to be deleted' in str(
+        raised.value)
+    assert len(ovsdb.requests) == 7
+    assert openvswitch._APIS == {}
