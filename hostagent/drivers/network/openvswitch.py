@@ -185,6 +185,11 @@ def _value(column, datum):
     return [datum] if column in _SETS else datum
 
 
+def _decoded_row(columns, row):
+    """A selected OVSDB JSON ``row`` of ``columns`` as a dict (_value)."""
+    return {column: _value(column, row[column]) for column in columns}
+
+
 def _select(path, timeout, tables):
     """{table: rows (dicts, as ovsdbapp's db_list gives them)}: every row
     of ``tables`` ({table: columns}), read in one OVSDB transaction on
@@ -199,9 +204,7 @@ def _select(path, timeout, tables):
     results = _transact(path, timeout, [
         {'op': 'select', 'table': table, 'where': [],
          'columns': list(columns)} for table, columns in tables.items()])
-    return {table: [{column: _value(column, row[column])
-                     for column in columns}
-                    for row in result['rows']]
+    return {table: [_decoded_row(columns, row) for row in result['rows']]
             for (table, columns), result in zip(tables.items(), results,
                                                 strict=True)}
 
@@ -212,7 +215,7 @@ def _select_named(path, timeout, table, names, columns):
     results = _transact(path, timeout, [
         {'op': 'select', 'table': table, 'where': [['name', '==', name]],
          'columns': list(columns)} for name in names])
-    return [{column: _value(column, row[column]) for column in columns}
+    return [_decoded_row(columns, row)
             for result in results for row in result['rows']]
 
 
